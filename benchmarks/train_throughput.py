@@ -1,0 +1,152 @@
+#!/usr/bin/env python
+"""Training throughput: target tokens/s of InsNet (one pass per trajectory) vs fairseq's
+autoregressive ``transformer`` of the same size vs InsNet with naive per-prefix re-encoding,
+on the same batches, measured side by side in one run (rounds interleave the models).
+
+    python benchmarks/train_throughput.py [--data data-bin/multi30k_en_de] [--rounds 3]
+
+Settings: "multi30k" = real training batches of the binarised Multi30k (max-tokens budget);
+"len32" / "len64" = synthetic batches whose source and target have exactly that many tokens.
+A training step is forward + backward + Adam step. Prints tokens/s per model and the ratios.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import insnet_fairseq  # noqa: E402,F401
+from fairseq.data import Dictionary, data_utils  # noqa: E402
+from fairseq.models.transformer import TransformerModel  # noqa: E402
+from insnet_fairseq.criterion import term_losses  # noqa: E402
+from insnet_fairseq.model import InsNetModel  # noqa: E402
+from insnet_fairseq.orders import make_order  # noqa: E402
+from insnet_fairseq.reference import reencode_prefixes  # noqa: E402
+
+SIZE = dict(encoder_layers=3, decoder_layers=3, encoder_embed_dim=256, encoder_ffn_embed_dim=1024,
+            encoder_attention_heads=4, decoder_attention_heads=4, dropout=0.1, share_all_embeddings=True,
+            max_source_positions=256, max_target_positions=256)
+
+
+class Task:
+    def __init__(self, d):
+        self.source_dictionary = self.target_dictionary = d
+
+
+def build(kind, d):
+    torch.manual_seed(0)
+    args = argparse.Namespace(**SIZE)
+    if kind == "ar":
+        TransformerModel.add_args(argparse.ArgumentParser())
+        return TransformerModel.build_model(args, Task(d))
+    return InsNetModel.build_model(args, Task(d))
+
+
+def multi30k_batches(data, d, max_tokens, count):
+    from fairseq.data import LanguagePairDataset, data_utils as du
+
+    src = du.load_indexed_dataset(os.path.join(data, "train.en-de.en"), d)
+    tgt = du.load_indexed_dataset(os.path.join(data, "train.en-de.de"), d)
+    ds = LanguagePairDataset(src, src.sizes, d, tgt, tgt.sizes, d, shuffle=True)
+    with du.numpy_seed(1):
+        indices = ds.ordered_indices()
+    batches = ds.batch_by_size(indices, max_tokens=max_tokens)
+    rng = torch.Generator().manual_seed(0)
+    pick = torch.randperm(len(batches), generator=rng)[:count].tolist()
+    return [ds.collater([ds[i] for i in batches[j]]) for j in pick]
+
+
+def synthetic_batches(d, length, max_tokens, count):
+    out = []
+    g = torch.Generator().manual_seed(length)
+    bsz = max(1, max_tokens // length)
+    for _ in range(count):
+        words = torch.randint(d.nspecial, len(d), (bsz, length - 1), generator=g)
+        eos = torch.full((bsz, 1), d.eos())
+        src = torch.cat([words.flip(1), eos], 1)
+        tgt = torch.cat([words, eos], 1)
+        prev = torch.cat([eos, words], 1)
+        out.append({"net_input": {"src_tokens": src, "src_lengths": torch.full((bsz,), length),
+                                  "prev_output_tokens": prev}, "target": tgt})
+    return out
+
+
+def step_fn(kind, model, batch, d):
+    ni = batch["net_input"]
+    tgt = batch["target"]
+    if kind == "ar":
+        out, _ = model(ni["src_tokens"], ni["src_lengths"], ni["prev_output_tokens"])
+        lprobs = torch.log_softmax(out.float(), -1)
+        return torch.nn.functional.nll_loss(lprobs.view(-1, lprobs.size(-1)), tgt.view(-1),
+                                            ignore_index=d.pad(), reduction="sum")
+    target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
+    order = make_order("random", target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0))
+    if kind == "naive":
+        return reencode_prefixes(model, ni["src_tokens"], ni["src_lengths"], target, order)
+    terms = term_losses(model(ni["src_tokens"], ni["src_lengths"], target, order))
+    return sum(v[0] for v in terms.values())
+
+
+def time_steps(kind, model, opt, batches, d):
+    model.train()
+    t0 = time.perf_counter()
+    for batch in batches:
+        opt.zero_grad()
+        step_fn(kind, model, batch, d).backward()
+        opt.step()
+    return time.perf_counter() - t0
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="data-bin/multi30k_en_de")
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--batches", type=int, default=4, help="batches per model per round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--settings", default="multi30k,len32,len64")
+    p.add_argument("--naive-batches", type=int, default=1, help="batches for the (slow) naive re-encoding")
+    args = p.parse_args()
+    torch.set_num_threads(os.cpu_count() or 1)
+    dict_path = os.path.join(args.data, "dict.en.txt")
+    if not os.path.exists(dict_path):
+        sys.exit(f"{dict_path} not found: run `make multi30k` first")
+    d = Dictionary.load(dict_path)
+    print(f"device: cpu x{torch.get_num_threads()} threads, torch {torch.__version__}, vocab {len(d)}, "
+          f"model 3+3 layers d=256 h=4 ffn=1024, max-tokens {args.max_tokens}")
+    rows = []
+    for setting in args.settings.split(","):
+        if setting == "multi30k":
+            batches = multi30k_batches(args.data, d, args.max_tokens, args.batches)
+        else:
+            batches = synthetic_batches(d, int(setting[3:]), args.max_tokens, args.batches)
+        ntok = sum(int(b["target"].ne(d.pad()).sum()) for b in batches)
+        models = {k: build(k, d) for k in ("ar", "insnet", "naive")}
+        opts = {k: torch.optim.Adam(m.parameters(), lr=1e-4) for k, m in models.items()}
+        # warm-up
+        for k in models:
+            time_steps(k, models[k], opts[k], batches[:1], d)
+        times = {k: [] for k in models}
+        naive_tok = sum(int(b["target"].ne(d.pad()).sum()) for b in batches[: args.naive_batches])
+        for _ in range(args.rounds):
+            for k in models:
+                sub = batches[: args.naive_batches] if k == "naive" else batches
+                times[k].append(time_steps(k, models[k], opts[k], sub, d))
+        tps = {k: (naive_tok if k == "naive" else ntok) / statistics.median(v) for k, v in times.items()}
+        mean_len = ntok / sum(b["target"].size(0) for b in batches)
+        rows.append((setting, mean_len, tps))
+        print(f"{setting:9s} mean target len {mean_len:5.1f}: AR {tps['ar']:7.0f} tok/s  InsNet {tps['insnet']:7.0f} tok/s  "
+              f"naive re-encoding {tps['naive']:6.0f} tok/s  |  InsNet/AR {tps['insnet'] / tps['ar']:.2f}x  "
+              f"InsNet/naive {tps['insnet'] / tps['naive']:.1f}x", flush=True)
+    print("\n| setting | target len | AR tok/s | InsNet tok/s | naive tok/s | InsNet/AR | InsNet/naive |")
+    print("|---|---|---|---|---|---|---|")
+    for setting, mean_len, tps in rows:
+        print(f"| {setting} | {mean_len:.1f} | {tps['ar']:.0f} | {tps['insnet']:.0f} | {tps['naive']:.0f} | "
+              f"{tps['insnet'] / tps['ar']:.2f}x | {tps['insnet'] / tps['naive']:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()

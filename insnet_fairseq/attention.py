@@ -1,0 +1,173 @@
+"""Attention for the InsNet context encoder (paper 3.1.3).
+
+Self-attention is Transformer-XL style relative attention whose relative positions are the
+insertion *offsets*:
+
+    A[i, j] = (q_i + u) . k_j + (q_i + v) . p_{offset[i, j]},     p_r = W_kR R(r)
+
+``offset[i, j]`` takes at most ``2S - 1`` distinct values for ``S`` keys, so ``P`` is projected
+once for that range and ``(q + v) P^T`` is gathered per (i, j): the cost is two ``T x S`` score
+matrices per head and nothing of size batch x T x S x d is built. Causality in insertion
+order (token i sees tokens 0..i) is the caller's mask.
+"""
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def sinusoidal_offset_table(max_offset: int, dim: int) -> Tensor:
+    """Sinusoidal embeddings of the offsets ``-max_offset..max_offset``.
+
+    Returns FloatTensor [2 * max_offset + 1, dim]; row ``max_offset + r`` embeds offset ``r``.
+    """
+    half = dim // 2
+    freq = torch.exp(torch.arange(half, dtype=torch.float) * -(math.log(10000.0) / max(half - 1, 1)))
+    r = torch.arange(-max_offset, max_offset + 1, dtype=torch.float)
+    ang = r.unsqueeze(1) * freq.unsqueeze(0)  # [R, half]
+    table = torch.cat([torch.sin(ang), torch.cos(ang)], dim=1)
+    if dim % 2:
+        table = torch.cat([table, torch.zeros(len(r), 1)], dim=1)
+    return table
+
+
+class OffsetSelfAttention(nn.Module):
+    """Multi-head self-attention with insertion-offset relative positions.
+
+    Shapes: B batch, T queries (new tokens), S keys (cached + new tokens), H heads,
+    D model dim, Dh = D / H, R = 2S - 1 distinct offsets.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, rel_dim: int, dropout: float = 0.0):
+        super().__init__()
+        assert embed_dim % num_heads == 0, "embed_dim must be divisible by num_heads"
+        self.embed_dim = embed_dim
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.scaling = self.head_dim ** -0.5
+        self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim)
+        self.r_proj = nn.Linear(rel_dim, embed_dim, bias=False)  # W_kR
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        self.u = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # content bias
+        self.v = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # position bias
+        self.dropout = dropout
+        self.naive = False  # test oracle switch, see reference.naive_attention()
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        nn.init.xavier_uniform_(self.qkv_proj.weight, gain=1 / math.sqrt(2))
+        nn.init.zeros_(self.qkv_proj.bias)
+        nn.init.xavier_uniform_(self.r_proj.weight)
+        nn.init.xavier_uniform_(self.out_proj.weight)
+        nn.init.zeros_(self.out_proj.bias)
+
+    def project_offsets(self, rel_table: Tensor, max_offset: int) -> Tensor:
+        """P for the offsets ``-max_offset..max_offset``.
+
+        rel_table: [2M + 1, Dr], row M + r embeds offset r (M >= max_offset).
+        Returns [H, 2 * max_offset + 1, Dh].
+        """
+        center = (rel_table.size(0) - 1) // 2
+        rows = rel_table[center - max_offset : center + max_offset + 1]  # [R, Dr]
+        p = self.r_proj(rows)  # [R, D]
+        return p.view(-1, self.num_heads, self.head_dim).transpose(0, 1)  # [H, R, Dh]
+
+    def forward(
+        self,
+        x: Tensor,
+        offsets: Tensor,
+        rel_table: Tensor,
+        attn_mask: Tensor,
+        past: Optional[Tuple[Tensor, Tensor]] = None,
+    ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        """
+        Args:
+            x: [B, T, D] states of the new tokens (in insertion order).
+            offsets: [B, T, S] offset of key j seen from query i (any value where masked).
+            rel_table: [2M + 1, Dr] offset embeddings, M >= S - 1.
+            attn_mask: bool [T, S] or [B, T, S], True where query i may NOT attend key j.
+            past: optional (k, v), each [B, H, S - T, Dh], of the tokens inserted before.
+
+        Returns:
+            out [B, T, D] and the (k, v) of all S keys, each [B, H, S, Dh], for caching.
+        """
+        if self.naive and past is None:
+            return self.naive_forward(x, offsets, rel_table, attn_mask), (None, None)
+        B, T, D = x.shape
+        H, Dh = self.num_heads, self.head_dim
+        q, k, v = self.qkv_proj(x).split(D, dim=-1)
+        q = q.view(B, T, H, Dh).transpose(1, 2)  # [B, H, T, Dh]
+        k = k.view(B, T, H, Dh).transpose(1, 2)  # [B, H, T, Dh]
+        v = v.view(B, T, H, Dh).transpose(1, 2)  # [B, H, T, Dh]
+        if past is not None:
+            k = torch.cat([past[0], k], dim=2)  # [B, H, S, Dh]
+            v = torch.cat([past[1], v], dim=2)  # [B, H, S, Dh]
+        S = k.size(2)
+        p = self.project_offsets(rel_table, S - 1)  # [H, R, Dh], R = 2S - 1
+
+        content = (q + self.u.view(1, H, 1, Dh)) @ k.transpose(-2, -1)  # [B, H, T, S]
+        by_offset = (q + self.v.view(1, H, 1, Dh)) @ p.transpose(-2, -1)  # [B, H, T, R]
+        index = (offsets + (S - 1)).unsqueeze(1).expand(B, H, T, S)
+        position = by_offset.gather(-1, index)  # [B, H, T, S]
+        scores = (content + position) * self.scaling
+        mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
+        scores = scores.masked_fill(mask.unsqueeze(1), float("-inf"))
+        attn = torch.softmax(scores, dim=-1, dtype=torch.float32).type_as(scores)
+        attn = F.dropout(attn, p=self.dropout, training=self.training)
+        out = attn @ v  # [B, H, T, Dh]
+        out = out.transpose(1, 2).reshape(B, T, D)  # [B, T, D]
+        return self.out_proj(out), (k, v)
+
+    def naive_forward(self, x: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
+        """Test oracle: the same attention with P materialised as [B, T, S, H, Dh]."""
+        B, T, D = x.shape
+        H, Dh = self.num_heads, self.head_dim
+        q, k, v = self.qkv_proj(x).view(B, T, 3, H, Dh).unbind(2)  # each [B, T, H, Dh]
+        center = (rel_table.size(0) - 1) // 2
+        pos = self.r_proj(rel_table[offsets + center]).view(B, T, T, H, Dh)  # [B, T, S, H, Dh]
+        content = torch.einsum("bihd,bjhd->bhij", q + self.u, k)
+        position = torch.einsum("bihd,bijhd->bhij", q + self.v, pos)
+        scores = (content + position) * self.scaling
+        mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
+        scores = scores.masked_fill(mask.unsqueeze(1), float("-inf"))
+        out = torch.einsum("bhij,bjhd->bihd", torch.softmax(scores, dim=-1), v)
+        return self.out_proj(out.reshape(B, T, D))
+
+
+class CrossAttention(nn.Module):
+    """Attention from decoder states to the source encoder; keys/values can be projected once.
+
+    Shapes: B batch, T queries, L source length, H heads, D model dim, Dh = D / H.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, source_dim: int, dropout: float = 0.0):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = embed_dim // num_heads
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.kv_proj = nn.Linear(source_dim, 2 * embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        self.dropout = dropout
+        for lin in (self.q_proj, self.kv_proj, self.out_proj):
+            nn.init.xavier_uniform_(lin.weight)
+            nn.init.zeros_(lin.bias)
+
+    def project_source(self, source: Tensor) -> Tuple[Tensor, Tensor]:
+        """source [B, L, Ds] -> (k, v), each [B, H, L, Dh]."""
+        B, L, _ = source.shape
+        k, v = self.kv_proj(source).view(B, L, 2, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        return k, v
+
+    def forward(self, x: Tensor, kv: Tuple[Tensor, Tensor], source_padding_mask: Optional[Tensor]) -> Tensor:
+        """x [B, T, D], kv from :meth:`project_source`, mask [B, L] True at padding -> [B, T, D]."""
+        B, T, D = x.shape
+        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, Dh]
+        mask = None
+        if source_padding_mask is not None:
+            mask = ~source_padding_mask.view(B, 1, 1, -1)  # True = attend, [B, 1, 1, L]
+        out = F.scaled_dot_product_attention(
+            q, kv[0], kv[1], attn_mask=mask, dropout_p=self.dropout if self.training else 0.0
+        )  # [B, H, T, Dh]
+        return self.out_proj(out.transpose(1, 2).reshape(B, T, D))

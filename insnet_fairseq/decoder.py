@@ -1,0 +1,132 @@
+"""The InsNet context encoder: a Transformer decoder over tokens in insertion order whose
+self-attention uses insertion offsets (paper 3.1.3), plus cross-attention to the source.
+
+It is causal in insertion order, so the state of a token never changes once inserted: one
+pass encodes a whole trajectory (training) and decoding can cache every layer's keys/values.
+"""
+from typing import Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import CrossAttention, OffsetSelfAttention, sinusoidal_offset_table
+
+
+class InsNetDecoderLayer(nn.Module):
+    """Offset self-attention -> cross-attention -> feed-forward, each with a residual and
+    LayerNorm (post-norm like fairseq's default, pre-norm with ``--decoder-normalize-before``)."""
+
+    def __init__(self, args, rel_dim: int):
+        super().__init__()
+        d = args.decoder_embed_dim
+        self.normalize_before = args.decoder_normalize_before
+        self.dropout = args.dropout
+        self.activation_dropout = getattr(args, "activation_dropout", 0.0) or 0.0
+        self.self_attn = OffsetSelfAttention(d, args.decoder_attention_heads, rel_dim, args.attention_dropout)
+        self.self_attn_norm = nn.LayerNorm(d)
+        self.cross_attn = CrossAttention(d, args.decoder_attention_heads, args.encoder_embed_dim, args.attention_dropout)
+        self.cross_attn_norm = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, args.decoder_ffn_embed_dim)
+        self.fc2 = nn.Linear(args.decoder_ffn_embed_dim, d)
+        self.final_norm = nn.LayerNorm(d)
+        self.activation = getattr(F, getattr(args, "activation_fn", "relu") or "relu")
+
+    def _residual(self, x: Tensor, norm: nn.LayerNorm, fn) -> Tensor:
+        y = fn(norm(x) if self.normalize_before else x)
+        x = x + F.dropout(y, p=self.dropout, training=self.training)
+        return x if self.normalize_before else norm(x)
+
+    def _ffn(self, x: Tensor) -> Tensor:
+        h = F.dropout(self.activation(self.fc1(x)), p=self.activation_dropout, training=self.training)
+        return self.fc2(h)
+
+    def forward(
+        self,
+        x: Tensor,
+        offsets: Tensor,
+        rel_table: Tensor,
+        attn_mask: Tensor,
+        source_kv: Tuple[Tensor, Tensor],
+        source_padding_mask: Optional[Tensor],
+        past: Optional[Tuple[Tensor, Tensor]] = None,
+    ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        """x [B, T, D] -> ([B, T, D], self-attention (k, v) of all S keys for caching)."""
+        kv = []
+
+        def self_attention(y):
+            out, new_kv = self.self_attn(y, offsets, rel_table, attn_mask, past)
+            kv.append(new_kv)
+            return out
+
+        x = self._residual(x, self.self_attn_norm, self_attention)
+        x = self._residual(x, self.cross_attn_norm, lambda y: self.cross_attn(y, source_kv, source_padding_mask))
+        x = self._residual(x, self.final_norm, self._ffn)
+        return x, kv[0]
+
+
+class InsNetContextEncoder(nn.Module):
+    """Token embeddings + offset embeddings + a stack of :class:`InsNetDecoderLayer`.
+
+    ``--offset-embedding sinusoidal`` (default) uses a fixed table; ``learned`` learns one
+    vector per offset value in ``[-max_target_positions, max_target_positions]``.
+    """
+
+    def __init__(self, args, embed_tokens: nn.Embedding):
+        super().__init__()
+        d = args.decoder_embed_dim
+        self.embed_tokens = embed_tokens
+        self.embed_scale = 1.0 if args.no_scale_embedding else d ** 0.5
+        self.dropout = args.dropout
+        self.max_offset = args.max_target_positions + 1
+        rel_dim = d
+        if args.offset_embedding == "learned":
+            self.offset_embed = nn.Parameter(torch.randn(2 * self.max_offset + 1, rel_dim) * rel_dim ** -0.5)
+        else:
+            self.register_buffer(
+                "offset_embed", sinusoidal_offset_table(self.max_offset, rel_dim), persistent=False
+            )
+        self.layers = nn.ModuleList([InsNetDecoderLayer(args, rel_dim) for _ in range(args.decoder_layers)])
+        self.layer_norm = nn.LayerNorm(d) if args.decoder_normalize_before else None
+
+    def project_source(self, encoder_out: Tensor) -> List[Tuple[Tensor, Tensor]]:
+        """encoder_out [B, L, Ds] -> per layer cross-attention (k, v); computed once per sentence."""
+        return [layer.cross_attn.project_source(encoder_out) for layer in self.layers]
+
+    def forward(
+        self,
+        tokens: Tensor,
+        offsets: Tensor,
+        attn_mask: Tensor,
+        source_kv: List[Tuple[Tensor, Tensor]],
+        source_padding_mask: Optional[Tensor],
+        past: Optional[List[Tuple[Tensor, Tensor]]] = None,
+    ) -> Tuple[Tensor, List[Tuple[Tensor, Tensor]]]:
+        """
+        Args:
+            tokens: [B, T] new tokens in insertion order.
+            offsets: [B, T, S] offsets of every key (past + new) seen from every new token.
+            attn_mask: bool [T, S] or [B, T, S], True = blocked.
+            source_kv: from :meth:`project_source`.
+            past: optional per-layer (k, v) [B, H, S - T, Dh] of earlier tokens.
+
+        Returns:
+            h [B, T, D] last-layer states, and per-layer (k, v) [B, H, S, Dh].
+        """
+        if offsets.size(-1) - 1 > self.max_offset:
+            raise ValueError(
+                f"target of {offsets.size(-1)} tokens is longer than --max-target-positions "
+                f"{self.max_offset - 1}"
+            )
+        x = self.embed_scale * self.embed_tokens(tokens)
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        new_past = []
+        for i, layer in enumerate(self.layers):
+            x, kv = layer(
+                x, offsets, self.offset_embed, attn_mask, source_kv[i], source_padding_mask,
+                None if past is None else past[i],
+            )
+            new_past.append(kv)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return x, new_past

@@ -1,0 +1,192 @@
+"""The InsNet model: fairseq's Transformer source encoder + the insertion context encoder
+(:mod:`.decoder`) + slot heads (:mod:`.slots`), registered as ``insnet`` with the architectures
+``insnet_base``, ``insnet_big_paper`` and ``insnet_small``.
+
+Model protocol used by the criterion and the generator:
+
+* ``forward(src_tokens, src_lengths, target, order)`` -> named loss terms of a whole insertion
+  trajectory, computed in one pass of the context encoder (``token``, ``position``,
+  ``termination``; each a dict of logits / target / mask);
+* ``forward_encoder`` / ``decoder.encode_source`` / ``decoder.context`` for step-wise decoding.
+"""
+from typing import Dict, Optional
+
+import torch
+from fairseq.models import (
+    FairseqDecoder,
+    FairseqEncoderDecoderModel,
+    register_model,
+    register_model_architecture,
+)
+from fairseq.models.transformer import Embedding, TransformerEncoder, TransformerModel
+from fairseq.models.transformer import base_architecture as transformer_base_architecture
+from torch import Tensor
+
+from .decoder import InsNetContextEncoder
+from .offsets import offsets_from_rank, rank_matrix, slot_neighbours, target_slots
+from .slots import SlotHeads
+
+
+def causal_mask(n: int, device) -> Tensor:
+    """bool [n, n], True above the diagonal (token i may not see tokens inserted after it)."""
+    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
+
+
+class InsNetDecoder(FairseqDecoder):
+    def __init__(self, args, dictionary, embed_tokens):
+        super().__init__(dictionary)
+        self.padding_idx = dictionary.pad()
+        self.context = InsNetContextEncoder(args, embed_tokens)
+        tied = embed_tokens if args.share_decoder_input_output_embed else None
+        self.heads = SlotHeads(args.decoder_embed_dim, len(dictionary), tied)
+        self.max_target_positions = args.max_target_positions
+
+    def encode_source(self, encoder_out: Dict):
+        """fairseq encoder output -> (per-layer cross-attention k/v, source padding mask [B, L])."""
+        states = encoder_out["encoder_out"][0].transpose(0, 1)  # [L, B, C] -> [B, L, C]
+        masks = encoder_out["encoder_padding_mask"]
+        padding = masks[0] if len(masks) > 0 else None
+        return self.context.project_source(states), padding
+
+    def forward(self, target: Tensor, order: Tensor, encoder_out: Dict) -> Dict[str, Dict[str, Tensor]]:
+        """One pass over whole insertion trajectories.
+
+        Args:
+            target: [B, n] ``<s> y </s>`` in final-position order, right-padded.
+            order: [B, n] final position inserted at each step (padded steps after real ones).
+            encoder_out: fairseq encoder output.
+
+        Returns named terms (T = n - 2 prediction steps t = 1..n-2, K = n - 2 slots):
+            token: logits [B, T, V], target [B, T], mask [B, T]
+            position: logits [B, T, K] (-inf at slots that do not exist), target [B, T], mask
+            termination: logits [B, n - 1] for t = 1..n-1, target (1 at the last step), mask
+        """
+        B, n = target.shape
+        device = target.device
+        lengths = target.ne(self.padding_idx).sum(1)  # [B]
+        steps = torch.arange(n, device=device)
+        step_pad = steps.unsqueeze(0) >= lengths.unsqueeze(1)  # [B, n] padding is inserted last
+        rank = rank_matrix(order, step_pad)  # [B, n, n]
+        tokens = target.gather(1, order)  # [B, n] tokens in insertion order
+        source_kv, source_pad = self.encode_source(encoder_out)
+        h, _ = self.context(tokens, offsets_from_rank(rank), causal_mask(n, device), source_kv, source_pad)
+
+        T = n - 2
+        pred = steps[1 : n - 1]  # [T] steps whose context predicts the next insertion
+        left, right = slot_neighbours(rank)  # [B, n, n]
+        left, right = left[:, 1 : n - 1, :T], right[:, 1 : n - 1, :T]  # [B, T, K]
+        slot_exists = steps[:T].unsqueeze(0) < pred.unsqueeze(1)  # [T, K]: k < t
+        step_valid = pred.unsqueeze(0) < (lengths - 1).unsqueeze(1)  # [B, T]: t <= len - 2
+
+        pos_logits = self.heads.position_logits(h, pred, left, right)  # [B, T, K]
+        pos_logits = pos_logits.masked_fill(~slot_exists.unsqueeze(0), float("-inf"))
+        slot = target_slots(rank)[:, 1:]  # [B, T]
+        slot = torch.minimum(slot.clamp_min(0), pred.unsqueeze(0) - 1)  # in range on padded steps
+        left_t = left.gather(2, slot.unsqueeze(2)).squeeze(2)  # [B, T]
+        right_t = right.gather(2, slot.unsqueeze(2)).squeeze(2)  # [B, T]
+        e = self.heads.target_slot_repr(h, pred, left_t, right_t)  # [B, T, D]
+
+        term_steps = steps[1:]  # [n - 1]
+        return {
+            "token": {"logits": self.heads.token_logits(e), "target": tokens[:, 2:], "mask": step_valid},
+            "position": {"logits": pos_logits, "target": slot, "mask": step_valid},
+            "termination": {
+                "logits": self.heads.termination_logit(h[:, 1:]),
+                "target": (term_steps.unsqueeze(0) == (lengths - 1).unsqueeze(1)).to(h.dtype),
+                "mask": term_steps.unsqueeze(0) <= (lengths - 1).unsqueeze(1),
+            },
+        }
+
+    def max_positions(self):
+        return self.max_target_positions - 1  # <s> is prepended to fairseq's target
+
+    def get_normalized_probs(self, net_output, log_probs, sample=None):
+        raise NotImplementedError("InsNet scores slots, not next tokens: use the insertion generator")
+
+
+@register_model("insnet")
+class InsNetModel(FairseqEncoderDecoderModel):
+    def __init__(self, args, encoder, decoder):
+        super().__init__(encoder, decoder)
+        self.args = args
+
+    @staticmethod
+    def add_args(parser):
+        TransformerModel.add_args(parser)
+        parser.add_argument(
+            "--offset-embedding", choices=["sinusoidal", "learned"],
+            help="embedding of insertion offsets fed to W_kR (default: sinusoidal)",
+        )
+
+    @classmethod
+    def build_model(cls, args, task):
+        insnet_base_architecture(args)
+        src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+
+        def embedding(dictionary, dim):
+            return Embedding(len(dictionary), dim, dictionary.pad())
+
+        if args.share_all_embeddings:
+            if src_dict != tgt_dict:
+                raise ValueError(
+                    "--share-all-embeddings needs one joined dictionary, but the source dictionary "
+                    f"({len(src_dict)} types) and target dictionary ({len(tgt_dict)} types) differ: "
+                    "re-run fairseq-preprocess with --joined-dictionary or drop --share-all-embeddings"
+                )
+            if args.encoder_embed_dim != args.decoder_embed_dim:
+                raise ValueError("--share-all-embeddings requires --encoder-embed-dim == --decoder-embed-dim")
+            enc_emb = dec_emb = embedding(src_dict, args.encoder_embed_dim)
+            args.share_decoder_input_output_embed = True
+        else:
+            enc_emb = embedding(src_dict, args.encoder_embed_dim)
+            dec_emb = embedding(tgt_dict, args.decoder_embed_dim)
+        encoder = TransformerEncoder(args, src_dict, enc_emb)
+        decoder = InsNetDecoder(args, tgt_dict, dec_emb)
+        return cls(args, encoder, decoder)
+
+    def forward(self, src_tokens, src_lengths, target, order, **kwargs):
+        encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
+        return self.decoder(target, order, encoder_out)
+
+    def forward_encoder(self, src_tokens, src_lengths):
+        return self.encoder(src_tokens, src_lengths=src_lengths)
+
+    def max_positions(self):
+        return (self.encoder.max_positions(), self.decoder.max_positions())
+
+
+@register_model_architecture("insnet", "insnet_base")
+def insnet_base_architecture(args):
+    """6+6 layers, d=512, 8 heads, FFN 2048: the standard NAT setting."""
+    args.dropout = getattr(args, "dropout", 0.3)
+    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
+    args.offset_embedding = getattr(args, "offset_embedding", None) or "sinusoidal"
+    args.max_source_positions = getattr(args, "max_source_positions", None) or 1024
+    args.max_target_positions = getattr(args, "max_target_positions", None) or 1024
+    transformer_base_architecture(args)
+
+
+@register_model_architecture("insnet", "insnet_big_paper")
+def insnet_big_paper(args):
+    """The paper appendix's setting: 12+12 layers, d=768, 12 heads, FFN 3072, dropout 0.1."""
+    args.encoder_layers = getattr(args, "encoder_layers", 12)
+    args.decoder_layers = getattr(args, "decoder_layers", 12)
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 768)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 3072)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 12)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 12)
+    args.dropout = getattr(args, "dropout", 0.1)
+    insnet_base_architecture(args)
+
+
+@register_model_architecture("insnet", "insnet_small")
+def insnet_small(args):
+    """CPU-sized: 3+3 layers, d=256, 4 heads, FFN 1024."""
+    args.encoder_layers = getattr(args, "encoder_layers", 3)
+    args.decoder_layers = getattr(args, "decoder_layers", 3)
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
+    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
+    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    args.dropout = getattr(args, "dropout", 0.1)
+    insnet_base_architecture(args)

@@ -1,0 +1,135 @@
+"""Reference procedures the one-pass model is checked and timed against.
+
+* :func:`naive_offsets`: the offset matrix by its definition, with Python loops.
+* :func:`naive_trajectory_logprobs`: for every sentence and every step, re-encode the prefix
+  from scratch (naive attention with materialised positions, loop-built offsets and slots) and
+  score the next insertion: the O(n) re-encoding procedure of earlier insertion models.
+* :func:`reencode_prefixes`: the same per-prefix re-encoding, batched over sentences with the
+  fast attention: what training would cost without InsNet's computation sharing (benchmark).
+
+None of these is used in training or decoding.
+"""
+import contextlib
+from typing import Dict, List
+
+import torch
+import torch.nn.functional as F
+
+from .model import causal_mask
+from .offsets import offset_matrix
+
+
+def naive_offsets(order: List[int]) -> List[List[int]]:
+    """offset[i][j] (j <= i) by definition: positions among the first i + 1 inserted tokens."""
+    n = len(order)
+    out = [[0] * n for _ in range(n)]
+    for i in range(n):
+        seen = sorted(order[: i + 1])
+        for j in range(i + 1):
+            out[i][j] = seen.index(order[j]) - seen.index(order[i])
+    return out
+
+
+@contextlib.contextmanager
+def naive_attention(model):
+    """Switch every offset self-attention of ``model`` to its materialised-P oracle."""
+    layers = [m for m in model.modules() if hasattr(m, "naive")]
+    for m in layers:
+        m.naive = True
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.naive = False
+
+
+@torch.no_grad()
+def naive_trajectory_logprobs(model, src_tokens, src_lengths, target, order) -> List[Dict[str, List[float]]]:
+    """Per sentence, per step, re-encode the prefix from scratch and score the next insertion.
+
+    Returns one dict per sentence with lists ``token`` and ``position`` (steps t = 1..len-2:
+    log-prob of the true next token at its slot and of that slot) and ``termination``
+    (t = 1..len-1: log q(stop == [t is last])).
+    """
+    decoder = model.decoder
+    heads = decoder.heads
+    pad = decoder.padding_idx
+    results = []
+    with naive_attention(model):
+        for b in range(target.size(0)):
+            L = int(target[b].ne(pad).sum())
+            ordr = [int(x) for x in order[b, :L]]
+            toks = [int(target[b, p]) for p in ordr]
+            keep = src_tokens[b].ne(pad)  # the sentence alone, without its padding
+            src = src_tokens[b : b + 1, keep]
+            enc = model.encoder(src, src_lengths=src_lengths[b : b + 1])
+            source_kv, source_pad = decoder.encode_source(enc)
+            out = {"token": [], "position": [], "termination": []}
+            for t in range(1, L):
+                off = torch.tensor(naive_offsets(ordr[: t + 1])).unsqueeze(0)
+                x = torch.tensor(toks[: t + 1]).unsqueeze(0)
+                h, _ = decoder.context(x, off, causal_mask(t + 1, x.device), source_kv, source_pad)
+                h = h[0]  # [t + 1, D]
+                by_position = sorted(range(t + 1), key=lambda j: ordr[j])  # steps in final order
+                slots = [(by_position[k], by_position[k + 1]) for k in range(t)]
+                e = torch.stack([heads.slot_repr(h[l], h[r], h[t]) for l, r in slots])  # [t, D]
+                stop = heads.termination_logit(h[t])
+                is_last = t == L - 1
+                out["termination"].append(float(F.logsigmoid(stop if is_last else -stop)))
+                if is_last:
+                    continue
+                nxt = ordr[t + 1]
+                k = sum(1 for p in ordr[: t + 1] if p < nxt) - 1
+                out["position"].append(float(torch.log_softmax(heads.position_logit(e), -1)[k]))
+                out["token"].append(float(torch.log_softmax(heads.token_logits(e[k]), -1)[toks[t + 1]]))
+            results.append(out)
+    return results
+
+
+def reencode_prefixes(model, src_tokens, src_lengths, target, order):
+    """Loss of whole trajectories when every prefix is re-encoded (batched over sentences).
+
+    Step t runs the context encoder on the first t + 1 tokens from scratch and scores the
+    insertion of step t + 1. Returns the summed token + position + termination NLL (a scalar
+    with gradient), equal to the one-pass objective without label smoothing.
+    """
+    decoder = model.decoder
+    heads = decoder.heads
+    pad = decoder.padding_idx
+    B, n = target.shape
+    lengths = target.ne(pad).sum(1)
+    steps = torch.arange(n, device=target.device)
+    step_pad = steps.unsqueeze(0) >= lengths.unsqueeze(1)
+    offsets = offset_matrix(order, step_pad)
+    tokens = target.gather(1, order)
+    enc = model.encoder(src_tokens, src_lengths=src_lengths)
+    source_kv, source_pad = decoder.encode_source(enc)
+    total = 0.0
+    for t in range(1, n):
+        h, _ = decoder.context(
+            tokens[:, : t + 1], offsets[:, : t + 1, : t + 1], causal_mask(t + 1, target.device), source_kv, source_pad
+        )
+        # slots after step t: sort the prefix by final position
+        pos = order[:, : t + 1].masked_fill(step_pad[:, : t + 1], n + 1)
+        by_position = pos.argsort(dim=1)  # [B, t + 1] steps in final order
+        left, right = by_position[:, :-1], by_position[:, 1:]  # [B, t]
+        g = h[:, t : t + 1].expand(-1, t, -1)
+        e = heads.slot_repr(h.gather(1, left.unsqueeze(-1).expand(-1, -1, h.size(-1))),
+                            h.gather(1, right.unsqueeze(-1).expand(-1, -1, h.size(-1))), g)  # [B, t, D]
+        stop = heads.termination_logit(h[:, t])  # [B]
+        alive = t <= lengths - 1
+        last = t == lengths - 1
+        total = total + F.binary_cross_entropy_with_logits(
+            stop[alive], last[alive].to(stop.dtype), reduction="sum"
+        )
+        if t == n - 1:
+            break
+        predict = t < lengths - 1  # [B]
+        nxt = order[:, t + 1].clamp(max=n - 1)
+        k = (pos < nxt.unsqueeze(1)).sum(1) - 1  # [B]
+        k = k.clamp(0, t - 1)
+        pos_lp = torch.log_softmax(heads.position_logit(e), -1).gather(1, k.unsqueeze(1)).squeeze(1)
+        e_k = e.gather(1, k.view(B, 1, 1).expand(-1, 1, e.size(-1))).squeeze(1)
+        tok_lp = torch.log_softmax(heads.token_logits(e_k), -1).gather(1, tokens[:, t + 1 : t + 2]).squeeze(1)
+        total = total - (pos_lp + tok_lp)[predict].sum()
+    return total

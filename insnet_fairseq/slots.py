@@ -1,0 +1,118 @@
+"""Slot representations and the token / position / termination heads (paper 3.2).
+
+For the context after step ``t`` and its slot ``k`` between the tokens inserted at steps
+``l`` (left) and ``r`` (right):
+
+    e[t, k] = LayerNorm(concat(f_l(h_l), f_r(h_r)) + h_t)
+
+with ``h`` the last decoder layer's outputs in insertion order and ``h_t`` the token inserted at
+step ``t`` (the global vector). Heads: token ``log_softmax(W_p e + b)``; position ``w_o . e``,
+log-softmax over the ``t`` slots of a step; termination ``q(stop | h_t)``.
+
+Training needs the position logit of every slot of every step: B x n x n x D if built naively.
+:meth:`SlotHeads.position_logits` never builds it: LayerNorm's mean and variance and the final
+dot product with ``w_o`` decompose into per-token sums and two [B, T, n] matrix products, so
+memory is O(B n^2) (like an attention score matrix) and compute O(B n^2 D).
+"""
+from typing import Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def gather_steps(x: Tensor, index: Tensor) -> Tensor:
+    """Row-wise gather along the step axis.
+
+    x: [B, n, ...]; index: LongTensor [B, *idx] -> [B, *idx, ...], out[b, *i] = x[b, index[b, *i]].
+    """
+    B = x.size(0)
+    flat = index.reshape(B, -1)  # [B, N]
+    out = x[torch.arange(B, device=x.device).unsqueeze(1), flat]  # [B, N, ...]
+    return out.view(*index.shape, *x.shape[2:])
+
+
+class SlotHeads(nn.Module):
+    def __init__(self, embed_dim: int, vocab_size: int, tied_embedding: nn.Embedding = None, eps: float = 1e-5):
+        super().__init__()
+        self.left_dim = embed_dim // 2
+        self.right_dim = embed_dim - self.left_dim
+        self.f_left = nn.Linear(embed_dim, self.left_dim)
+        self.f_right = nn.Linear(embed_dim, self.right_dim)
+        self.norm = nn.LayerNorm(embed_dim, eps=eps)
+        self.position_proj = nn.Linear(embed_dim, 1)  # w_o (its bias cancels in the softmax)
+        self.termination_proj = nn.Linear(embed_dim, 1)
+        self.token_proj = nn.Linear(embed_dim, vocab_size)
+        if tied_embedding is not None:
+            self.token_proj.weight = tied_embedding.weight
+        else:
+            nn.init.normal_(self.token_proj.weight, mean=0, std=embed_dim ** -0.5)
+        nn.init.zeros_(self.token_proj.bias)
+
+    # -- materialised slot representations (decoding, target slots, test oracle) ---------------
+    def slot_repr(self, h_left: Tensor, h_right: Tensor, h_global: Tensor) -> Tensor:
+        """e = LayerNorm(concat(f_l(h_left), f_r(h_right)) + h_global); all [..., D] -> [..., D]."""
+        c = torch.cat([self.f_left(h_left), self.f_right(h_right)], dim=-1)
+        return self.norm(c + h_global)
+
+    def token_logits(self, e: Tensor) -> Tensor:
+        """[..., D] -> [..., V] (unnormalised; log_softmax in the caller)."""
+        return self.token_proj(e)
+
+    def position_logit(self, e: Tensor) -> Tensor:
+        """[..., D] -> [...]."""
+        return self.position_proj(e).squeeze(-1)
+
+    def termination_logit(self, h_global: Tensor) -> Tensor:
+        """Logit of q(stop | h_t): [..., D] -> [...]."""
+        return self.termination_proj(h_global).squeeze(-1)
+
+    # -- fused position head over all slots of all steps (training) ------------------------------
+    def position_logits(self, h: Tensor, steps: Tensor, left: Tensor, right: Tensor) -> Tensor:
+        """Position logits of every slot of the given steps, without materialising the slots.
+
+        Args:
+            h: [B, n, D] last-layer states in insertion order.
+            steps: LongTensor [T], the steps t whose contexts are scored (global vector h[:, t]).
+            left, right: LongTensor [B, T, K], steps of the neighbours of slot k after step t.
+
+        Returns:
+            [B, T, K], equal (up to float rounding) to
+            ``position_logit(slot_repr(h[left], h[right], h[steps]))``.
+        """
+        dtype = h.dtype
+        h = h.float()
+        D = h.size(-1)
+        a = self.f_left(h)  # [B, n, Dl]
+        b = self.f_right(h)  # [B, n, Dr]
+        g = h[:, steps]  # [B, T, D]
+        g_l, g_r = g.split([self.left_dim, self.right_dim], dim=-1)
+        gamma, beta = self.norm.weight.float(), self.norm.bias.float()
+        w = self.position_proj.weight.float().view(-1)
+        wg = w * gamma  # [D]
+        wg_l, wg_r = wg.split([self.left_dim, self.right_dim])
+
+        # per-token statistics of the two halves, gathered per slot   [B, T, K]
+        def at(stat: Tensor, idx: Tensor) -> Tensor:  # stat [B, n] -> [B, T, K]
+            return stat.unsqueeze(1).expand(-1, idx.size(1), -1).gather(2, idx)
+
+        # cross terms between the global vector and every token         [B, T, n]
+        cross_l = g_l @ a.transpose(1, 2)
+        cross_r = g_r @ b.transpose(1, 2)
+        total = at(a.sum(-1), left) + at(b.sum(-1), right) + g.sum(-1, keepdim=True)
+        squares = (
+            at(a.pow(2).sum(-1), left)
+            + at(b.pow(2).sum(-1), right)
+            + g.pow(2).sum(-1, keepdim=True)
+            + 2 * (cross_l.gather(2, left) + cross_r.gather(2, right))
+        )
+        weighted = at(a @ wg_l, left) + at(b @ wg_r, right) + (g @ wg).unsqueeze(-1)
+        mean = total / D
+        var = (squares / D - mean.pow(2)).clamp_min(0.0)
+        rstd = torch.rsqrt(var + self.norm.eps)
+        logits = rstd * (weighted - mean * wg.sum()) + (w @ beta) + self.position_proj.bias.float()
+        return logits.to(dtype)
+
+    def target_slot_repr(self, h: Tensor, steps: Tensor, left: Tensor, right: Tensor) -> Tensor:
+        """Materialised e at one slot per step.  left/right [B, T] -> [B, T, D]."""
+        return self.slot_repr(gather_steps(h, left), gather_steps(h, right), h[:, steps])

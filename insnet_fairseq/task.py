@@ -1,0 +1,73 @@
+"""Task ``insertion_translation``: fairseq bitext, batched as insertion trajectories."""
+import logging
+import os
+from dataclasses import dataclass, field
+
+from fairseq import utils
+from fairseq.dataclass import ChoiceEnum
+from fairseq.tasks import register_task
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+from .data import InsertionPairDataset
+from .orders import ORDER_POLICIES
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ORDER = "binary"
+
+
+@dataclass
+class InsertionTranslationConfig(TranslationConfig):
+    insertion_order: ChoiceEnum(list(ORDER_POLICIES)) = field(
+        default=DEFAULT_ORDER,
+        metadata={
+            "help": "insertion order of training targets: l2r (left to right), random "
+            "(uniform permutation), binary (middle word of every gap first, level by level); "
+            "<s> and </s> always come first"
+        },
+    )
+
+
+class DataError(ValueError):
+    """Bad or missing data, with the file or directory it concerns."""
+
+
+@register_task("insertion_translation", dataclass=InsertionTranslationConfig)
+class InsertionTranslationTask(TranslationTask):
+    cfg: InsertionTranslationConfig
+
+    @classmethod
+    def setup_task(cls, cfg: InsertionTranslationConfig, **kwargs):
+        paths = utils.split_paths(cfg.data) if cfg.data else []
+        if not paths:
+            raise DataError("insertion_translation needs a data directory (the positional DATA argument)")
+        for path in paths:
+            if not os.path.isdir(path):
+                raise DataError(
+                    f"data directory {path!r} does not exist: binarise the corpus first "
+                    "(e.g. `make multi30k`, or fairseq-preprocess --destdir " + path + ")"
+                )
+        task = super().setup_task(cfg, **kwargs)
+        if task.src_dict.bos() != task.tgt_dict.bos():
+            raise DataError(f"{paths[0]}: source and target dictionaries disagree on <s>")
+        return task
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
+        dataset = self.datasets[split]
+        data_path = utils.split_paths(self.cfg.data)[0]
+        for lang, sizes in ((self.cfg.source_lang, dataset.src_sizes), (self.cfg.target_lang, dataset.tgt_sizes)):
+            if sizes is None:
+                continue
+            empty = (sizes <= 1).nonzero()[0]  # only </s>: an empty line before binarisation
+            if len(empty):
+                lines = ", ".join(str(i + 1) for i in empty[:10])
+                path = os.path.join(data_path, f"{split}.{self.cfg.source_lang}-{self.cfg.target_lang}.{lang}")
+                raise DataError(
+                    f"{path}: {len(empty)} empty sentence(s), line(s) {lines}"
+                    f"{' ...' if len(empty) > 10 else ''}; an insertion model needs at least one "
+                    "token per target: remove empty lines (from both sides) before fairseq-preprocess"
+                )
+        self.datasets[split] = InsertionPairDataset(
+            dataset, self.cfg.insertion_order, self.tgt_dict.bos(), seed=self.cfg.seed
+        )

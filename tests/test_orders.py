@@ -1,0 +1,43 @@
+import torch
+
+from insnet_fairseq.orders import balanced_binary, left_to_right, make_order, tree_depth, uniform_random
+import pytest
+
+
+def check_valid(order, lengths):
+    n = order.size(1)
+    for b, L in enumerate(lengths.tolist()):
+        o = order[b].tolist()
+        assert o[0] == 0 and o[1] == L - 1
+        assert sorted(o[:L]) == list(range(L))
+        assert o[L:] == list(range(L, n))
+
+
+def test_left_to_right():
+    lengths = torch.tensor([5, 3])
+    order = left_to_right(lengths, 5)
+    assert order.tolist() == [[0, 4, 1, 2, 3], [0, 2, 1, 3, 4]]
+
+
+def test_random_is_a_valid_permutation_and_seeded():
+    lengths = torch.tensor([12, 7, 2, 9])
+    a = uniform_random(lengths, 12, torch.Generator().manual_seed(1))
+    b = uniform_random(lengths, 12, torch.Generator().manual_seed(1))
+    check_valid(a, lengths)
+    assert torch.equal(a, b)
+
+
+def test_binary_middle_first_level_by_level():
+    assert tree_depth(torch.tensor([7]), 7).tolist() == [[-1, 1, 2, 0, 1, 2, -1]]
+    order = balanced_binary(torch.tensor([7, 4]), 7)
+    assert order[0].tolist() == [0, 6, 3, 1, 4, 2, 5]
+    assert order[1].tolist() == [0, 3, 1, 2, 4, 5, 6]
+    lengths = torch.randint(2, 40, (16,))
+    check_valid(balanced_binary(lengths, int(lengths.max())), lengths)
+    # about log2(n) levels: 63 words fill a perfect tree of 6 levels
+    assert int(tree_depth(torch.tensor([65]), 65).max()) + 1 == 6
+
+
+def test_unknown_policy_names_the_flag():
+    with pytest.raises(ValueError, match="--insertion-order"):
+        make_order("spiral", torch.tensor([4]), 4)
