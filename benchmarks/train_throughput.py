@@ -108,7 +108,6 @@ def main():
     p.add_argument("--batches", type=int, default=4, help="batches per model per round")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--settings", default="multi30k,len32,len64")
-    p.add_argument("--naive-batches", type=int, default=1, help="batches for the (slow) naive re-encoding")
     args = p.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     dict_path = os.path.join(args.data, "dict.en.txt")
@@ -130,12 +129,10 @@ def main():
         for k in models:
             time_steps(k, models[k], opts[k], batches[:1], d)
         times = {k: [] for k in models}
-        naive_tok = sum(int(b["target"].ne(d.pad()).sum()) for b in batches[: args.naive_batches])
         for _ in range(args.rounds):
             for k in models:
-                sub = batches[: args.naive_batches] if k == "naive" else batches
-                times[k].append(time_steps(k, models[k], opts[k], sub, d))
-        tps = {k: (naive_tok if k == "naive" else ntok) / statistics.median(v) for k, v in times.items()}
+                times[k].append(time_steps(k, models[k], opts[k], batches, d))
+        tps = {k: ntok / statistics.median(v) for k, v in times.items()}
         mean_len = ntok / sum(b["target"].size(0) for b in batches)
         rows.append((setting, mean_len, tps))
         print(f"{setting:9s} mean target len {mean_len:5.1f}: AR {tps['ar']:7.0f} tok/s  InsNet {tps['insnet']:7.0f} tok/s  "

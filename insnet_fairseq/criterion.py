@@ -26,9 +26,8 @@ class InsNetLossConfig(FairseqDataclass):
 def term_losses(net_output, label_smoothing: float = 0.0):
     """Summed NLL of each named term; returns {name: (loss, nll)} (equal unless smoothing)."""
     tok = net_output["token"]
-    mask = tok["mask"]
-    lprobs = F.log_softmax(tok["logits"][mask].float(), dim=-1)  # [N, V]
-    tok_loss, tok_nll = label_smoothed_nll_loss(lprobs, tok["target"][mask], label_smoothing, reduce=True)
+    lprobs = F.log_softmax(tok["logits"].float(), dim=-1)  # [N, V], real steps only
+    tok_loss, tok_nll = label_smoothed_nll_loss(lprobs, tok["target"], label_smoothing, reduce=True)
 
     pos = net_output["position"]
     pos_lprobs = F.log_softmax(pos["logits"][pos["mask"]].float(), dim=-1)  # [N, K]
@@ -52,7 +51,7 @@ class InsNetLoss(FairseqCriterion):
         terms = term_losses(net_output, self.label_smoothing)
         loss = sum(t[0] for t in terms.values())
         nll = sum(t[1] for t in terms.values())
-        sample_size = int(net_output["token"]["mask"].sum())
+        sample_size = int(net_output["token"]["target"].numel())
         logging_output = {
             "loss": loss.data,
             "nll_loss": nll.data,

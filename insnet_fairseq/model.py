@@ -57,7 +57,7 @@ class InsNetDecoder(FairseqDecoder):
             encoder_out: fairseq encoder output.
 
         Returns named terms (T = n - 2 prediction steps t = 1..n-2, K = n - 2 slots):
-            token: logits [B, T, V], target [B, T], mask [B, T]
+            token: logits [N, V] and target [N] for the N real steps (``position.mask``)
             position: logits [B, T, K] (-inf at slots that do not exist), target [B, T], mask
             termination: logits [B, n - 1] for t = 1..n-1, target (1 at the last step), mask
         """
@@ -88,7 +88,8 @@ class InsNetDecoder(FairseqDecoder):
 
         term_steps = steps[1:]  # [n - 1]
         return {
-            "token": {"logits": self.heads.token_logits(e), "target": tokens[:, 2:], "mask": step_valid},
+            # only real steps reach the vocabulary projection: [N, V], N = sum(len - 2)
+            "token": {"logits": self.heads.token_logits(e[step_valid]), "target": tokens[:, 2:][step_valid]},
             "position": {"logits": pos_logits, "target": slot, "mask": step_valid},
             "termination": {
                 "logits": self.heads.termination_logit(h[:, 1:]),

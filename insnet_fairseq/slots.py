@@ -26,10 +26,9 @@ def gather_steps(x: Tensor, index: Tensor) -> Tensor:
 
     x: [B, n, ...]; index: LongTensor [B, *idx] -> [B, *idx, ...], out[b, *i] = x[b, index[b, *i]].
     """
-    B = x.size(0)
-    flat = index.reshape(B, -1)  # [B, N]
-    out = x[torch.arange(B, device=x.device).unsqueeze(1), flat]  # [B, N, ...]
-    return out.view(*index.shape, *x.shape[2:])
+    B, rest = x.size(0), x.shape[2:]
+    flat = index.reshape(B, -1, *([1] * len(rest))).expand(-1, -1, *rest)  # [B, N, ...]
+    return x.gather(1, flat).view(*index.shape, *rest)
 
 
 class SlotHeads(nn.Module):

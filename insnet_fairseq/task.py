@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from fairseq import utils
 from fairseq.dataclass import ChoiceEnum
+from omegaconf import II
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
@@ -26,6 +27,7 @@ class InsertionTranslationConfig(TranslationConfig):
             "<s> and </s> always come first"
         },
     )
+    seed: int = II("common.seed")
 
 
 class DataError(ValueError):

@@ -1,0 +1,139 @@
+"""fairseq-train with --user-dir insnet_fairseq on a small Multi30k slice: training, resuming
+after a kill mid-epoch (torch >= 2.6 checkpoints), and clear errors for bad input."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from conftest import ROOT, SHARED_DATA
+
+BIN = os.path.dirname(sys.executable)
+ENV = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1")
+TINY = ["--arch", "insnet_small", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "64",
+        "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, **kw)
+
+
+def train_cmd(data, save_dir, *extra):
+    return [os.path.join(BIN, "fairseq-train"), data, "--user-dir", "insnet_fairseq", "--task", "insertion_translation",
+            "--criterion", "insnet_loss", *TINY, "--share-all-embeddings", "--optimizer", "adam", "--lr", "2e-3",
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--max-tokens", "256", "--save-dir", save_dir,
+            "--no-epoch-checkpoints", "--log-format", "json", "--log-interval", "1", "--num-workers", "0",
+            "--disable-validation", "--seed", "3", *extra]
+
+
+@pytest.fixture(scope="module")
+def small_data(tmp_path_factory):
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip("../shared/data/multi30k not present")
+    tmp = tmp_path_factory.mktemp("m30k")
+    out = run([sys.executable, "recipes/prepare_bitext.py", "--name", "m30k_small", "--raw-dir", SHARED_DATA,
+               "--src", "en", "--tgt", "de", "--bpe-merges", "300", "--max-lines", "300",
+               "--work-dir", str(tmp / "work"), "--dest-dir", str(tmp / "bin")])
+    assert out.returncode == 0, out.stderr[-2000:]
+    return str(tmp / "bin" / "m30k_small")
+
+
+def losses(log: str):
+    rows = [json.loads(line[line.index("{"):]) for line in log.splitlines() if "train_inner" in line and "{" in line]
+    return [(int(r["num_updates"]), float(r["loss"])) for r in rows]
+
+
+def test_train_kill_mid_epoch_and_resume(small_data, tmp_path):
+    save = str(tmp_path / "ckpt")
+    last = os.path.join(save, "checkpoint_last.pt")
+    proc = subprocess.Popen(train_cmd(small_data, save, "--save-interval-updates", "8", "--max-update", "10000"),
+                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 240
+    while not os.path.exists(last) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    first_log = proc.communicate()[0]
+    assert os.path.exists(last), first_log[-3000:]
+    state = torch.load(last, map_location="cpu", weights_only=False)
+    updates = state["optimizer_history"][-1]["num_updates"]
+    itr = state["extra_state"]["train_iterator"]
+    assert updates == 8 and itr["epoch"] == 1 and 0 < itr["iterations_in_epoch"]  # saved mid-epoch
+    n_batches = int(next(l for l in first_log.splitlines() if "grouped total_num_itrs" in l).split("=")[-1])
+    assert itr["iterations_in_epoch"] < n_batches
+
+    resumed = run(train_cmd(small_data, save, "--max-update", "60"), timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    log = resumed.stdout + resumed.stderr
+    assert "weights_only" not in log
+    assert f"(epoch 1 @ {updates} updates)" in log  # fairseq's "Loaded checkpoint ..." line
+    final = torch.load(last, map_location="cpu", weights_only=False)
+    assert final["optimizer_history"][-1]["num_updates"] == 60
+    curve = losses(first_log) + losses(log)
+    assert curve[0][0] == 1 and curve[-1][0] == 60
+    early = sum(l for _, l in curve[:5]) / 5
+    late = sum(l for _, l in curve[-5:]) / 5
+    assert late < early - 1.0, (early, late)  # loss falls (bits per token)
+
+
+def test_missing_data_dir_is_named(tmp_path):
+    out = run(train_cmd(str(tmp_path / "nope"), str(tmp_path / "ckpt")), timeout=300)
+    assert out.returncode != 0
+    assert f"data directory '{tmp_path / 'nope'}' does not exist" in out.stderr
+
+
+def write_raw(dir_, pairs):
+    os.makedirs(dir_, exist_ok=True)
+    for split in ("train", "valid", "test"):
+        for i, lang in enumerate(("en", "de")):
+            with open(os.path.join(dir_, f"{split}.{lang}"), "w") as f:
+                f.write("".join(p[i] + "\n" for p in pairs))
+
+
+def preprocess(raw, dest, joined=True):
+    cmd = [os.path.join(BIN, "fairseq-preprocess"), "--source-lang", "en", "--target-lang", "de",
+           "--trainpref", f"{raw}/train", "--validpref", f"{raw}/valid", "--testpref", f"{raw}/test",
+           "--destdir", dest, "--workers", "1"] + (["--joined-dictionary"] if joined else [])
+    out = run(cmd, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+
+
+PAIRS = [("a man rides a horse .", "ein mann reitet ein pferd ."), ("two dogs play .", "zwei hunde spielen ."),
+         ("a girl sings .", "ein mädchen singt .")] * 4
+
+
+def test_empty_target_line_is_reported_with_file_and_line(tmp_path):
+    pairs = list(PAIRS)
+    pairs[4] = ("a cat sleeps .", "")
+    write_raw(tmp_path / "raw", pairs)
+    preprocess(tmp_path / "raw", str(tmp_path / "bin"))
+    out = run(train_cmd(str(tmp_path / "bin"), str(tmp_path / "ckpt")), timeout=300)
+    assert out.returncode != 0
+    assert "train.en-de.de: 1 empty sentence(s), line(s) 5" in out.stderr
+
+
+def test_share_all_embeddings_with_separate_dictionaries(tmp_path):
+    write_raw(tmp_path / "raw", PAIRS)
+    preprocess(tmp_path / "raw", str(tmp_path / "bin"), joined=False)
+    out = run(train_cmd(str(tmp_path / "bin"), str(tmp_path / "ckpt")), timeout=300)
+    assert out.returncode != 0
+    assert "--share-all-embeddings needs one joined dictionary" in out.stderr
+    assert "--joined-dictionary" in out.stderr
+
+
+def test_over_long_sentences_are_skipped_in_train_and_refused_in_valid(tmp_path):
+    pairs = PAIRS + [("a very long sentence " * 4, "ein sehr langer satz " * 4)]
+    write_raw(tmp_path / "raw", pairs)
+    preprocess(tmp_path / "raw", str(tmp_path / "bin"))
+    base = [a for a in train_cmd(str(tmp_path / "bin"), str(tmp_path / "ckpt"), "--max-update", "2")
+            if a != "--disable-validation"]
+    limit = ["--max-target-positions", "12", "--max-source-positions", "12"]
+    skipped = run(base + limit + ["--skip-invalid-size-inputs-valid-test"], timeout=300)
+    assert skipped.returncode == 0, skipped.stderr[-2000:]
+    assert "1 samples have invalid sizes and will be skipped" in skipped.stdout + skipped.stderr
+    refused = run(base + limit, timeout=300)
+    assert refused.returncode != 0
+    assert "--skip-invalid-size-inputs-valid-test" in refused.stdout + refused.stderr
