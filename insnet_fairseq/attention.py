@@ -105,11 +105,15 @@ class OffsetSelfAttention(nn.Module):
             k = torch.cat([past[0], k], dim=2)  # [B, H, S, Dh]
             v = torch.cat([past[1], v], dim=2)  # [B, H, S, Dh]
         S = k.size(2)
-        p = self.project_offsets(rel_table, S - 1)  # [H, R, Dh], R = 2S - 1
+        # offsets lie in [-(S-1), S-1]; the table bounds them only where S counts decoding holes
+        M = min(S - 1, (rel_table.size(0) - 1) // 2)
+        p = self.project_offsets(rel_table, M)  # [H, R, Dh], R = 2M + 1 <= 2S - 1
 
         content = (q + self.u.view(1, H, 1, Dh)) @ k.transpose(-2, -1)  # [B, H, T, S]
         by_offset = (q + self.v.view(1, H, 1, Dh)) @ p.transpose(-2, -1)  # [B, H, T, R]
-        index = (offsets + (S - 1)).unsqueeze(1).expand(B, H, T, S)
+        if M < S - 1:
+            offsets = offsets.clamp(-M, M)
+        index = (offsets + M).unsqueeze(1).expand(B, H, T, S)
         position = by_offset.gather(-1, index)  # [B, H, T, S]
         scores = (content + position) * self.scaling
         mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)

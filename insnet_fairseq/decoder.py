@@ -113,11 +113,6 @@ class InsNetContextEncoder(nn.Module):
         Returns:
             h [B, T, D] last-layer states, and per-layer (k, v) [B, H, S, Dh].
         """
-        if offsets.size(-1) - 1 > self.max_offset:
-            raise ValueError(
-                f"target of {offsets.size(-1)} tokens is longer than --max-target-positions "
-                f"{self.max_offset - 1}"
-            )
         x = self.embed_scale * self.embed_tokens(tokens)
         x = F.dropout(x, p=self.dropout, training=self.training)
         new_past = []

@@ -10,6 +10,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from .data import InsertionPairDataset
+from .generator import MODES, InsertionGenerator
 from .orders import ORDER_POLICIES
 
 logger = logging.getLogger(__name__)
@@ -26,6 +27,20 @@ class InsertionTranslationConfig(TranslationConfig):
             "(uniform permutation), binary (middle word of every gap first, level by level); "
             "<s> and </s> always come first"
         },
+    )
+    insertion_mode: ChoiceEnum(list(MODES)) = field(
+        default="sequential",
+        metadata={"help": "decoding: sequential (one token per step, at the best slot) or parallel "
+                  "(every slot in the top --slot-top-p of the position distribution mass)"},
+    )
+    slot_top_p: float = field(
+        default=0.7, metadata={"help": "parallel decoding: probability mass of the slots filled per step"}
+    )
+    max_insertion_steps: int = field(
+        default=0, metadata={"help": "step cap per sentence; 0: 2 * source length + 10"}
+    )
+    no_insertion_cache: bool = field(
+        default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
     )
     seed: int = II("common.seed")
 
@@ -72,4 +87,24 @@ class InsertionTranslationTask(TranslationTask):
                 )
         self.datasets[split] = InsertionPairDataset(
             dataset, self.cfg.insertion_order, self.tgt_dict.bos(), seed=self.cfg.seed
+        )
+
+    def build_generator(self, models, args, **unused):
+        from .model import InsNetModel
+
+        for model in models:
+            if not isinstance(model, InsNetModel):
+                raise ValueError(
+                    f"--task insertion_translation decodes InsNet models (--arch insnet_*), not {type(model).__name__}; "
+                    "decode fairseq's baselines with their own task (translation, translation_lev)"
+                )
+        return InsertionGenerator(
+            self.target_dictionary,
+            mode=self.cfg.insertion_mode,
+            slot_top_p=self.cfg.slot_top_p,
+            max_steps=self.cfg.max_insertion_steps,
+            use_cache=not self.cfg.no_insertion_cache,
+            sampling=getattr(args, "sampling", False),
+            sampling_topk=getattr(args, "sampling_topk", -1),
+            retain_history=getattr(args, "retain_iter_history", False),
         )

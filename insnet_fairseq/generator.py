@@ -1,0 +1,323 @@
+"""Iterative insertion decoding (paper 3.2-3.3, 4.1) behind fairseq-generate / -interactive.
+
+Each step scores every slot of every sentence from the model's slot representations, then
+inserts:
+
+* ``sequential``: one token at the most probable slot;
+* ``parallel``: a token into every slot whose probability lies in the top ``slot_top_p`` of the
+  position distribution mass (paper 4.1: 70%); tokens inserted in one step are encoded as if
+  inserted left to right.
+
+Tokens are greedy (or top-k sampled). A sentence stops when the termination head says stop
+(q(stop | h_last) > 0.5) or at its step cap, and leaves the batch.
+
+Cached context: a token's states never change once inserted, so every layer's keys/values
+are kept and a step encodes only the new tokens; their offset rows are computed directly from
+the current positions (O(new x all) per step). ``use_cache=False`` re-encodes the whole
+partial sequence every step with the full offset matrix (for checking and timing).
+
+Batches are rectangular: in parallel mode a sentence that inserts fewer tokens than the
+widest one in a step gets *holes* (padding that no query attends to).
+"""
+import dataclasses
+import logging
+from typing import List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .offsets import offsets_from_rank, rank_matrix
+from .slots import gather_steps
+
+logger = logging.getLogger(__name__)
+
+MODES = ("sequential", "parallel")
+HOLE = 1 << 30  # position of a hole: right of everything
+
+
+@dataclasses.dataclass(frozen=True)
+class DecoderState:
+    """Immutable per-step state of a batch of partial sequences (B sentences, S tokens)."""
+
+    tokens: Tensor  # [B, S] tokens in insertion order (pad at holes)
+    positions: Tensor  # [B, S] index of each token in the current partial sequence (HOLE at holes)
+    real: Tensor  # [B, S] bool, False at holes
+    hidden: Tensor  # [B, S, D] last-layer states
+    cache: List[Tuple[Tensor, Tensor]]  # per layer self-attention (k, v), each [B, H, S, Dh]
+    last: Tensor  # [B] index of the most recently inserted token (the global vector)
+    scores: Tensor  # [B, S] log-prob of each insertion (0 for initial tokens)
+    steps: Tensor  # [B] insertion steps taken
+
+    def select(self, keep: Tensor) -> "DecoderState":
+        """Keep the sentences ``keep`` (LongTensor of batch rows)."""
+        return DecoderState(
+            tokens=self.tokens[keep], positions=self.positions[keep], real=self.real[keep],
+            hidden=self.hidden[keep], cache=[(k[keep], v[keep]) for k, v in self.cache],
+            last=self.last[keep], scores=self.scores[keep], steps=self.steps[keep],
+        )
+
+    @property
+    def lengths(self) -> Tensor:
+        return self.real.sum(1)
+
+    def sequence_order(self) -> Tensor:
+        """[B, S] insertion indices sorted by position (real tokens first, left to right)."""
+        return self.positions.argsort(dim=1)
+
+
+def group_offsets(positions: Tensor, group_positions: Tensor, group_real: Tensor) -> Tensor:
+    """Offset rows of tokens inserted in one step, encoded left to right.
+
+    Args:
+        positions: [B, S] positions of all tokens (old and new) in the new partial sequence.
+        group_positions: [B, G] positions of the new tokens, ascending (HOLE at holes).
+        group_real: [B, G] bool.
+
+    Returns:
+        [B, G, S] offset of key j seen from new token m, counted among the old tokens and the
+        new tokens 0..m (new tokens right of m in the group are not there yet):
+        ``rank = pos[j] - #{m' > m : pos[m'] < pos[j]}``, ``offset = rank - pos[m]``.
+
+    Example: "<s> a </s>" (inserted <s>, </s>, a) gets x and y in one step -> "<s> x a y </s>",
+    positions (insertion order <s>, </s>, a, x, y) = [0, 4, 2, 1, 3]. The row of x (y not there
+    yet: "<s> x a </s>") is [-1, 2, 1, 0, *]; the row of y is [-3, 1, -1, -2, 0].
+    """
+    less = (group_positions.unsqueeze(2) < positions.unsqueeze(1)) & group_real.unsqueeze(2)  # [B, G, S]
+    later = less.flip(1).cumsum(1).flip(1) - less.long()  # sum over m' > m
+    rank = positions.unsqueeze(1) - later
+    S = positions.size(1)
+    return (rank - group_positions.unsqueeze(2)).clamp(-(S - 1), S - 1)
+
+
+class InsertionGenerator:
+    def __init__(
+        self,
+        tgt_dict,
+        mode: str = "sequential",
+        slot_top_p: float = 0.7,
+        max_steps: int = 0,
+        max_steps_a: float = 2.0,
+        max_steps_b: int = 10,
+        use_cache: bool = True,
+        sampling: bool = False,
+        sampling_topk: int = -1,
+        retain_history: bool = False,
+    ):
+        if mode not in MODES:
+            raise ValueError(f"--insertion-mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if not 0.0 < slot_top_p <= 1.0:
+            raise ValueError(f"--slot-top-p must be in (0, 1], got {slot_top_p}")
+        self.tgt_dict = tgt_dict
+        self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
+        self.mode = mode
+        self.slot_top_p = slot_top_p
+        self.max_steps, self.max_steps_a, self.max_steps_b = max_steps, max_steps_a, max_steps_b
+        self.use_cache = use_cache
+        self.sampling, self.sampling_topk = sampling, sampling_topk
+        self.retain_history = retain_history
+        self.symbols_to_strip_from_output = {self.bos, self.eos}
+        self.banned = torch.tensor(sorted({self.bos, self.eos, self.pad}))
+
+    # -- entry point ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, models, sample, prefix_tokens=None, constraints=None,
+                 initial_tokens: Optional[Sequence[Sequence[int]]] = None,
+                 initial_order: Optional[Sequence[Sequence[int]]] = None):
+        """Decode a fairseq batch; returns, per sentence, a list with one hypothesis dict.
+
+        Constrained start: ``initial_tokens[b]`` lists target token ids in left-to-right order
+        that the output must contain (never deleted or reordered); ``initial_order[b]`` (a
+        permutation of their indices, default left to right) is the order in which they are
+        inserted after ``<s> </s>``. ``constraints`` (fairseq-interactive ``--constraints``)
+        gives the same as packed phrases, in order.
+        """
+        if len(models) != 1:
+            raise ValueError("InsNet decoding does not ensemble: pass one checkpoint to --path")
+        if prefix_tokens is not None:
+            raise ValueError("--prefix-size is not supported by insertion decoding; use --constraints")
+        model = models[0]
+        model.eval()
+        net_input = sample["net_input"]
+        src_tokens, src_lengths = net_input["src_tokens"], net_input["src_lengths"]
+        B = src_tokens.size(0)
+        if constraints is not None and initial_tokens is None:
+            from fairseq.token_generation_constraints import unpack_constraints
+
+            initial_tokens = [[int(t) for c in unpack_constraints(row) for t in c] for row in constraints.cpu()]
+        finalized: List[Optional[dict]] = [None] * B
+        empty = (src_lengths <= 1).nonzero().view(-1).tolist()  # </s> only: an empty line
+        for b in empty:
+            sid = int(sample["id"][b]) if "id" in sample else b
+            logger.warning(f"sentence {sid}: empty source, nothing to translate (empty output)")
+            finalized[b] = self._hypothesis(torch.tensor([self.eos]), torch.zeros(1), 0, [])
+
+        decoder = model.decoder
+        encoder_out = model.forward_encoder(src_tokens, src_lengths)
+        source_kv, source_pad = decoder.encode_source(encoder_out)
+        state = self.initial_state(decoder, B, src_tokens.device, source_kv, source_pad, initial_tokens, initial_order)
+        if self.max_steps > 0:
+            cap = torch.full((B,), self.max_steps, device=src_tokens.device)
+        else:
+            cap = (src_lengths.float() * self.max_steps_a + self.max_steps_b).long()
+        max_len = decoder.max_target_positions
+        ids = torch.arange(B, device=src_tokens.device)
+        alive = torch.ones(B, dtype=torch.bool, device=src_tokens.device)
+        alive[empty] = False
+        history = [[] for _ in range(B)]
+        self._record(history, state, ids)
+        while True:
+            stop = decoder.heads.termination_logit(gather_steps(state.hidden, state.last.unsqueeze(1)).squeeze(1)) > 0
+            stop = stop | (state.steps >= cap) | (state.lengths >= max_len) | ~alive
+            if bool(stop.any()):
+                for row in stop.nonzero().view(-1).tolist():
+                    b = int(ids[row])
+                    if finalized[b] is None:
+                        finalized[b] = self._finalize(state, row, history[b])
+                keep = (~stop).nonzero().view(-1)
+                if len(keep) == 0:
+                    break
+                state, ids, cap, alive = state.select(keep), ids[keep], cap[keep], alive[keep]
+                source_kv = [(k[keep], v[keep]) for k, v in source_kv]
+                source_pad = None if source_pad is None else source_pad[keep]
+            state = self.step(decoder, state, source_kv, source_pad, max_len)
+            self._record(history, state, ids)
+        return [[h] for h in finalized]
+
+    # -- initial state ----------------------------------------------------------------------------
+    def initial_state(self, decoder, B, device, source_kv, source_pad, initial_tokens=None, initial_order=None):
+        """Encode ``<s> </s>`` (+ given tokens, in their insertion order) as a trajectory."""
+        rows_tok, rows_pos = [], []
+        for b in range(B):
+            given = list(initial_tokens[b]) if initial_tokens is not None else []
+            order = list(initial_order[b]) if initial_order is not None and given else list(range(len(given)))
+            if sorted(order) != list(range(len(given))):
+                raise ValueError(f"initial_order[{b}] must be a permutation of 0..{len(given) - 1}")
+            rows_tok.append([self.bos, self.eos] + [given[i] for i in order])
+            rows_pos.append([0, len(given) + 1] + [i + 1 for i in order])
+        S = max(len(r) for r in rows_tok)
+        tokens = torch.full((B, S), self.pad, dtype=torch.long)
+        positions = torch.full((B, S), HOLE, dtype=torch.long)
+        for b in range(B):
+            tokens[b, : len(rows_tok[b])] = torch.tensor(rows_tok[b])
+            positions[b, : len(rows_pos[b])] = torch.tensor(rows_pos[b])
+        tokens, positions = tokens.to(device), positions.to(device)
+        real = tokens.ne(self.pad)
+        hidden, cache = self._encode_all(decoder, tokens, positions, real, source_kv, source_pad)
+        return DecoderState(
+            tokens=tokens, positions=positions, real=real, hidden=hidden, cache=cache,
+            last=real.sum(1) - 1, scores=torch.zeros(B, S, device=device),
+            steps=torch.zeros(B, dtype=torch.long, device=device),
+        )
+
+    def _encode_all(self, decoder, tokens, positions, real, source_kv, source_pad):
+        """Full pass over a partial sequence in insertion order: [B, S] -> states, cache."""
+        S = tokens.size(1)
+        rank = rank_matrix(positions, ~real)
+        mask = torch.ones(S, S, dtype=torch.bool, device=tokens.device).triu(1) | ~real.unsqueeze(1)  # [B, S, S]
+        return decoder.context(tokens, offsets_from_rank(rank), mask, source_kv, source_pad)
+
+    # -- one insertion step ------------------------------------------------------------------------
+    def choose_slots(self, pos_lprobs: Tensor, room: Tensor) -> Tensor:
+        """bool [B, K]: the slots to insert into (at least one, at most ``room`` per sentence)."""
+        if self.mode == "sequential":
+            return F.one_hot(pos_lprobs.argmax(-1), pos_lprobs.size(1)).bool()
+        probs, idx = pos_lprobs.exp().sort(dim=-1, descending=True)  # [B, K]
+        mass_before = probs.cumsum(-1) - probs
+        rank = torch.arange(probs.size(1), device=probs.device).unsqueeze(0)
+        take = ((mass_before < self.slot_top_p) | (rank == 0)) & (rank < room.unsqueeze(1)) & (probs > 0)
+        return torch.zeros_like(take).scatter(1, idx, take)
+
+    def choose_tokens(self, logits: Tensor) -> Tuple[Tensor, Tensor]:
+        """logits [N, V] -> (tokens [N], log-probs [N]); special symbols are never inserted."""
+        logits = logits.float()
+        logits[:, self.banned.to(logits.device)] = float("-inf")
+        lprobs = torch.log_softmax(logits, -1)
+        if self.sampling:
+            if self.sampling_topk > 0:
+                top, top_idx = lprobs.topk(self.sampling_topk, dim=-1)
+                pick = torch.multinomial(top.exp(), 1)
+                tokens = top_idx.gather(1, pick).squeeze(1)
+            else:
+                tokens = torch.multinomial(lprobs.exp(), 1).squeeze(1)
+        else:
+            tokens = lprobs.argmax(-1)
+        return tokens, lprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len: int) -> DecoderState:
+        heads = decoder.heads
+        h = state.hidden
+        B, S, D = h.shape
+        K = S - 1
+        by_pos = state.sequence_order()  # [B, S]
+        lengths = state.lengths
+        left, right = by_pos[:, :-1], by_pos[:, 1:]  # [B, K] slot k between ranks k and k + 1
+        slot_ok = torch.arange(K, device=h.device).unsqueeze(0) < (lengths - 1).unsqueeze(1)
+        g = gather_steps(h, state.last.unsqueeze(1)).expand(B, K, D)  # [B, K, D]
+        e = heads.slot_repr(gather_steps(h, left), gather_steps(h, right), g)  # [B, K, D]
+        pos_lprobs = torch.log_softmax(heads.position_logit(e).float().masked_fill(~slot_ok, float("-inf")), -1)
+        chosen = self.choose_slots(pos_lprobs, (max_len - lengths).clamp_min(1))  # [B, K]
+        tokens, tok_lprobs = self.choose_tokens(heads.token_logits(e[chosen]))  # [N]
+
+        # new tokens, left to right, compacted to [B, G] (holes where a sentence inserts fewer)
+        n_new = chosen.sum(1)  # [B]
+        G = int(n_new.max())
+        k_idx = torch.arange(K, device=h.device).unsqueeze(0).expand(B, K)
+        slot_of = torch.where(chosen, k_idx, k_idx + K).sort(dim=1).values[:, :G] % K  # [B, G]
+        g_real = torch.arange(G, device=h.device).unsqueeze(0) < n_new.unsqueeze(1)
+        new_tok = torch.full((B, K), self.pad, dtype=torch.long, device=h.device)
+        new_tok[chosen] = tokens
+        new_score = torch.zeros(B, K, device=h.device)
+        new_score[chosen] = tok_lprobs + pos_lprobs[chosen]
+        g_tok = new_tok.gather(1, slot_of).masked_fill(~g_real, self.pad)
+        g_score = new_score.gather(1, slot_of).masked_fill(~g_real, 0.0)
+
+        # positions: an insertion at slot k shifts every token of rank > k by one
+        csum = chosen.long().cumsum(1)  # [B, K]
+        shift = torch.cat([csum.new_zeros(B, 1), csum], 1)  # [B, S] shift of rank r
+        old_pos = state.positions
+        moved = old_pos + shift.gather(1, old_pos.clamp(max=S - 1))
+        old_pos = torch.where(state.real, moved, old_pos)
+        g_pos = (slot_of + csum.gather(1, slot_of)).masked_fill(~g_real, HOLE)  # slot k -> k + #chosen <= k
+
+        tokens_all = torch.cat([state.tokens, g_tok], 1)
+        pos_all = torch.cat([old_pos, g_pos], 1)
+        real_all = torch.cat([state.real, g_real], 1)
+        if self.use_cache:
+            offsets = group_offsets(pos_all, g_pos, g_real)  # [B, G, S + G]
+            m = torch.arange(G, device=h.device)
+            later_new = m.view(1, G) > m.view(G, 1)  # new key m' > query m
+            mask = ~real_all.unsqueeze(1) | torch.cat(
+                [torch.zeros(G, S, dtype=torch.bool, device=h.device), later_new], 1
+            ).unsqueeze(0)  # [B, G, S + G]
+            h_new, cache = decoder.context(g_tok, offsets, mask, source_kv, source_pad, past=state.cache)
+            hidden = torch.cat([h, h_new], 1)
+        else:
+            hidden, cache = self._encode_all(decoder, tokens_all, pos_all, real_all, source_kv, source_pad)
+        return DecoderState(
+            tokens=tokens_all, positions=pos_all, real=real_all, hidden=hidden, cache=cache,
+            last=S + n_new - 1, scores=torch.cat([state.scores, g_score], 1), steps=state.steps + 1,
+        )
+
+    # -- output ---------------------------------------------------------------------------------
+    def _sequence(self, state: DecoderState, row: int) -> Tuple[Tensor, Tensor]:
+        n = int(state.lengths[row])
+        idx = state.positions[row].argsort()[:n]
+        return state.tokens[row, idx], state.scores[row, idx]
+
+    def _record(self, history, state, ids):
+        if not self.retain_history:
+            return
+        for row in range(len(ids)):
+            history[int(ids[row])].append({"tokens": self._sequence(state, row)[0][1:].cpu()})
+
+    def _hypothesis(self, tokens, scores, steps, history):
+        inserted = scores[:-1]
+        return {
+            "tokens": tokens, "positional_scores": scores, "alignment": None, "steps": steps, "history": history,
+            "score": float(inserted.mean()) if len(inserted) else 0.0,
+        }
+
+    def _finalize(self, state: DecoderState, row: int, history) -> dict:
+        tokens, scores = self._sequence(state, row)
+        return self._hypothesis(tokens[1:].cpu(), scores[1:].cpu(), int(state.steps[row]), history)

@@ -1,0 +1,129 @@
+"""Decoding invariants: cached == uncached, batched == one by one, one token per sequential
+step, parallel steps never fill one slot twice, constrained starts keep their tokens."""
+import pytest
+import torch
+
+from insnet_fairseq.generator import InsertionGenerator, group_offsets
+from insnet_fairseq.reference import naive_offsets
+
+from conftest import build_tiny_model, random_batch
+
+
+def sample_of(src, src_lengths):
+    return {"id": torch.arange(len(src)), "net_input": {"src_tokens": src, "src_lengths": src_lengths}}
+
+
+def decode(model, d, src, src_lengths, **kw):
+    gen = InsertionGenerator(d, **kw)
+    return [h[0] for h in gen.generate([model], sample_of(src, src_lengths))]
+
+
+@pytest.fixture(scope="module")
+def model_and_batch():
+    model, d = build_tiny_model(seed=7, vocab=30)
+    # random weights never stop on their own; make the termination head fire after a while
+    model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    return model, d, src, src_lengths
+
+
+def test_group_offsets_docstring_example():
+    # "<s> a </s>" + x, y -> "<s> x a y </s>"; insertion order <s>, </s>, a, x, y
+    pos = torch.tensor([[0, 4, 2, 1, 3]])
+    off = group_offsets(pos, torch.tensor([[1, 3]]), torch.tensor([[True, True]]))
+    assert off[0, 0, :4].tolist() == [-1, 2, 1, 0]
+    assert off[0, 1].tolist() == [-3, 1, -1, -2, 0]
+    # the same rows as the offset matrix of the trajectory [0, 4, 2] then x (1), then y (3)
+    full = naive_offsets([0, 4, 2, 1, 3])
+    assert off[0, 1].tolist() == full[4]
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_cached_equals_uncached(model_and_batch, mode):
+    model, d, src, src_lengths = model_and_batch
+    cached = decode(model, d, src, src_lengths, mode=mode, max_steps=25)
+    uncached = decode(model, d, src, src_lengths, mode=mode, max_steps=25, use_cache=False)
+    for a, b in zip(cached, uncached):
+        assert a["tokens"].tolist() == b["tokens"].tolist()
+        assert a["steps"] == b["steps"]
+        torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-4, rtol=0)
+    assert len({tuple(h["tokens"].tolist()) for h in cached}) > 1  # not a degenerate output
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_batched_equals_one_by_one(model_and_batch, mode):
+    model, d, src, src_lengths = model_and_batch
+    batched = decode(model, d, src, src_lengths, mode=mode, max_steps=25)
+    for b in range(len(src)):
+        keep = src[b].ne(d.pad())
+        alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], mode=mode, max_steps=25)[0]
+        assert alone["tokens"].tolist() == batched[b]["tokens"].tolist()
+        assert alone["steps"] == batched[b]["steps"]
+
+
+def test_sequential_inserts_one_token_per_step(model_and_batch):
+    model, d, src, src_lengths = model_and_batch
+    for h in decode(model, d, src, src_lengths, max_steps=30, retain_history=True):
+        assert h["steps"] == len(h["tokens"]) - 1  # tokens = words + </s>: steps == length - 2
+        sizes = [len(x["tokens"]) for x in h["history"]]
+        assert sizes == list(range(sizes[0], sizes[0] + len(sizes)))
+    steps = [h["steps"] for h in decode(model, d, src, src_lengths, max_steps=30)]
+    assert min(steps) < 30 or max(steps) == 30
+
+
+def is_subsequence(small, big):
+    it = iter(big)
+    return all(any(x == y for y in it) for x in small)
+
+
+def test_parallel_never_fills_a_slot_twice(model_and_batch):
+    """Two tokens in one slot would be adjacent new tokens in the new sequence."""
+    model, d, src, src_lengths = model_and_batch
+    gen = InsertionGenerator(d, mode="parallel", slot_top_p=0.9)
+    dec = model.decoder
+    with torch.no_grad():
+        source_kv, source_pad = dec.encode_source(model.forward_encoder(src, src_lengths))
+        state = gen.initial_state(dec, len(src), src.device, source_kv, source_pad)
+        widest = 0
+        for _ in range(6):
+            S = state.tokens.size(1)
+            new = gen.step(dec, state, source_kv, source_pad, max_len=200)
+            for b in range(len(src)):
+                seq = new.positions[b].argsort()[: int(new.lengths[b])]
+                is_new = (seq >= S).tolist()
+                assert not any(x and y for x, y in zip(is_new, is_new[1:]))
+                assert not is_new[0] and not is_new[-1]  # never left of <s> or right of </s>
+                assert new.tokens[b, seq].tolist()[:1] == [d.bos()] and new.tokens[b, seq].tolist()[-1] == d.eos()
+                widest = max(widest, sum(is_new))
+            state = new
+    assert widest > 1  # parallel steps really inserted several tokens
+
+
+def test_constrained_start_keeps_given_tokens_in_order(model_and_batch):
+    model, d, src, src_lengths = model_and_batch
+    gen = InsertionGenerator(d, max_steps=12)
+    given = [[5, 9, 7], [11], [6, 6, 8, 10], [], [12, 5], [9]]
+    orders = [[2, 0, 1], [0], [3, 1, 0, 2], [], [1, 0], [0]]
+    hyps = gen.generate([model], sample_of(src, src_lengths), initial_tokens=given, initial_order=orders)
+    for g, (h,) in zip(given, hyps):
+        out = h["tokens"].tolist()
+        assert out[-1] == d.eos()
+        assert is_subsequence(g, out[:-1])
+        assert h["steps"] == len(out) - 1 - len(g)
+    with pytest.raises(ValueError, match="permutation"):
+        gen.generate([model], sample_of(src[:1], src_lengths[:1]), initial_tokens=[[5, 6]], initial_order=[[0, 0]])
+
+
+def test_bad_mode_and_empty_source(model_and_batch, caplog):
+    model, d, src, src_lengths = model_and_batch
+    with pytest.raises(ValueError, match="--insertion-mode must be one of sequential, parallel"):
+        InsertionGenerator(d, mode="beam")
+    src = src.clone()
+    src[1] = d.pad()
+    src[1, -1] = d.eos()
+    src_lengths = src_lengths.clone()
+    src_lengths[1] = 1
+    hyps = decode(model, d, src, src_lengths, max_steps=5)
+    assert hyps[1]["tokens"].tolist() == [d.eos()] and hyps[1]["steps"] == 0
+    assert "sentence 1: empty source" in caplog.text
+    assert len(hyps[0]["tokens"]) > 1
