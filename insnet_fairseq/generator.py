@@ -149,7 +149,7 @@ class InsertionGenerator:
         empty = (src_lengths <= 1).nonzero().view(-1).tolist()  # </s> only: an empty line
         for b in empty:
             sid = int(sample["id"][b]) if "id" in sample else b
-            logger.warning(f"sentence {sid}: empty source, nothing to translate (empty output)")
+            logger.warning(f"empty source sentence (sample id {sid}): nothing to translate, output is empty")
             finalized[b] = self._hypothesis(torch.tensor([self.eos]), torch.zeros(1), 0, [])
 
         decoder = model.decoder

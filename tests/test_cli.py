@@ -137,3 +137,54 @@ def test_over_long_sentences_are_skipped_in_train_and_refused_in_valid(tmp_path)
     refused = run(base + limit, timeout=300)
     assert refused.returncode != 0
     assert "--skip-invalid-size-inputs-valid-test" in refused.stdout + refused.stderr
+
+
+@pytest.fixture(scope="module")
+def tiny_checkpoint(small_data, tmp_path_factory):
+    save = str(tmp_path_factory.mktemp("gen_ckpt"))
+    out = run(train_cmd(small_data, save, "--max-update", "30"), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return os.path.join(save, "checkpoint_last.pt")
+
+
+def generate_cmd(data, ckpt, *extra):
+    return [os.path.join(BIN, "fairseq-generate"), data, "--user-dir", "insnet_fairseq", "--task", "insertion_translation",
+            "--path", ckpt, "--gen-subset", "test", "--batch-size", "16", "--max-insertion-steps", "5", *extra]
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_fairseq_generate_prints_steps_history_and_sacrebleu(small_data, tiny_checkpoint, mode):
+    out = run(generate_cmd(small_data, tiny_checkpoint, "--insertion-mode", mode, "--print-step", "--retain-iter-history",
+                           "--scoring", "sacrebleu", "--remove-bpe"), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    hyps = [l for l in lines if l.startswith("H-")]
+    assert len(hyps) == 300  # every test sentence of the slice
+    assert len([l for l in lines if l.startswith("D-")]) == 300 and len([l for l in lines if l.startswith("P-")]) == 300
+    steps = {l.split("\t")[0][2:]: int(l.split("\t")[1]) for l in lines if l.startswith("I-")}
+    assert len(steps) == 300 and all(0 <= s <= 5 for s in steps.values())
+    history = [l for l in lines if l.startswith("E-")]
+    assert len(history) == sum(steps.values()) + 300  # the start plus one line per step
+    assert not any("@@" in l for l in hyps)  # --remove-bpe
+    assert "BLEU = " in out.stdout + out.stderr and "Traceback" not in out.stderr
+
+
+def test_bad_insertion_mode_is_an_argparse_error(small_data, tiny_checkpoint):
+    out = run(generate_cmd(small_data, tiny_checkpoint, "--insertion-mode", "beam"), timeout=300)
+    assert out.returncode != 0
+    assert "--insertion-mode" in out.stderr and "invalid choice" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_interactive_constraints_and_empty_line(small_data, tiny_checkpoint):
+    cmd = [os.path.join(BIN, "fairseq-interactive"), small_data, "--user-dir", "insnet_fairseq",
+           "--task", "insertion_translation", "--path", tiny_checkpoint, "--source-lang", "en", "--target-lang", "de",
+           "--constraints", "ordered", "--max-insertion-steps", "4"]
+    out = run(cmd, input="a man\tein Mann\n\ntwo dogs\n", timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    hyps = [l.split("\t") for l in out.stdout.splitlines() if l.startswith("H-")]
+    assert [h[0] for h in hyps] == ["H-0", "H-1", "H-2"]
+    words = hyps[0][2].split()
+    it = iter(words)
+    assert all(w in it for w in ["ein", "Mann"])  # the constraint, kept in order
+    assert hyps[1][2] == ""  # the empty line: empty output and a warning, no traceback
+    assert "empty source sentence" in out.stderr and "Traceback" not in out.stderr

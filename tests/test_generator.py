@@ -125,5 +125,5 @@ def test_bad_mode_and_empty_source(model_and_batch, caplog):
     src_lengths[1] = 1
     hyps = decode(model, d, src, src_lengths, max_steps=5)
     assert hyps[1]["tokens"].tolist() == [d.eos()] and hyps[1]["steps"] == 0
-    assert "sentence 1: empty source" in caplog.text
+    assert "empty source sentence (sample id 1)" in caplog.text
     assert len(hyps[0]["tokens"]) > 1
