@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""Evaluate a checkpoint the same way for every model: run fairseq-generate, then score.
+
+    python recipes/evaluate.py --data data-bin/multi30k_en_de --path ckpt.pt \
+        --raw-ref ../shared/data/multi30k/test.de --tok-ref work/multi30k_en_de/test.clean.de \
+        --src en --tgt de -- --user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel
+
+Everything after ``--`` goes to fairseq-generate. Prints (and with ``--csv`` appends) one row:
+detokenised sacreBLEU against the raw reference (with its signature), tokenised BLEU against
+the Moses-tokenised reference (what NAT papers report), average decoding steps, steps per
+output token ("sequential ratio", the paper's Figure 6), and wall-clock ms per sentence.
+"""
+import argparse
+import csv
+import os
+import re
+import subprocess
+import sys
+import time
+
+import sacrebleu
+
+
+def parse_generate(stdout: str):
+    hyp, steps, ntok = {}, {}, {}
+    for line in stdout.splitlines():
+        tag, _, rest = line.partition("\t")
+        if tag.startswith("D-"):
+            hyp[int(tag[2:])] = rest.split("\t", 1)[1] if "\t" in rest else ""
+        elif tag.startswith("I-"):
+            steps[int(tag[2:])] = int(rest)
+        elif tag.startswith("P-"):
+            ntok[int(tag[2:])] = len(rest.split()) - 1  # one score per output token, plus </s>
+        elif tag.startswith("H-"):
+            pass
+    return hyp, steps, ntok
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True)
+    p.add_argument("--path", required=True)
+    p.add_argument("--src", required=True)
+    p.add_argument("--tgt", required=True)
+    p.add_argument("--raw-ref", required=True, help="untokenised reference, one line per test sentence")
+    p.add_argument("--tok-ref", help="Moses-tokenised reference (for tokenised BLEU)")
+    p.add_argument("--gen-subset", default="test")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--name", default=None, help="row label (default: the checkpoint path)")
+    p.add_argument("--csv", help="append the row to this CSV file")
+    args = p.parse_args(argv)
+
+    cmd = ["fairseq-generate", args.data, "--path", args.path, "--gen-subset", args.gen_subset,
+           "--batch-size", str(args.batch_size), "--remove-bpe", "--tokenizer", "moses",
+           "--source-lang", args.src, "--target-lang", args.tgt, "--print-step", *extra]
+    start = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if out.returncode != 0:
+        sys.exit(f"fairseq-generate failed:\n{out.stderr[-1500:]}")
+    hyp, steps, ntok = parse_generate(out.stdout)
+    with open(args.raw_ref, encoding="utf-8") as f:
+        raw = [l.rstrip("\n") for l in f]
+    if len(hyp) != len(raw):
+        sys.exit(f"{len(hyp)} hypotheses for {len(raw)} reference lines in {args.raw_ref}")
+    ids = sorted(hyp)
+    hyps = [hyp[i] for i in ids]
+    bleu = sacrebleu.metrics.BLEU()
+    detok = bleu.corpus_score(hyps, [raw])
+    row = {"model": args.name or args.path, "sacrebleu": round(detok.score, 2), "signature": str(bleu.get_signature())}
+    if args.tok_ref:
+        with open(args.tok_ref, encoding="utf-8") as f:
+            tok_ref = [l.rstrip("\n") for l in f]
+        tok_hyps = [l.split("\t")[2] for l in out.stdout.splitlines() if l.startswith("H-")]
+        tok_ids = [int(l.split("\t")[0][2:]) for l in out.stdout.splitlines() if l.startswith("H-")]
+        tok_hyps = [h for _, h in sorted(zip(tok_ids, tok_hyps))]
+        row["tok_bleu"] = round(sacrebleu.corpus_bleu(tok_hyps, [tok_ref], tokenize="none").score, 2)
+    if steps:
+        mean_steps = sum(steps.values()) / len(steps)
+        mean_len = sum(ntok.values()) / max(1, len(ntok))
+        row["steps"] = round(mean_steps, 2)
+        row["steps_per_token"] = round(mean_steps / max(mean_len, 1e-9), 3)
+    m = re.search(r"Translated ([\d,]+) sentences .* in ([\d.]+)s", out.stderr)
+    if m:
+        row["ms_per_sentence"] = round(1000 * float(m.group(2)) / int(m.group(1).replace(",", "")), 1)
+    row["wall_s"] = round(wall, 1)
+    print(f"{row['model']}: sacreBLEU {row['sacrebleu']} ({row['signature']})"
+          + "".join(f", {k} {v}" for k, v in row.items() if k not in ("model", "sacrebleu", "signature")))
+    if args.csv:
+        new = not os.path.exists(args.csv)
+        with open(args.csv, "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(row))
+            if new:
+                w.writeheader()
+            w.writerow(row)
+    return row
+
+
+if __name__ == "__main__":
+    main()
