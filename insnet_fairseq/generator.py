@@ -156,11 +156,11 @@ class InsertionGenerator:
         encoder_out = model.forward_encoder(src_tokens, src_lengths)
         source_kv, source_pad = decoder.encode_source(encoder_out)
         state = self.initial_state(decoder, B, src_tokens.device, source_kv, source_pad, initial_tokens, initial_order)
-        if self.max_steps > 0:
-            cap = torch.full((B,), self.max_steps, device=src_tokens.device)
-        else:
-            cap = (src_lengths.float() * self.max_steps_a + self.max_steps_b).long()
-        max_len = decoder.max_target_positions
+        # caps: steps (--max-insertion-steps, default a * source length + b) and output length
+        # (the same a * source length + b words, and the model's --max-target-positions)
+        auto = (src_lengths.float() * self.max_steps_a + self.max_steps_b).long()
+        cap = torch.full_like(auto, self.max_steps) if self.max_steps > 0 else auto
+        max_len = (auto + 2).clamp(max=decoder.max_target_positions)  # [B], with <s> and </s>
         ids = torch.arange(B, device=src_tokens.device)
         alive = torch.ones(B, dtype=torch.bool, device=src_tokens.device)
         alive[empty] = False
@@ -177,7 +177,9 @@ class InsertionGenerator:
                 keep = (~stop).nonzero().view(-1)
                 if len(keep) == 0:
                     break
-                state, ids, cap, alive = state.select(keep), ids[keep], cap[keep], alive[keep]
+                state, ids, cap, alive, max_len = (
+                    state.select(keep), ids[keep], cap[keep], alive[keep], max_len[keep]
+                )
                 source_kv = [(k[keep], v[keep]) for k, v in source_kv]
                 source_pad = None if source_pad is None else source_pad[keep]
             state = self.step(decoder, state, source_kv, source_pad, max_len)
@@ -244,7 +246,8 @@ class InsertionGenerator:
             tokens = lprobs.argmax(-1)
         return tokens, lprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
-    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len: int) -> DecoderState:
+    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len) -> DecoderState:
+        """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>."""
         heads = decoder.heads
         h = state.hidden
         B, S, D = h.shape
@@ -256,7 +259,8 @@ class InsertionGenerator:
         g = gather_steps(h, state.last.unsqueeze(1)).expand(B, K, D)  # [B, K, D]
         e = heads.slot_repr(gather_steps(h, left), gather_steps(h, right), g)  # [B, K, D]
         pos_lprobs = torch.log_softmax(heads.position_logit(e).float().masked_fill(~slot_ok, float("-inf")), -1)
-        chosen = self.choose_slots(pos_lprobs, (max_len - lengths).clamp_min(1))  # [B, K]
+        room = (torch.as_tensor(max_len, device=h.device) - lengths).clamp_min(1)
+        chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
         tokens, tok_lprobs = self.choose_tokens(heads.token_logits(e[chosen]))  # [N]
 
         # new tokens, left to right, compacted to [B, G] (holes where a sentence inserts fewer)

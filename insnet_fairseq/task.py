@@ -37,7 +37,8 @@ class InsertionTranslationConfig(TranslationConfig):
         default=0.7, metadata={"help": "parallel decoding: probability mass of the slots filled per step"}
     )
     max_insertion_steps: int = field(
-        default=0, metadata={"help": "step cap per sentence; 0: 2 * source length + 10"}
+        default=0, metadata={"help": "step cap per sentence; 0: 2 * source length + 10 (outputs are also "
+                             "capped at 2 * source length + 10 tokens)"}
     )
     no_insertion_cache: bool = field(
         default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
