@@ -22,18 +22,18 @@ import sacrebleu
 
 
 def parse_generate(stdout: str):
-    hyp, steps, ntok = {}, {}, {}
+    """fairseq-generate output -> {id: detokenised hyp}, {id: tokenised hyp}, {id: steps}, {id: length}."""
+    detok, tok, steps, ntok = {}, {}, {}, {}
     for line in stdout.splitlines():
         tag, _, rest = line.partition("\t")
-        if tag.startswith("D-"):
-            hyp[int(tag[2:])] = rest.split("\t", 1)[1] if "\t" in rest else ""
+        if tag.startswith(("D-", "H-")):
+            text = rest.split("\t", 1)[1] if "\t" in rest else ""
+            (detok if tag[0] == "D" else tok)[int(tag[2:])] = text
         elif tag.startswith("I-"):
             steps[int(tag[2:])] = int(rest)
         elif tag.startswith("P-"):
             ntok[int(tag[2:])] = len(rest.split()) - 1  # one score per output token, plus </s>
-        elif tag.startswith("H-"):
-            pass
-    return hyp, steps, ntok
+    return detok, tok, steps, ntok
 
 
 def main(argv=None):
@@ -61,7 +61,7 @@ def main(argv=None):
     wall = time.perf_counter() - start
     if out.returncode != 0:
         sys.exit(f"fairseq-generate failed:\n{out.stderr[-1500:]}")
-    hyp, steps, ntok = parse_generate(out.stdout)
+    hyp, tok_hyp, steps, ntok = parse_generate(out.stdout)
     with open(args.raw_ref, encoding="utf-8") as f:
         raw = [l.rstrip("\n") for l in f]
     if len(hyp) != len(raw):
@@ -74,9 +74,7 @@ def main(argv=None):
     if args.tok_ref:
         with open(args.tok_ref, encoding="utf-8") as f:
             tok_ref = [l.rstrip("\n") for l in f]
-        tok_hyps = [l.split("\t")[2] for l in out.stdout.splitlines() if l.startswith("H-")]
-        tok_ids = [int(l.split("\t")[0][2:]) for l in out.stdout.splitlines() if l.startswith("H-")]
-        tok_hyps = [h for _, h in sorted(zip(tok_ids, tok_hyps))]
+        tok_hyps = [tok_hyp[i] for i in ids]
         row["tok_bleu"] = round(sacrebleu.corpus_bleu(tok_hyps, [tok_ref], tokenize="none").score, 2)
     if steps:
         mean_steps = sum(steps.values()) / len(steps)

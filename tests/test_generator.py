@@ -67,8 +67,6 @@ def test_sequential_inserts_one_token_per_step(model_and_batch):
         assert h["steps"] == len(h["tokens"]) - 1  # tokens = words + </s>: steps == length - 2
         sizes = [len(x["tokens"]) for x in h["history"]]
         assert sizes == list(range(sizes[0], sizes[0] + len(sizes)))
-    steps = [h["steps"] for h in decode(model, d, src, src_lengths, max_steps=30)]
-    assert min(steps) < 30 or max(steps) == 30
 
 
 def is_subsequence(small, big):
