@@ -61,6 +61,8 @@ class InsNetLoss(FairseqCriterion):
         }
         for name, (_, term_nll) in terms.items():
             logging_output[f"{name}_nll"] = term_nll.data
+        if "layers" in sample:  # layered training: parallel steps per sentence
+            logging_output["layers"] = sample["layers"].sum().data
         return loss, sample_size, logging_output
 
     @staticmethod
@@ -71,6 +73,10 @@ class InsNetLoss(FairseqCriterion):
         for key in ["loss", "nll_loss"] + [f"{t}_nll" for t in TERMS]:
             total = sum(log.get(key, 0) for log in logging_outputs)
             metrics.log_scalar(key, total / sample_size / math.log(2), sample_size, round=3)
+        if any("layers" in log for log in logging_outputs):
+            nsentences = sum(log.get("nsentences", 0) for log in logging_outputs)
+            metrics.log_scalar("layers", sum(log.get("layers", 0) for log in logging_outputs) / max(nsentences, 1),
+                               nsentences, round=2)
         metrics.log_derived("ppl", lambda meters: utils.get_perplexity(meters["nll_loss"].avg))
 
     @staticmethod

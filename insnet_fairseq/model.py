@@ -48,13 +48,22 @@ class InsNetDecoder(FairseqDecoder):
         padding = masks[0] if len(masks) > 0 else None
         return self.context.project_source(states), padding
 
-    def forward(self, target: Tensor, order: Tensor, encoder_out: Dict) -> Dict[str, Dict[str, Tensor]]:
-        """One pass over whole insertion trajectories.
+    def forward(
+        self, target: Tensor, order: Tensor, encoder_out: Dict, context: Optional[Tensor] = None
+    ) -> Dict[str, Dict[str, Tensor]]:
+        """One pass over whole insertion trajectories, sequential or layered (InsNet-Dinic).
 
         Args:
             target: [B, n] ``<s> y </s>`` in final-position order, right-padded.
             order: [B, n] final position inserted at each step (padded steps after real ones).
             encoder_out: fairseq encoder output.
+            context: optional [B, n] (see :mod:`.layerization`): ``context[b, t]`` is the last step
+                of the context that step ``t``'s token is inserted into (``t - 1`` when sequential,
+                the default). In a layered trajectory every token of a layer shares its context
+                (the earlier layers), so the layer's tokens are predicted in parallel: token and
+                position terms at their slots in that context, whose last token is the global
+                vector, and one termination term per layer (at each context and the last step).
+                The context encoding is the same single pass over ``order`` either way.
 
         Returns named terms (T = n - 2 prediction steps t = 1..n-2, K = n - 2 slots):
             token: logits [N, V] and target [N] for the N real steps (``position.mask``)
@@ -72,29 +81,40 @@ class InsNetDecoder(FairseqDecoder):
         h, _ = self.context(tokens, offsets_from_rank(rank), causal_mask(n, device), source_kv, source_pad)
 
         T = n - 2
-        pred = steps[1 : n - 1]  # [T] steps whose context predicts the next insertion
-        left, right = slot_neighbours(rank)  # [B, n, n]
-        left, right = left[:, 1 : n - 1, :T], right[:, 1 : n - 1, :T]  # [B, T, K]
-        slot_exists = steps[:T].unsqueeze(0) < pred.unsqueeze(1)  # [T, K]: k < t
-        step_valid = pred.unsqueeze(0) < (lengths - 1).unsqueeze(1)  # [B, T]: t <= len - 2
+        pred = steps[1 : n - 1]  # [T] sequential contexts t = 1..n-2
+        ctx = pred.expand(B, T) if context is None else context[:, 2:].clamp(1, n - 2)  # [B, T] per token
+        step_valid = pred.unsqueeze(0) < (lengths - 1).unsqueeze(1)  # [B, T]: token step t + 1 <= len - 1
+        left_all, right_all = slot_neighbours(rank)  # [B, n, n]
+        left, right = left_all[:, 1 : n - 1, :T], right_all[:, 1 : n - 1, :T]  # [B, T, K]
 
-        pos_logits = self.heads.position_logits(h, pred, left, right)  # [B, T, K]
-        pos_logits = pos_logits.masked_fill(~slot_exists.unsqueeze(0), float("-inf"))
-        slot = target_slots(rank)[:, 1:]  # [B, T]
-        slot = torch.minimum(slot.clamp_min(0), pred.unsqueeze(0) - 1)  # in range on padded steps
-        left_t = left.gather(2, slot.unsqueeze(2)).squeeze(2)  # [B, T]
-        right_t = right.gather(2, slot.unsqueeze(2)).squeeze(2)  # [B, T]
-        e = self.heads.target_slot_repr(h, pred, left_t, right_t)  # [B, T, D]
+        pos_logits = self.heads.position_logits(h, pred, left, right)  # [B, T(context), K]
+        if context is not None:  # row of each token's context                    [B, T(token), K]
+            pos_logits = pos_logits.gather(1, (ctx - 1).unsqueeze(2).expand(-1, -1, T))
+        slot_exists = steps[:T].view(1, 1, T) < ctx.unsqueeze(2)  # [B, T, K]: k < context
+        pos_logits = pos_logits.masked_fill(~slot_exists, float("-inf"))
+        # slot of token t + 1 in its context: rank[ctx, t + 1] - 1                   [B, T]
+        slot = rank[:, :, 2:].gather(1, ctx.unsqueeze(1)).squeeze(1) - 1
+        slot = torch.minimum(slot.clamp_min(0), ctx - 1)  # in range on padded steps
+        row = lambda m: m.gather(1, ctx.unsqueeze(2).expand(-1, -1, n))  # noqa: E731  [B, T, n]
+        left_t = row(left_all).gather(2, slot.unsqueeze(2)).squeeze(2)  # [B, T]
+        right_t = row(right_all).gather(2, slot.unsqueeze(2)).squeeze(2)  # [B, T]
+        e = self.heads.target_slot_repr(h, ctx, left_t, right_t)  # [B, T, D]
 
         term_steps = steps[1:]  # [n - 1]
+        is_last = term_steps.unsqueeze(0) == (lengths - 1).unsqueeze(1)  # [B, n - 1]
+        term_mask = term_steps.unsqueeze(0) <= (lengths - 1).unsqueeze(1)
+        if context is not None:  # one termination term per layer: at every context, and at the end
+            layer_end = torch.zeros(B, n, dtype=torch.bool, device=device)
+            layer_end.scatter_(1, torch.where(step_valid, ctx, torch.zeros_like(ctx)), True)
+            term_mask = term_mask & (layer_end[:, 1:] | is_last)
         return {
             # only real steps reach the vocabulary projection: [N, V], N = sum(len - 2)
             "token": {"logits": self.heads.token_logits(e[step_valid]), "target": tokens[:, 2:][step_valid]},
             "position": {"logits": pos_logits, "target": slot, "mask": step_valid},
             "termination": {
                 "logits": self.heads.termination_logit(h[:, 1:]),
-                "target": (term_steps.unsqueeze(0) == (lengths - 1).unsqueeze(1)).to(h.dtype),
-                "mask": term_steps.unsqueeze(0) <= (lengths - 1).unsqueeze(1),
+                "target": is_last.to(h.dtype),
+                "mask": term_mask,
             },
         }
 
@@ -145,9 +165,9 @@ class InsNetModel(FairseqEncoderDecoderModel):
         decoder = InsNetDecoder(args, tgt_dict, dec_emb)
         return cls(args, encoder, decoder)
 
-    def forward(self, src_tokens, src_lengths, target, order, **kwargs):
+    def forward(self, src_tokens, src_lengths, target, order, context=None, **kwargs):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
-        return self.decoder(target, order, encoder_out)
+        return self.decoder(target, order, encoder_out, context)
 
     def forward_encoder(self, src_tokens, src_lengths):
         return self.encoder(src_tokens, src_lengths=src_lengths)

@@ -133,3 +133,53 @@ def reencode_prefixes(model, src_tokens, src_lengths, target, order):
         tok_lp = torch.log_softmax(heads.token_logits(e_k), -1).gather(1, tokens[:, t + 1 : t + 2]).squeeze(1)
         total = total - (pos_lp + tok_lp)[predict].sum()
     return total
+
+
+@torch.no_grad()
+def naive_layered_logprobs(model, src_tokens, src_lengths, target, layers) -> List[Dict[str, List[float]]]:
+    """The layered (InsNet-Dinic) objective by its definition, one sentence and layer at a time.
+
+    ``layers`` [B, n] by position (see :mod:`.layerization`). For layer l, the context is every
+    token of the earlier layers, encoded from scratch in the layering's order (naive attention,
+    loop-built offsets); each token of the layer is scored at its slot in that context, whose last
+    token is the global vector. Returns per sentence ``token`` and ``position`` (one entry per
+    word, in encoding order) and ``termination`` (one per layer, then the final one).
+    """
+    decoder = model.decoder
+    heads = decoder.heads
+    pad = decoder.padding_idx
+    results = []
+    with naive_attention(model):
+        for b in range(target.size(0)):
+            L = int(target[b].ne(pad).sum())
+            lay = [int(x) for x in layers[b, :L]]
+            ordr = sorted(range(L), key=lambda p: (lay[p], p))
+            toks = [int(target[b, p]) for p in ordr]
+            keep = src_tokens[b].ne(pad)
+            enc = model.encoder(src_tokens[b : b + 1, keep], src_lengths=src_lengths[b : b + 1])
+            source_kv, source_pad = decoder.encode_source(enc)
+            out = {"token": [], "position": [], "termination": []}
+            m = max(lay)
+            for l in range(1, m + 2):  # layer m + 1: only the final termination
+                c = sum(1 for x in lay if x < l) - 1  # last step of the context
+                off = torch.tensor(naive_offsets(ordr[: c + 1])).unsqueeze(0)
+                x = torch.tensor(toks[: c + 1]).unsqueeze(0)
+                h, _ = decoder.context(x, off, causal_mask(c + 1, x.device), source_kv, source_pad)
+                h = h[0]
+                stop = heads.termination_logit(h[c])
+                out["termination"].append(float(F.logsigmoid(stop if l == m + 1 else -stop)))
+                if l == m + 1:
+                    break
+                ctx_pos = sorted(ordr[: c + 1])
+                by_position = [ordr.index(p) for p in ctx_pos]  # steps in final order
+                e = torch.stack([heads.slot_repr(h[by_position[k]], h[by_position[k + 1]], h[c]) for k in range(c)])
+                pos_lp = torch.log_softmax(heads.position_logit(e), -1)
+                for step in range(c + 1, L):
+                    p = ordr[step]
+                    if lay[p] != l:
+                        continue
+                    k = sum(1 for q in ctx_pos if q < p) - 1
+                    out["position"].append(float(pos_lp[k]))
+                    out["token"].append(float(torch.log_softmax(heads.token_logits(e[k]), -1)[toks[step]]))
+            results.append(out)
+    return results

@@ -113,5 +113,9 @@ class SlotHeads(nn.Module):
         return logits.to(dtype)
 
     def target_slot_repr(self, h: Tensor, steps: Tensor, left: Tensor, right: Tensor) -> Tensor:
-        """Materialised e at one slot per step.  left/right [B, T] -> [B, T, D]."""
-        return self.slot_repr(gather_steps(h, left), gather_steps(h, right), h[:, steps])
+        """Materialised e at one slot per prediction.
+
+        steps (the global vectors' steps): [T] or [B, T]; left/right [B, T] -> [B, T, D].
+        """
+        g = h[:, steps] if steps.dim() == 1 else gather_steps(h, steps)
+        return self.slot_repr(gather_steps(h, left), gather_steps(h, right), g)

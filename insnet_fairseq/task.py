@@ -1,7 +1,11 @@
 """Task ``insertion_translation``: fairseq bitext, batched as insertion trajectories."""
 import logging
 import os
+import math
 from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
 
 from fairseq import utils
 from fairseq.dataclass import ChoiceEnum
@@ -11,6 +15,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from .data import InsertionPairDataset
 from .generator import MODES, InsertionGenerator
+from .layerization import LAYERIZATIONS, PAD_LAYER, layerize, num_layers, sequential_layers, trajectory, uniform_layers
 from .orders import ORDER_POLICIES
 
 logger = logging.getLogger(__name__)
@@ -43,6 +48,24 @@ class InsertionTranslationConfig(TranslationConfig):
     no_insertion_cache: bool = field(
         default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
     )
+    layerization: Optional[ChoiceEnum(list(LAYERIZATIONS))] = field(
+        default=None,
+        metadata={"help": "training trajectories: sequential (one token per step), dinic (InsNet-Dinic layers "
+                  "learned under --dinic-tau) or uniform (balanced binary tree levels, about log2(n) layers); "
+                  "default: dinic when --dinic-tau is given, else sequential"},
+    )
+    dinic_tau: Optional[float] = field(
+        default=None,
+        metadata={"help": "InsNet-Dinic tolerance in nats: promote a token one layer up when its log-likelihood "
+                  "drops by at most tau (-inf: sequential; the paper uses 2.0 for MT, 10/3/1/0.3 for generation)"},
+    )
+    dinic_interval: int = field(
+        default=1, metadata={"help": "re-layer a batch every N updates (1: every batch); between, sentences keep "
+                             "their last layering, which later ones continue from"},
+    )
+    dinic_max_rounds: int = field(
+        default=0, metadata={"help": "at most this many promotion rounds per layerization (0: until nothing moves)"}
+    )
     seed: int = II("common.seed")
 
 
@@ -70,6 +93,23 @@ class InsertionTranslationTask(TranslationTask):
             raise DataError(f"{paths[0]}: source and target dictionaries disagree on <s>")
         return task
 
+    def __init__(self, cfg: InsertionTranslationConfig, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        mode, tau = cfg.layerization, cfg.dinic_tau
+        if mode is None:
+            mode = "dinic" if tau is not None else "sequential"
+        if mode == "dinic" and tau is None:
+            tau = 2.0
+        if mode != "dinic" and tau is not None:
+            raise ValueError(f"--dinic-tau {tau} only applies to --layerization dinic, not {mode}")
+        if cfg.dinic_interval < 1:
+            raise ValueError(f"--dinic-interval must be >= 1, got {cfg.dinic_interval}")
+        if mode == "dinic" and cfg.insertion_order == "l2r":
+            logger.warning("--layerization dinic with --insertion-order l2r: no token of a left-to-right "
+                           "trajectory can be promoted (every earlier slot is taken); train with binary or random")
+        self.layerization, self.dinic_tau = mode, (math.inf if tau == math.inf else tau)
+        self.layer_store = torch.full((0, 0), -1, dtype=torch.int32)  # last layering of each training sentence
+
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
         dataset = self.datasets[split]
@@ -89,6 +129,55 @@ class InsertionTranslationTask(TranslationTask):
         self.datasets[split] = InsertionPairDataset(
             dataset, self.cfg.insertion_order, self.tgt_dict.bos(), seed=self.cfg.seed
         )
+
+    # -- layered (parallel) training: InsNet-Dinic / InsNet-uniform ----------------------------------
+    def _stored_layers(self, ids, n):
+        N, W = self.layer_store.shape
+        if int(ids.max()) >= N or n > W:  # grow the store
+            grown = torch.full((max(N, int(ids.max()) + 1), max(W, n)), -1, dtype=torch.int32)
+            grown[:N, :W] = self.layer_store
+            self.layer_store = grown
+        return self.layer_store[ids.cpu(), :n].long()
+
+    def layer_batch(self, sample, model, update_num=None):
+        """Replace the batch's sequential trajectories by layered ones (no-op when sequential).
+
+        ``update_num`` None: a validation batch, layered from scratch and not stored.
+        """
+        if self.layerization == "sequential" or sample is None or "target" not in sample.get("net_input", {}):
+            return
+        net_input = sample["net_input"]
+        target, order = net_input["target"], net_input["order"]
+        lengths = target.ne(self.tgt_dict.pad()).sum(1)
+        if self.layerization == "uniform":
+            layers = uniform_layers(lengths, target.size(1))
+        else:
+            train = update_num is not None
+            start = None
+            if train:
+                stored = self._stored_layers(sample["id"], target.size(1)).to(target.device)
+                beyond = torch.arange(target.size(1), device=target.device).unsqueeze(0) >= lengths.unsqueeze(1)
+                stored = stored.masked_fill(beyond, PAD_LAYER)  # this batch may be padded wider
+                known = stored[:, 0].eq(0)  # <s> is layer 0 once a sentence has been layered
+                if bool(known.any()):
+                    start = torch.where(known.unsqueeze(1), stored, sequential_layers(order, lengths))
+            if not train or update_num % self.cfg.dinic_interval == 0:
+                layers, _ = layerize(model, net_input["src_tokens"], net_input["src_lengths"], target, order,
+                                     self.dinic_tau, start=start, max_rounds=self.cfg.dinic_max_rounds)
+            else:
+                layers = start if start is not None else sequential_layers(order, lengths)
+            if train:
+                self.layer_store[sample["id"].cpu(), : target.size(1)] = layers.int().cpu()
+        net_input["order"], net_input["context"] = trajectory(layers)
+        sample["layers"] = num_layers(layers)
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        self.layer_batch(sample, model, update_num)
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def valid_step(self, sample, model, criterion):
+        self.layer_batch(sample, model)
+        return super().valid_step(sample, model, criterion)
 
     def build_generator(self, models, args, **unused):
         from .model import InsNetModel

@@ -1,6 +1,7 @@
 """fairseq-train with --user-dir insnet_fairseq on a small Multi30k slice: training, resuming
 after a kill mid-epoch (torch >= 2.6 checkpoints), and clear errors for bad input."""
 import json
+import math
 import os
 import signal
 import subprocess
@@ -188,3 +189,24 @@ def test_interactive_constraints_and_empty_line(small_data, tiny_checkpoint):
     assert all(w in it for w in ["ein", "Mann"])  # the constraint, kept in order
     assert hyps[1][2] == ""  # the empty line: empty output and a warning, no traceback
     assert "empty source sentence" in out.stderr and "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("flags", [["--dinic-tau", "1.0", "--insertion-order", "binary"],
+                                   ["--layerization", "uniform"]])
+def test_layered_training_logs_layers_per_sentence(small_data, tmp_path, flags):
+    out = run(train_cmd(small_data, str(tmp_path / "ckpt"), "--max-update", "4", "--no-save", *flags))
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line[line.index("{"):]) for line in (out.stdout + out.stderr).splitlines() if "train_inner" in line]
+    assert len(rows) == 4
+    words = [float(r["wpb"]) / float(r["bsz"]) for r in rows]  # inserted words per sentence
+    for r, w in zip(rows, words):
+        assert 1.0 <= float(r["layers"]) < w, (r, w)  # parallel: fewer layers than words
+    assert all(math.isfinite(float(r["loss"])) for r in rows)
+
+
+def test_bad_layerization_flags_are_refused(small_data, tmp_path):
+    out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "1", "--layerization", "uniform",
+                        "--dinic-tau", "2"))
+    assert out.returncode != 0 and "--dinic-tau 2.0 only applies to --layerization dinic" in out.stderr
+    out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "1", "--layerization", "tree"))
+    assert out.returncode != 0 and "--layerization" in out.stderr and "invalid choice" in out.stderr

@@ -1,0 +1,234 @@
+"""InsNet-Dinic layerization (paper 3.3) and InsNet-uniform layers.
+
+A *layering* gives every target position a layer: ``<s>`` and ``</s>`` are layer 0, words are in
+layers 1..m, and the tokens of one layer are inserted in one parallel step, into distinct slots
+of the context made by the earlier layers. Layerings are stored by final position:
+``layers`` [B, n] (LongTensor; padding holds ``PAD_LAYER``).
+
+A layering fixes the trajectory that training encodes in its single pass:
+
+* :func:`encoding_order`: positions sorted by (layer, position): a layer's tokens are encoded
+  one after another, left to right, which is the rule decoding uses for the tokens of one
+  parallel step (:func:`.generator.group_offsets`), so training and decoding see the same offsets;
+* :func:`context_steps`: for every step, the last step of the earlier layers: the context its
+  token is inserted into (``t - 1`` for a sequential trajectory). The model takes it as
+  ``context`` and scores each token at its slot in that context (:class:`.model.InsNetDecoder`).
+
+:func:`layerize` is InsNet-Dinic: start from a given layering (fully sequential by default) and
+promote a token from layer ``l`` to ``l - 1`` when (1) its slot in the context of layer ``l - 1``
+holds no token of layer ``l - 1`` and (2) ``log p(x | e_slot^(l)) - log p(x | e_slot^(l-1)) <= tau``
+under the current model; repeat while promotions happen. One *round* is one no-grad pass of
+the context encoder under the current layering (over the sentences that changed in the
+previous round), then every token of every layer is tested at
+once (a Jacobi sweep): candidates that would land in the same slot of the same layer are
+resolved left-most first, and a layer left empty is removed. Rounds are vectorised over the
+batch and all tokens; the Python loop is over rounds only. Starting from the sequential
+layering, the fixpoint is reached at each tolerance of :data:`LADDER` below ``tau`` first, then at
+``tau`` (see :func:`layerize`).
+
+Simultaneous promotions keep every layering valid: a promotion only adds tokens to earlier
+contexts, which splits slots and never merges them, so tokens of one layer stay in distinct
+slots and every token's slot exists when its layer is inserted.
+"""
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .model import causal_mask
+from .offsets import offsets_from_rank, rank_matrix, slot_neighbours
+from .orders import tree_depth
+
+PAD_LAYER = 1 << 20
+# Tolerances passed on the way up to tau when a layering starts from the sequential one.
+LADDER = (0.0, 0.3, 1.0, 3.0, 10.0)
+LAYERIZATIONS = ("sequential", "dinic", "uniform")
+
+
+def _positions(B: int, n: int, device) -> Tensor:
+    return torch.arange(n, device=device).unsqueeze(0).expand(B, n)
+
+
+def sequential_layers(order: Tensor, lengths: Tensor) -> Tensor:
+    """One word per layer, in insertion order.
+
+    order [B, n] (an insertion order, see :mod:`.orders`), lengths [B] -> layers [B, n] by position.
+
+    Example: order [0, 6, 2, 4, 1, 3, 5] ("I have a pen ." with <s>, </s>) -> layers by position
+    [0, 3, 1, 4, 2, 5, 0]: "have" (position 2) is layer 1, "pen" layer 2, "I" layer 3, ...
+    """
+    B, n = order.shape
+    steps = _positions(B, n, order.device)
+    by_step = (steps - 1).clamp_min(0).masked_fill(steps >= lengths.unsqueeze(1), PAD_LAYER)
+    return torch.empty_like(order).scatter_(1, order, by_step)
+
+
+def uniform_layers(lengths: Tensor, n: int) -> Tensor:
+    """InsNet-uniform: layer l + 1 holds the depth-l words of the balanced binary tree (every
+    gap's middle word), about log2(len) layers.  lengths [B] -> layers [B, n].
+
+    Example: len 7 (words at positions 1..5) -> [0, 2, 3, 1, 2, 3, 0]: the middle word 3 first,
+    then 1 and 4, then 2 and 5.
+    """
+    pos = _positions(len(lengths), n, lengths.device)
+    layers = tree_depth(lengths, n) + 1  # <s>, </s>: depth -1 -> layer 0
+    return layers.masked_fill(pos >= lengths.unsqueeze(1), PAD_LAYER)
+
+
+def encoding_order(layers: Tensor) -> Tensor:
+    """Insertion order of a layering: by layer, then left to right.  [B, n] -> order [B, n].
+
+    Padding (``PAD_LAYER``) comes last, in position order, as in :mod:`.orders`.
+    Example: layers [0, 2, 1, 2, 0] -> order [0, 4, 2, 1, 3].
+    """
+    n = layers.size(1)
+    return (layers * n + _positions(*layers.shape, layers.device)).argsort(dim=1)
+
+
+def context_steps(layers: Tensor, order: Tensor) -> Tensor:
+    """Last step of the context each step's token is inserted into.
+
+    layers [B, n] (by position), order [B, n] = :func:`encoding_order` -> context [B, n]:
+    ``context[t]`` = (number of tokens in layers before step t's layer) - 1, i.e. ``t - 1`` for
+    one token per layer. Steps 0 and 1 (``<s>``, ``</s>``) get 0.
+    Example: layers [0, 2, 1, 2, 0] (order [0, 4, 2, 1, 3]) -> [0, 0, 1, 2, 2].
+    """
+    by_step = layers.gather(1, order)  # [B, n] non-decreasing
+    earlier = (by_step.unsqueeze(1) < by_step.unsqueeze(2)).sum(2)  # [B, n(t)]: steps in earlier layers
+    return (earlier - 1).clamp_min(0)
+
+
+def num_layers(layers: Tensor) -> Tensor:
+    """Number of word layers per sentence (= parallel insertion steps).  [B, n] -> [B]."""
+    return layers.masked_fill(layers >= PAD_LAYER, 0).max(1).values
+
+
+def compact(layers: Tensor) -> Tensor:
+    """Renumber layers to 0..m without gaps (drops layers left empty).  [B, n] -> [B, n]."""
+    B, n = layers.shape
+    real = layers < PAD_LAYER
+    present = torch.zeros(B, n + 1, dtype=torch.long, device=layers.device)
+    present.scatter_(1, torch.where(real, layers, torch.full_like(layers, n)), 1)
+    present[:, n] = 0
+    new_id = present.cumsum(1) - 1  # [B, n + 1]
+    return torch.where(real, new_id.gather(1, layers.clamp(max=n)), layers)
+
+
+def trajectory(layers: Tensor) -> Tuple[Tensor, Tensor]:
+    """(order, context) for the model's layered forward.  [B, n] -> ([B, n], [B, n])."""
+    order = encoding_order(layers)
+    return order, context_steps(layers, order)
+
+
+@torch.no_grad()
+def promotions(decoder, target: Tensor, layers: Tensor, source_kv, source_pad, tau: float) -> Tensor:
+    """One Dinic round: which tokens move one layer up.  Returns bool [B, n] by position.
+
+    target [B, n] (``<s> y </s>``, right-padded), layers [B, n]; ``source_kv``/``source_pad`` from
+    ``decoder.encode_source``.
+    """
+    B, n = target.shape
+    device = target.device
+    lengths = target.ne(decoder.padding_idx).sum(1)
+    order, _ = trajectory(layers)
+    steps = _positions(B, n, device)
+    step_pad = steps >= lengths.unsqueeze(1)
+    rank = rank_matrix(order, step_pad)  # [B, n, n]
+    tokens = target.gather(1, order)  # [B, n]
+    h, _ = decoder.context(tokens, offsets_from_rank(rank), causal_mask(n, device), source_kv, source_pad)
+
+    by_step = layers.gather(1, order)  # [B, n]
+    below = lambda lim: (by_step.unsqueeze(1) < lim.unsqueeze(2)).sum(2) - 1  # noqa: E731  [B, n]
+    c1 = below(by_step).clamp_min(0)  # current context: last step of the earlier layers
+    c0 = below(by_step - 1).clamp_min(0)  # context of the layer above
+    at = lambda m, c: m.gather(1, c.unsqueeze(1)).squeeze(1)  # noqa: E731  m[b, c[b, t], t]
+    s1 = (at(rank, c1) - 1).clamp_min(0)  # slot in the current context
+    s0 = (at(rank, c0) - 1).clamp_min(0)  # slot in the context of the layer above
+
+    word = (steps >= 2) & ~step_pad
+    movable = word & (by_step >= 2)  # layer 1 cannot go up: layer 0 is <s> </s>
+    # (1) slots of the layer above already taken: (context, slot) of every token of that layer
+    dump = n * n
+    occupied = torch.zeros(B, dump + 1, dtype=torch.bool, device=device)
+    occupied.scatter_(1, torch.where(word, c1 * n + s1, torch.full_like(c1, dump)), True)
+    key0 = c0 * n + s0
+    free = ~occupied.gather(1, key0)
+    cand = movable & free
+
+    # (2) token log-likelihood at its slot now vs one layer up, for the candidates only
+    b, t = cand.nonzero(as_tuple=True)
+    if len(b):
+        left_all, right_all = slot_neighbours(rank)  # [B, n, n]
+        heads = decoder.heads
+
+        def slot_lp(c: Tensor, s: Tensor) -> Tensor:
+            cc, ss = c[b, t], s[b, t]
+            e = heads.slot_repr(h[b, left_all[b, cc, ss]], h[b, right_all[b, cc, ss]], h[b, cc])  # [N, D]
+            lp = F.log_softmax(heads.token_logits(e).float(), -1)  # [N, V]
+            return lp.gather(1, tokens[b, t].unsqueeze(1)).squeeze(1)
+
+        ok = slot_lp(c1, s1) - slot_lp(c0, s0) <= tau
+        cand = torch.zeros_like(cand).index_put_((b[ok], t[ok]), torch.ones_like(b[ok], dtype=torch.bool))
+    # two candidates for one slot of one layer: the left-most (first step) goes up
+    first = torch.full((B, dump + 1), n, dtype=torch.long, device=device)
+    first.scatter_reduce_(1, torch.where(cand, key0, torch.full_like(key0, dump)), steps, reduce="amin")
+    up = cand & (first.gather(1, key0) == steps)
+    return torch.zeros_like(up).scatter_(1, order, up)  # by step -> by position
+
+
+@torch.no_grad()
+def layerize(
+    model,
+    src_tokens: Tensor,
+    src_lengths: Tensor,
+    target: Tensor,
+    order: Tensor,
+    tau: float,
+    start: Optional[Tensor] = None,
+    max_rounds: int = 0,
+) -> Tuple[Tensor, int]:
+    """InsNet-Dinic: learned layers for a batch under the current model (no gradient).
+
+    Args:
+        model: an InsNet model (put in eval mode for the call, then restored).
+        src_tokens, src_lengths: the fairseq source batch.
+        target: [B, n] ``<s> y </s>``, right-padded; order: [B, n] the sequential insertion order
+            that defines the start (ignored when ``start`` is given).
+        tau: tolerance in nats; ``-inf`` keeps the sequential layering, ``inf`` promotes whenever
+            the slot is free.
+        start: optional [B, n] layering to continue from (e.g. the previous one of these sentences).
+        max_rounds: at most this many rounds in all (0: until no token moves).
+
+    Returns:
+        (layers [B, n] by position, rounds run).
+    """
+    lengths = target.ne(model.decoder.padding_idx).sum(1)
+    layers = sequential_layers(order, lengths) if start is None else compact(start)
+    if tau == -math.inf:
+        return layers, 0
+    was_training = model.training
+    model.eval()
+    try:
+        decoder = model.decoder
+        source_kv, source_pad = decoder.encode_source(model.encoder(src_tokens, src_lengths=src_lengths))
+        limit = max_rounds if max_rounds > 0 else target.size(1) * (len(LADDER) + 1)
+        rounds = 0
+        # from the sequential layering, climb the ladder: the fixpoint at every tolerance below tau,
+        # then at tau. The greedy rule is path-dependent (an early promotion can take the slot of
+        # a later one); climbing makes a larger tau continue from a smaller one's result, so the
+        # number of layers never grows with tau (for tolerances on the ladder).
+        ladder = [g for g in LADDER if g < tau] + [tau] if start is None else [tau]
+        for tolerance in ladder:
+            active = torch.arange(target.size(0), device=target.device)  # sentences still changing
+            while rounds < limit and len(active):
+                kv = [(k[active], v[active]) for k, v in source_kv]
+                pad = None if source_pad is None else source_pad[active]
+                up = promotions(decoder, target[active], layers[active], kv, pad, tolerance)
+                rounds += 1
+                layers[active] = compact(layers[active] - up.long())
+                active = active[up.any(1)]
+    finally:
+        model.train(was_training)
+    return layers, rounds

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Train one model of the results table with fairseq-train, all kinds under the same settings:
+# 3+3 layers, d=256, 4 heads, FFN 1024, dropout 0.1, shared embeddings, Adam (0.9, 0.98), lr LR with
+# inverse_sqrt after WARMUP updates, label smoothing 0.1, MAX_TOKENS per batch, UPDATES updates.
+#
+#   recipes/train.sh KIND DATA_BIN SAVE_DIR [extra fairseq-train flags...]
+#
+# KIND: insnet (task insertion_translation, insnet_small), ar (fairseq `transformer`),
+#       levt (fairseq `levenshtein_transformer`, task translation_lev, criterion nat_loss),
+#       inst (fairseq `insertion_transformer`, task translation_lev, criterion nat_loss).
+# Environment: UPDATES (500), MAX_TOKENS (4096), LR (1e-3), WARMUP (400), MINUTES (no limit),
+# THREADS (torch threads; default: all cores). InsNet-only: ORDER (insertion order).
+set -euo pipefail
+kind=${1:?KIND: insnet|ar|levt|inst}; data=${2:?DATA_BIN}; save=${3:?SAVE_DIR}; shift 3
+[ -d "$data" ] || { echo "train.sh: data directory $data does not exist (run the data recipe first, e.g. make multi30k)" >&2; exit 2; }
+size=(--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256
+      --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024
+      --encoder-attention-heads 4 --decoder-attention-heads 4 --dropout 0.1)
+case $kind in
+  insnet)
+    model=(--task insertion_translation --arch insnet_small --criterion insnet_loss)
+    [ -n "${ORDER:-}" ] && model+=(--insertion-order "$ORDER") ;;
+  ar)
+    model=(--task translation --arch transformer --criterion label_smoothed_cross_entropy) ;;
+  levt|inst)
+    # fairseq's documented NAT flags (examples/nonautoregressive_translation)
+    arch=levenshtein_transformer; [ "$kind" = inst ] && arch=insertion_transformer
+    model=(--task translation_lev --arch $arch --criterion nat_loss --noise random_delete
+           --decoder-learned-pos --encoder-learned-pos --apply-bert-init --ddp-backend legacy_ddp) ;;
+  *) echo "train.sh: unknown KIND '$kind' (insnet|ar|levt|inst)" >&2; exit 2 ;;
+esac
+limit=()
+[ -n "${MINUTES:-}" ] && limit=(--stop-time-hours "$(python -c "print(${MINUTES} / 60)")")
+[ -n "${THREADS:-}" ] && export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
+exec fairseq-train "$data" --user-dir insnet_fairseq "${model[@]}" "${size[@]}" \
+  --share-all-embeddings --label-smoothing 0.1 \
+  --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 1.0 \
+  --lr "${LR:-1e-3}" --lr-scheduler inverse_sqrt --warmup-updates "${WARMUP:-400}" --warmup-init-lr 1e-7 \
+  --max-tokens "${MAX_TOKENS:-4096}" --max-update "${UPDATES:-500}" --max-epoch 1000 "${limit[@]}" \
+  --save-dir "$save" --no-epoch-checkpoints --save-interval-updates 250 --keep-interval-updates 1 \
+  --log-format simple --log-interval 50 --num-workers 0 --seed 1 "$@"

@@ -1,0 +1,147 @@
+"""InsNet-Dinic layerization and the layered (parallel) objective."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from insnet_fairseq.criterion import term_losses
+from insnet_fairseq.layerization import (
+    LADDER, PAD_LAYER, compact, context_steps, encoding_order, layerize, num_layers, sequential_layers,
+    trajectory, uniform_layers,
+)
+from insnet_fairseq.orders import make_order
+from insnet_fairseq.reference import naive_layered_logprobs
+
+from conftest import build_tiny_model, random_batch
+
+ATOL = 1e-5
+
+
+def test_worked_examples():
+    order = torch.tensor([[0, 6, 2, 4, 1, 3, 5]])
+    assert sequential_layers(order, torch.tensor([7])).tolist() == [[0, 3, 1, 4, 2, 5, 0]]
+    assert uniform_layers(torch.tensor([7]), 7).tolist() == [[0, 2, 3, 1, 2, 3, 0]]
+    layers = torch.tensor([[0, 2, 1, 2, 0]])
+    order = encoding_order(layers)
+    assert order.tolist() == [[0, 4, 2, 1, 3]]
+    assert context_steps(layers, order).tolist() == [[0, 0, 1, 2, 2]]
+    assert compact(torch.tensor([[0, 4, 1, 4, 0, PAD_LAYER]])).tolist() == [[0, 2, 1, 2, 0, PAD_LAYER]]
+    assert num_layers(torch.tensor([[0, 2, 1, 2, 0, PAD_LAYER]])).tolist() == [2]
+
+
+def naive_slots(lay):
+    """Per layer, the (left, right) positions of each of its tokens' slots, by definition."""
+    slots = {}
+    for p, l in enumerate(lay):
+        if l == 0:
+            continue
+        ctx = [q for q, x in enumerate(lay) if x < l]
+        slots.setdefault(l, []).append((max(q for q in ctx if q < p), min(q for q in ctx if q > p)))
+    return slots
+
+
+def check_valid(layers, lengths):
+    for b, L in enumerate(lengths):
+        lay = layers[b, :L].tolist()
+        assert lay[0] == 0 and lay[L - 1] == 0 and all(x >= 1 for x in lay[1 : L - 1])
+        assert all(x == PAD_LAYER for x in layers[b, L:].tolist())
+        m = max(lay)
+        assert sorted(set(lay[1 : L - 1])) == list(range(1, m + 1)) if L > 2 else m == 0  # no empty layer
+        for l, slots in naive_slots(lay).items():
+            assert len(slots) == len(set(slots)), f"two tokens of layer {l} in one slot: {lay}"
+
+
+def batch(seed=0, lengths=(9, 3, 14, 6, 11, 12)):
+    model, d = build_tiny_model(seed=seed)
+    src, src_lengths, target = random_batch(d, list(lengths), seed=seed + 1)
+    n_tok = target.ne(d.pad()).sum(1)
+    return model, d, src, src_lengths, target, n_tok
+
+
+@pytest.mark.parametrize("policy", ["binary", "random", "l2r"])
+def test_tau_minus_inf_is_sequential_and_large_tau_stays_valid(policy):
+    model, d, src, src_lengths, target, n_tok = batch()
+    order = make_order(policy, n_tok, target.size(1), torch.Generator().manual_seed(3))
+    seq, rounds = layerize(model, src, src_lengths, target, order, -math.inf)
+    assert rounds == 0 and num_layers(seq).tolist() == (n_tok - 2).tolist()
+    check_valid(seq, n_tok.tolist())
+    par, rounds = layerize(model, src, src_lengths, target, order, math.inf)
+    check_valid(par, n_tok.tolist())
+    assert rounds >= 1
+    if policy == "l2r":  # every earlier slot is taken: nothing can move
+        assert torch.equal(par, seq)
+    else:
+        assert (num_layers(par) <= num_layers(seq)).all() and num_layers(par).sum() < num_layers(seq).sum()
+    if policy == "binary":  # unlimited promotion of the balanced tree gives its levels
+        assert torch.equal(par, uniform_layers(n_tok, target.size(1)))
+
+
+def test_layers_never_grow_with_tau():
+    model, d, src, src_lengths, target, n_tok = batch(seed=5, lengths=(14, 9, 17, 12, 6, 15, 10, 16))
+    order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(0))
+    previous = None
+    for tau in [-math.inf, *LADDER, math.inf]:  # tolerances on the ladder
+        layers, _ = layerize(model, src, src_lengths, target, order, tau)
+        check_valid(layers, n_tok.tolist())
+        count = num_layers(layers)
+        if previous is not None:
+            assert (count <= previous).all(), f"tau={tau}: {count.tolist()} vs {previous.tolist()}"
+        previous = count
+
+
+def test_max_rounds_and_continuing_from_a_layering():
+    model, d, src, src_lengths, target, n_tok = batch(seed=2)
+    order = make_order("binary", n_tok, target.size(1))
+    one, rounds = layerize(model, src, src_lengths, target, order, math.inf, max_rounds=1)
+    assert rounds == 1
+    full, _ = layerize(model, src, src_lengths, target, order, math.inf)
+    assert (num_layers(full) <= num_layers(one)).all()
+    cont, _ = layerize(model, src, src_lengths, target, order, math.inf, start=one)
+    assert torch.equal(cont, full)
+
+
+def layered_logprobs(model, src, src_lengths, target, layers):
+    order, context = trajectory(layers)
+    out = model(src, src_lengths, target, order, context=context)
+    tok, pos, term = out["token"], out["position"], out["termination"]
+    tok_lp = pos["logits"].new_zeros(pos["mask"].shape)
+    tok_lp[pos["mask"]] = F.log_softmax(tok["logits"], -1).gather(1, tok["target"].unsqueeze(1)).squeeze(1)
+    pos_lp = F.log_softmax(pos["logits"], -1).gather(2, pos["target"].unsqueeze(2)).squeeze(2)
+    term_lp = F.logsigmoid(torch.where(term["target"].bool(), term["logits"], -term["logits"]))
+    return out, tok_lp, pos_lp, term_lp
+
+
+def test_singleton_layers_give_the_sequential_objective():
+    model, d, src, src_lengths, target, n_tok = batch(seed=7)
+    order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        sequential = term_losses(model(src, src_lengths, target, order))
+        layers = sequential_layers(order, n_tok)
+        out = layered_logprobs(model, src, src_lengths, target, layers)[0]
+        layered = term_losses(out)
+    assert out["termination"]["mask"].sum() == (n_tok - 1).sum()
+    for name in sequential:
+        torch.testing.assert_close(layered[name][0], sequential[name][0], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "dinic"])
+def test_layered_objective_equals_per_layer_reencoding(kind):
+    model, d = build_tiny_model(seed=3, decoder_normalize_before=True)
+    lengths = [9, 4, 12, 7]
+    src, src_lengths, target = random_batch(d, lengths, seed=4)
+    n_tok = target.ne(d.pad()).sum(1)
+    if kind == "uniform":
+        layers = uniform_layers(n_tok, target.size(1))
+    else:
+        order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(2))
+        layers, _ = layerize(model, src, src_lengths, target, order, 0.5)
+    with torch.no_grad():
+        out, tok_lp, pos_lp, term_lp = layered_logprobs(model, src, src_lengths, target, layers)
+    naive = naive_layered_logprobs(model, src, src_lengths, target, layers)
+    pos_m, term_m = out["position"]["mask"], out["termination"]["mask"]
+    for b, L in enumerate(lengths):
+        assert term_m[b].sum() == int(num_layers(layers[b : b + 1])) + 1
+        torch.testing.assert_close(tok_lp[b][pos_m[b]], torch.tensor(naive[b]["token"]), atol=ATOL, rtol=0)
+        torch.testing.assert_close(pos_lp[b][pos_m[b]], torch.tensor(naive[b]["position"]), atol=ATOL, rtol=0)
+        torch.testing.assert_close(term_lp[b][term_m[b]], torch.tensor(naive[b]["termination"]), atol=ATOL, rtol=0)
