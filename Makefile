@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 SHARED_MULTI30K := $(abspath ../shared/data/multi30k)
 MULTI30K_DIR ?= $(SHARED_MULTI30K)
 
-.PHONY: install test demo multi30k bench-train clean
+.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja bench-train clean
 
 install: $(INSTALLED)
 
@@ -28,9 +28,18 @@ $(INSTALLED): setup.py requirements.txt
 test: install
 	$(BIN)/python -m pytest -q tests
 
+# Data recipes (recipes/corpora.py lists the raw files each needs in RAW_DIR): data-bin/multi30k_en_de,
+# wmt16_ro_en, wmt14_en_de, wat_en_ja. Without RAW_DIR they download (ASPEC: a licence, never).
 multi30k: install
-	PATH=$(BIN):$$PATH $(BIN)/python recipes/prepare_bitext.py --name multi30k_en_de \
-		--raw-dir $(MULTI30K_DIR) --src en --tgt de --bpe-merges 10000
+	PATH=$(BIN):$$PATH $(BIN)/python recipes/corpora.py multi30k --raw-dir $(or $(RAW_DIR),$(MULTI30K_DIR))
+
+wmt-ro-en wmt-en-de wat-en-ja: install
+	PATH=$(BIN):$$PATH $(BIN)/python recipes/corpora.py $@ $(if $(RAW_DIR),--raw-dir $(RAW_DIR))
+
+# make distill-multi30k_en_de: AR teacher (recipes/train.sh ar), beam search over the training set,
+# data-bin/multi30k_en_de-distill (see recipes/distill.py for TEACHER_ARGS, BEAM, GEN_BATCH, ...)
+distill-%: install
+	PATH=$(BIN):$$PATH $(BIN)/python recipes/distill.py $*
 
 # The main job: prepare Multi30k, train insnet_small for DEMO_MINUTES on CPU, decode the test
 # set sequentially and in parallel (sacreBLEU, steps, ms/sentence), show one trajectory.

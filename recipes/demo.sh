@@ -6,6 +6,9 @@ minutes=${DEMO_MINUTES:-15}
 data=data-bin/multi30k_en_de
 save=checkpoints/demo
 raw=${MULTI30K_DIR:-../shared/data/multi30k}
+# the raw reference: the local copy, else where `make multi30k` downloaded and assembled it
+[ -f "$raw/test.de" ] || raw=work/multi30k_en_de/raw
+[ -f "$raw/test.de" ] || raw=work/raw/multi30k_en_de
 
 echo "== training insnet_small for ${minutes} minutes (fairseq-train; log lines every 20 updates)"
 LR=${LR:-1e-3} WARMUP=${WARMUP:-400} bash recipes/train_insnet.sh "$data" "$save" "$minutes" --log-interval 20

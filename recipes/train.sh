@@ -9,7 +9,8 @@
 #       levt (fairseq `levenshtein_transformer`, task translation_lev, criterion nat_loss),
 #       inst (fairseq `insertion_transformer`, task translation_lev, criterion nat_loss).
 # Environment: UPDATES (500), MAX_TOKENS (4096), LR (1e-3), WARMUP (400), MINUTES (no limit),
-# THREADS (torch threads; default: all cores). InsNet-only: ORDER (insertion order).
+# THREADS (torch threads; default: all cores), SCHEDULER (inverse_sqrt, or fixed: constant LR, for
+# fine-tuning). InsNet-only: ORDER (insertion order).
 set -euo pipefail
 kind=${1:?KIND: insnet|ar|levt|inst}; data=${2:?DATA_BIN}; save=${3:?SAVE_DIR}; shift 3
 [ -d "$data" ] || { echo "train.sh: data directory $data does not exist (run the data recipe first, e.g. make multi30k)" >&2; exit 2; }
@@ -29,13 +30,15 @@ case $kind in
            --decoder-learned-pos --encoder-learned-pos --apply-bert-init --ddp-backend legacy_ddp) ;;
   *) echo "train.sh: unknown KIND '$kind' (insnet|ar|levt|inst)" >&2; exit 2 ;;
 esac
+sched=(--lr-scheduler inverse_sqrt --warmup-updates "${WARMUP:-400}" --warmup-init-lr 1e-7)
+[ "${SCHEDULER:-inverse_sqrt}" = fixed ] && sched=(--lr-scheduler fixed)
 limit=()
 [ -n "${MINUTES:-}" ] && limit=(--stop-time-hours "$(python -c "print(${MINUTES} / 60)")")
 [ -n "${THREADS:-}" ] && export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 exec fairseq-train "$data" --user-dir insnet_fairseq "${model[@]}" "${size[@]}" \
   --share-all-embeddings --label-smoothing 0.1 \
   --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 1.0 \
-  --lr "${LR:-1e-3}" --lr-scheduler inverse_sqrt --warmup-updates "${WARMUP:-400}" --warmup-init-lr 1e-7 \
+  --lr "${LR:-1e-3}" "${sched[@]}" \
   --max-tokens "${MAX_TOKENS:-4096}" --max-update "${UPDATES:-500}" --max-epoch 1000 "${limit[@]}" \
   --save-dir "$save" --no-epoch-checkpoints --save-interval-updates 250 --keep-interval-updates 1 \
   --log-format simple --log-interval 50 --num-workers 0 --seed 1 "$@"

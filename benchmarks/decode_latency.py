@@ -1,0 +1,168 @@
+#!/usr/bin/env python
+"""Decoding latency, side by side in one run, on the same Multi30k test sentences:
+
+* InsNet sequential and parallel, with the cached context and without it (``--no-insertion-cache``);
+* fairseq's autoregressive ``transformer`` (greedy) and ``levenshtein_transformer`` (fairseq's
+  documented ``--iter-decode-max-iter 9``, ``--iter-decode-eos-penalty 0``, beam 1), same size.
+
+    .venv/bin/python benchmarks/decode_latency.py --insnet checkpoints/table_insnet/checkpoint_last.pt \
+        --insnet-parallel checkpoints/dinic_tau1/checkpoint_last.pt \
+        --ar checkpoints/table_ar/checkpoint_last.pt --levt checkpoints/table_levt/checkpoint_last.pt
+
+Every system decodes the same sentences at batch 1 and batch 64 (each with its own task's batching
+of the test split, sentences sorted by length as fairseq-generate does); systems are interleaved
+over ``--rounds`` rounds and the median wall time is kept. Printed: ms/sentence, average decoding
+steps, steps/output length, and the ratios the goals are stated in (cached vs uncached at batch 64,
+per source-length bucket; InsNet parallel vs AR at batch 1).
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+from argparse import Namespace
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import insnet_fairseq  # noqa: E402,F401  (registers the task/model and the fairseq fixes)
+from fairseq import checkpoint_utils  # noqa: E402
+from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
+
+from insnet_fairseq.generator import InsertionGenerator  # noqa: E402
+
+
+def load(path, data):
+    if not os.path.isfile(path):
+        sys.exit(f"decode_latency: checkpoint {path} not found (train it first: see README, Benchmarks)")
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
+    model = models[0].eval()
+    task.load_dataset("test")
+    return model, task
+
+
+def src_sizes(ds):
+    return ds.src_sizes if hasattr(ds, "src_sizes") else ds.dataset.src_sizes
+
+
+def batches(task, ids, bsz):
+    """The given test sentences, sorted by length, in batches of ``bsz`` (fairseq's collater)."""
+    ds = task.dataset("test")
+    sizes = src_sizes(ds)
+    ids = sorted(ids, key=lambda i: (int(sizes[i]), i))
+    return [ds.collater([ds[i] for i in ids[k : k + bsz]]) for k in range(0, len(ids), bsz)]
+
+
+class System:
+    def __init__(self, name, model, generator, task):
+        self.name, self.model, self.generator, self.task = name, model, generator, task
+        self.times = {}
+
+    def run(self, samples):
+        """Decode the samples; returns (seconds, sentences, mean steps, mean output length)."""
+        steps, lengths, n = [], [], 0
+        start = time.perf_counter()
+        with torch.no_grad():
+            for sample in samples:
+                hyps = self.generator.generate([self.model], sample)
+                for h in hyps:
+                    best = h[0]
+                    out_len = int(best["tokens"].numel())  # words + </s>
+                    lengths.append(out_len - 1)
+                    steps.append(best.get("steps", out_len) if self.name.startswith(("InsNet", "LevT")) else out_len)
+                n += len(hyps)
+        return time.perf_counter() - start, n, statistics.mean(steps), statistics.mean(lengths)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="data-bin/multi30k_en_de")
+    p.add_argument("--insnet", required=True, help="InsNet checkpoint (sequential and parallel decoding)")
+    p.add_argument("--insnet-parallel", help="a parallel-trained InsNet checkpoint (Dinic / uniform), decoded in parallel")
+    p.add_argument("--ar", required=True, help="fairseq transformer checkpoint")
+    p.add_argument("--levt", required=True, help="fairseq levenshtein_transformer checkpoint")
+    p.add_argument("--sentences", type=int, default=256, help="first N test sentences (by id)")
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    insnet, ins_task = load(args.insnet, args.data)
+    tgt = ins_task.target_dictionary
+    systems = [
+        System("InsNet seq cached", insnet, InsertionGenerator(tgt, mode="sequential"), ins_task),
+        System("InsNet seq uncached", insnet, InsertionGenerator(tgt, mode="sequential", use_cache=False), ins_task),
+        System("InsNet par cached", insnet, InsertionGenerator(tgt, mode="parallel"), ins_task),
+        System("InsNet par uncached", insnet, InsertionGenerator(tgt, mode="parallel", use_cache=False), ins_task),
+    ]
+    if args.insnet_parallel:
+        par, par_task = load(args.insnet_parallel, args.data)
+        systems += [
+            System("InsNet-parallel-trained par cached", par, InsertionGenerator(tgt, mode="parallel"), par_task),
+            System("InsNet-parallel-trained par uncached", par,
+                   InsertionGenerator(tgt, mode="parallel", use_cache=False), par_task),
+        ]
+    ar, ar_task = load(args.ar, args.data)
+    systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
+                                                                         max_len_a=2, max_len_b=10), ar_task))
+    levt, levt_task = load(args.levt, args.data)
+    systems.append(System("LevT", levt, levt_task.build_generator(
+        [levt], Namespace(iter_decode_max_iter=9, iter_decode_eos_penalty=0.0)), levt_task))
+
+    ids = list(range(min(args.sentences, len(ins_task.dataset("test")))))
+    sizes = src_sizes(ins_task.dataset("test"))
+    median_len = statistics.median(int(sizes[i]) for i in ids)
+    buckets = {"short": [i for i in ids if sizes[i] <= median_len], "long": [i for i in ids if sizes[i] > median_len]}
+    results = {}  # (system, setting) -> (ms/sentence, steps, steps/length)
+    plans = [(f"batch {b}", ids, b) for b in args.batch_sizes]
+    plans += [(f"batch 64, {k} sources", v, 64) for k, v in buckets.items()]
+    for setting, sel, bsz in plans:
+        prepared = {s.task: batches(s.task, sel, bsz) for s in systems}
+        for s in systems:  # warm-up
+            s.run(prepared[s.task][:1])
+        times = {s.name: [] for s in systems}
+        for _ in range(args.rounds):
+            for s in systems:
+                if "uncached" in s.name and not setting.startswith("batch 64"):
+                    continue  # the cache comparison is made at batch 64
+                if setting != "batch 64" and setting.startswith("batch 64") and not s.name.startswith("InsNet"):
+                    continue  # length buckets: cached vs uncached only
+                sec, n, steps, length = s.run(prepared[s.task])
+                times[s.name].append(sec)
+                results[(s.name, setting)] = (None, steps, steps / max(length, 1e-9), n)
+        for name, ts in times.items():
+            if ts:
+                _, steps, ratio, n = results[(name, setting)]
+                results[(name, setting)] = (1000 * statistics.median(ts) / n, steps, ratio, n)
+        print(f"done: {setting}", file=sys.stderr, flush=True)
+
+    print(f"\n{len(ids)} Multi30k test sentences (median source length {median_len} tokens with </s>), "
+          f"{torch.get_num_threads()} threads, median of {args.rounds} rounds\n")
+    print("| system | setting | ms/sentence | steps | steps/length |")
+    print("|---|---|---|---|---|")
+    for (name, setting), (ms, steps, ratio, n) in results.items():
+        print(f"| {name} | {setting} | {ms:.1f} | {steps:.1f} | {ratio:.2f} |")
+    print()
+
+    def ms(name, setting):
+        return results[(name, setting)][0]
+
+    for prefix in ["InsNet seq", "InsNet par", "InsNet-parallel-trained par"]:
+        for setting in [s for s, _, b in plans if b == 64]:
+            if (f"{prefix} cached", setting) in results:
+                print(f"{prefix}, {setting}: cached is {ms(f'{prefix} uncached', setting) / ms(f'{prefix} cached', setting):.2f}x "
+                      "faster than uncached")
+    if "batch 1" in [s for s, _, _ in plans]:
+        ar_ms = ms("AR transformer greedy", "batch 1")
+        for name in ["InsNet seq cached", "InsNet par cached", "InsNet-parallel-trained par cached", "LevT"]:
+            if (name, "batch 1") in results:
+                print(f"batch 1: {name} is {ar_ms / ms(name, 'batch 1'):.2f}x the speed of the AR transformer "
+                      f"({ms(name, 'batch 1'):.1f} vs {ar_ms:.1f} ms/sentence)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,349 @@
+"""Data recipes (recipes/corpora.py, the code path of `make multi30k|wmt-ro-en|wmt-en-de|wat-en-ja`)
+and distillation (recipes/distill.py, `make distill-NAME`) on a few hundred lines of the local
+Multi30k copy laid out under each corpus' raw file names: fairseq-train accepts every data-bin;
+Romanian normalisation; fail-fast without network or local copy; checked downloads; idempotence."""
+import gzip
+import http.server
+import io
+import os
+import re
+import socket
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+
+import pytest
+
+from conftest import ROOT, SHARED_DATA
+
+sys.path.insert(0, os.path.join(ROOT, "recipes"))
+import corpora  # noqa: E402
+import romanian  # noqa: E402
+
+BIN = os.path.dirname(sys.executable)
+ENV = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1")
+N = 300  # sentence pairs per split
+pytestmark = pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="../shared/data/multi30k not present")
+
+
+def lines(split, lang, start=0, n=N):
+    with open(os.path.join(SHARED_DATA, f"{split}.{lang}"), encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f][start:start + n]
+
+
+def write(path, rows):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("".join(r + "\n" for r in rows))
+
+
+def write_sgm(path, rows, lang):
+    segs = "".join(f'<seg id="{i}"> {r} </seg>\n' for i, r in enumerate(rows, 1))
+    write(path, [f'<srcset setid="t" srclang="any">\n<doc sysid="ref" docid="d1" genre="news" origlang="{lang}">\n'
+                 f"{segs}</doc>\n</srcset>"])
+
+
+def recipe(name, tmp, raw_dir, *extra, env=None):
+    cmd = [sys.executable, "recipes/corpora.py", name, "--raw-dir", str(raw_dir), "--work-dir", str(tmp / "work"),
+           "--dest-dir", str(tmp / "bin"), "--bpe-merges", "200", "--workers", "1", *extra]
+    return subprocess.run(cmd, cwd=ROOT, env=env or ENV, capture_output=True, text=True, timeout=600)
+
+
+def assert_ok(out):
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def assert_fairseq_trains(data, src, tgt):
+    """Two updates of a tiny fairseq transformer on the data-bin."""
+    cmd = [os.path.join(BIN, "fairseq-train"), str(data), "--user-dir", "insnet_fairseq", "--task", "translation",
+           "--source-lang", src, "--target-lang", tgt, "--arch", "transformer", "--encoder-layers", "1",
+           "--decoder-layers", "1", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
+           "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2",
+           "--decoder-attention-heads", "2", "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3",
+           "--max-tokens", "1024", "--max-update", "2", "--disable-validation", "--no-save", "--num-workers", "0",
+           "--log-format", "simple", "--log-interval", "1"]
+    out = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log[-3000:]
+    assert "done training" in log and "num_updates 2" in log, log[-2000:]
+
+
+def n_sentences(prefix):
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    return len(MMapIndexedDataset(prefix))
+
+
+def snapshot(*dirs):
+    return {os.path.join(r, f): os.stat(os.path.join(r, f)).st_mtime_ns
+            for d in dirs for r, _, fs in os.walk(d) for f in fs}
+
+
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def serve(directory=None, handler=None):
+    """A local HTTP server (thread); returns (base URL, server)."""
+    h = handler or (lambda *a, **kw: Quiet(*a, directory=str(directory), **kw))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), h)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}", server
+
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def offline_env():
+    """Every URL goes through a proxy that refuses connections: no network, whatever the machine."""
+    proxy = f"http://127.0.0.1:{closed_port()}"
+    env = {k: v for k, v in ENV.items() if k.lower() != "no_proxy"}
+    env.update(http_proxy=proxy, https_proxy=proxy, HTTP_PROXY=proxy, HTTPS_PROXY=proxy)
+    return env
+
+
+# ---------------------------------------------------------------- Romanian
+
+
+def test_romanian_normalisation_and_diacritics():
+    assert romanian.clean("Şi ţara în care") == "Si tara in care"  # cedilla forms
+    assert romanian.clean("Și țara în care") == "Si tara in care"  # comma-below forms
+    assert romanian.clean("ŞŢȘȚĂÂÎ şţșțăâî") == "STSTAAI ststaai"
+    assert romanian.normalise_romanian("Ş ş Ţ ţ") == "\u0218 \u0219 \u021a \u021b"  # comma below, kept
+    assert romanian.remove_diacritics("Învăţământ") == "Invaţamant"  # alone it assumes comma forms
+    tok = romanian.make_tokenizer("ro")
+    assert tok("„Ţara” – în 2016, Ştefan a spus: «Bună!»") == '" Tara " - in 2016 , Stefan a spus : " Buna ! "'
+
+
+# ---------------------------------------------------------------- downloads
+
+
+PAYLOAD = gzip.compress("".join(f"line {i}\n" for i in range(5000)).encode())
+
+
+class Truncating(http.server.BaseHTTPRequestHandler):
+    """Announces the whole file, sends half of it and hangs up."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(PAYLOAD)))
+        self.end_headers()
+        self.wfile.write(PAYLOAD[: len(PAYLOAD) // 2])
+
+    def log_message(self, *args):
+        pass
+
+
+def test_download_is_checked_and_atomic(tmp_path):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "good.en.gz").write_bytes(PAYLOAD)
+    (tmp_path / "site" / "cut.en.gz").write_bytes(PAYLOAD[:-40])  # complete transfer, damaged gzip
+    base, server = serve(tmp_path / "site")
+    bad, bad_server = serve(handler=Truncating)
+    out = tmp_path / "dl"
+    try:
+        cases = [(f"{bad}/x.en.gz", "", "truncated: received"),  # fewer bytes than Content-Length
+                 (f"{base}/good.en.gz", "0" * 32, "md5"),  # wrong checksum
+                 (f"{base}/cut.en.gz", "", "download of"),  # gzip integrity
+                 ((tmp_path / "site" / "cut.en.gz").as_uri(), "", "download of")]  # file:// too
+        for url, md5, message in cases:
+            dest = out / "x.en.gz"
+            with pytest.raises(corpora.RecipeError, match=message):
+                corpora.download(url, str(dest), md5=md5)
+            assert not dest.exists() and not (out / "x.en.gz.part").exists(), url
+        import hashlib
+
+        corpora.download(f"{base}/good.en.gz", str(out / "good.en.gz"), md5=hashlib.md5(PAYLOAD).hexdigest())
+        assert (out / "good.en.gz").read_bytes() == PAYLOAD and not (out / "good.en.gz.part").exists()
+    finally:
+        server.shutdown()
+        bad_server.shutdown()
+
+
+def test_recipes_fail_fast_without_network_or_local_copy(tmp_path):
+    for name, needs in [("wmt-ro-en", ["europarl-v8.ro-en.ro", "SETIMES.en-ro.en", "newstest2016-roen-src.ro.sgm",
+                                      "https://data.statmt.org/wmt16/translation-task/training-parallel-ep-v8.tgz",
+                                      "https://object.pouta.csc.fi/OPUS-SETIMES/v2/moses/en-ro.txt.zip"]),
+                        ("wmt-en-de", ["commoncrawl.de-en.de", "newstest2014-deen-ref.de.sgm",
+                                       "https://statmt.org/wmt14/test-full.tgz"]),
+                        ("multi30k", ["val.de.gz", "https://raw.githubusercontent.com/multi30k/dataset"]),
+                        ("wat-en-ja", ["train/train-1.txt", "dev/dev.txt", "https://jipsti.jst.go.jp/aspec/"])]:
+        start = time.time()
+        out = recipe(name, tmp_path, tmp_path / "empty", env=offline_env())
+        took = time.time() - start
+        assert out.returncode != 0, out.stdout
+        assert took < 10, took
+        for need in needs:
+            assert need in out.stderr, (name, need, out.stderr)
+        assert "RAW_DIR=" in out.stderr and "Traceback" not in out.stderr
+    assert not (tmp_path / "bin").exists()
+    assert not any(f.endswith((".tgz", ".gz", ".zip", ".part")) for _, _, fs in os.walk(tmp_path) for f in fs)
+
+
+# ---------------------------------------------------------------- the recipes on Multi30k slices
+
+
+@pytest.fixture(scope="module")
+def multi30k_bin(tmp_path_factory):
+    """`multi30k` without a local copy: downloaded (gzipped, under the project's names) from a
+    local HTTP server through --mirror, then prepared."""
+    tmp = tmp_path_factory.mktemp("m30k")
+    site = tmp / "site"
+    site.mkdir()
+    for split, orig in (("train", "train"), ("valid", "val"), ("test", "test_2016_flickr")):
+        for lang in ("en", "de"):
+            (site / f"{orig}.{lang}.gz").write_bytes(gzip.compress("".join(
+                l + "\n" for l in lines(split, lang)).encode()))
+    base, server = serve(site)
+    try:
+        out = recipe("multi30k", tmp, tmp / "no-local-copy", "--mirror", base)
+    finally:
+        server.shutdown()
+    assert_ok(out)
+    assert "downloading" in out.stderr and f"{base}/val.de.gz" in out.stderr
+    assert (tmp / "work" / "raw" / "multi30k_en_de" / "valid.de").read_text(encoding="utf-8").splitlines() == \
+        lines("valid", "de")
+    return tmp, tmp / "bin" / "multi30k_en_de", out
+
+
+def test_multi30k_download_fallback_trains(multi30k_bin):
+    tmp, data, _ = multi30k_bin
+    assert n_sentences(str(data / "train.en-de.de")) == N
+    assert_fairseq_trains(data, "en", "de")
+
+
+def test_wmt_ro_en_recipe_and_idempotence(tmp_path):
+    raw = tmp_path / "raw"
+    de, en = lines("train", "de"), lines("train", "en")
+    de[0], en[0] = "Şi ţara în care Ștefan învață", "And the country where Stefan learns"
+    half = N // 2
+    # the German side plays Romanian; Europarl nested as in its archive, SETIMES flat
+    write(str(raw / "training-parallel-ep-v8/europarl-v8.ro-en.ro"), de[:half])
+    write(str(raw / "training-parallel-ep-v8/europarl-v8.ro-en.en"), en[:half])
+    write(str(raw / "SETIMES.en-ro.ro"), de[half:])
+    write(str(raw / "SETIMES.en-ro.en"), en[half:])
+    for split, stem in (("valid", "dev/newsdev2016"), ("test", "test/newstest2016")):
+        write_sgm(str(raw / f"{stem}-roen-src.ro.sgm"), lines(split, "de"), "ro")
+        write_sgm(str(raw / f"{stem}-roen-ref.en.sgm"), lines(split, "en"), "ro")
+    out = recipe("wmt-ro-en", tmp_path, raw)
+    assert_ok(out)
+    data = tmp_path / "bin" / "wmt16_ro_en"
+    assert n_sentences(str(data / "valid.ro-en.ro")) == N and n_sentences(str(data / "test.ro-en.en")) == N
+    tok = (tmp_path / "work" / "wmt16_ro_en" / "train.tok.ro").read_text(encoding="utf-8").splitlines()
+    assert len(tok) == N and tok[0] == "Si tara in care Stefan invata"
+    assert_fairseq_trains(data, "ro", "en")
+
+    before = snapshot(tmp_path / "work", tmp_path / "bin")
+    again = recipe("wmt-ro-en", tmp_path, raw)
+    assert_ok(again)
+    assert snapshot(tmp_path / "work", tmp_path / "bin") == before  # nothing rewritten
+    for step in ("assemble train", "tokenise ro", "learn BPE", "binarise"):
+        assert f"{step}: done before, skipped" in again.stdout, again.stdout
+
+
+def _tgz(path, files):
+    with tarfile.open(path, "w:gz") as tar:
+        for name, rows in files.items():
+            data = "".join(r + "\n" for r in rows).encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_wmt_en_de_recipe_from_archives(tmp_path):
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    en, de = lines("train", "en"), lines("train", "de")
+    en[5], de[5] = "a b c d e f g h i j", "x"  # length ratio 10: dropped from train
+    thirds = [(0, 100), (100, 200), (200, N)]
+    for (a, b), (archive, stem) in zip(thirds, [("training-parallel-europarl-v7.tgz", "training/europarl-v7.de-en"),
+                                               ("training-parallel-commoncrawl.tgz", "commoncrawl.de-en"),
+                                               ("training-parallel-nc-v9.tgz", "training/news-commentary-v9.de-en")]):
+        _tgz(raw / archive, {f"{stem}.en": en[a:b], f"{stem}.de": de[a:b]})
+    # the test sets' archives have published md5s, so they are given as extracted files
+    write_sgm(str(raw / "test/newstest2013-src.en.sgm"), lines("valid", "en"), "en")
+    write_sgm(str(raw / "test/newstest2013-src.de.sgm"), lines("valid", "de"), "en")
+    write_sgm(str(raw / "test-full/newstest2014-deen-src.en.sgm"), lines("test", "en"), "en")
+    write_sgm(str(raw / "test-full/newstest2014-deen-ref.de.sgm"), lines("test", "de"), "en")
+    out = recipe("wmt-en-de", tmp_path, raw)
+    assert_ok(out)
+    assert re.search(r"train: dropped \d+ pair\(s\) over the length limits", out.stdout), out.stdout
+    kept = (tmp_path / "work" / "wmt14_en_de" / "train.clean.en").read_text(encoding="utf-8").splitlines()
+    assert "a b c d e f g h i j" not in kept and len(kept) < N
+    extracted = tmp_path / "work" / "raw" / "wmt14_en_de" / "training" / "news-commentary-v9.de-en.de"
+    assert extracted.read_text(encoding="utf-8").splitlines() == de[200:]
+    data = tmp_path / "bin" / "wmt14_en_de"
+    assert n_sentences(str(data / "train.en-de.en")) == len(kept)
+    assert_fairseq_trains(data, "en", "de")
+
+
+def test_wat_en_ja_recipe(tmp_path):
+    import japanese
+
+    try:
+        japanese.ensure_installed()  # what the recipe does on first use: pip install fugashi unidic-lite
+    except SystemExit as e:
+        pytest.skip(f"fugashi/unidic-lite cannot be installed from PyPI here: {e}")
+    raw = tmp_path / "ASPEC-JE"
+    en, ja = lines("train", "en"), lines("train", "de")  # German plays Japanese, plus real Japanese:
+    en[0], ja[0] = "I study natural language processing at the University of Tokyo.", "私は東京大学で自然言語処理を研究しています。"
+    half = N // 2
+    for name, a, b in (("train-1", 0, half), ("train-2", half, N)):
+        write(str(raw / "train" / f"{name}.txt"),
+              [f"0.9 ||| {name}-{i} ||| {i} ||| {j} ||| {e}" for i, (j, e) in enumerate(zip(ja[a:b], en[a:b]))])
+    for split, name in (("valid", "dev"), ("test", "test")):
+        write(str(raw / name / f"{name}.txt"),
+              [f"{name}-{i} ||| {i} ||| {j} ||| {e}" for i, (j, e) in enumerate(zip(lines(split, "de"), lines(split, "en")))])
+    out = recipe("wat-en-ja", tmp_path, raw)
+    assert_ok(out)
+    tok = (tmp_path / "work" / "wat_en_ja" / "train.tok.ja").read_text(encoding="utf-8").splitlines()
+    assert tok[0] == "私 は 東京 大学 で 自然 言語 処理 を 研究 し て い ます 。"
+    data = tmp_path / "bin" / "wat_en_ja"
+    assert n_sentences(str(data / "train.en-ja.ja")) == N
+    assert_fairseq_trains(data, "en", "ja")
+
+
+# ---------------------------------------------------------------- distillation
+
+
+def test_distillation_on_a_tiny_slice(multi30k_bin):
+    tmp, data, _ = multi30k_bin
+    env = dict(ENV, UPDATES="2", WARMUP="1", MAX_TOKENS="1024", BEAM="2", GEN_BATCH="100",
+               GEN_ARGS="--max-len-a 0 --max-len-b 6",
+               TEACHER_ARGS="--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 --decoder-embed-dim 16 "
+                            "--encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 --encoder-attention-heads 2 "
+                            "--decoder-attention-heads 2 --disable-validation --log-interval 1")
+    cmd = [sys.executable, "recipes/distill.py", "multi30k_en_de", "--data-dir", str(tmp / "bin"),
+           "--work-dir", str(tmp / "work"), "--checkpoint-dir", str(tmp / "ckpt")]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert_ok(out)
+    assert (tmp / "ckpt" / "multi30k_en_de-teacher" / "checkpoint_last.pt").exists()
+    dest = tmp / "bin" / "multi30k_en_de-distill"
+    for lang in ("en", "de"):
+        assert n_sentences(str(dest / f"train.en-de.{lang}")) == n_sentences(str(data / f"train.en-de.{lang}")) == N
+        assert (dest / f"dict.{lang}.txt").read_bytes() == (data / f"dict.{lang}.txt").read_bytes()
+        for split in ("valid", "test"):
+            assert (dest / f"{split}.en-de.{lang}.bin").read_bytes() == (data / f"{split}.en-de.{lang}.bin").read_bytes()
+    work = tmp / "work" / "multi30k_en_de-distill"
+    # the source side is the original BPE text, in corpus order; the target side the teacher's
+    assert (work / "train.en").read_text(encoding="utf-8") == \
+        (tmp / "work" / "multi30k_en_de" / "train.bpe.en").read_text(encoding="utf-8")
+    hyps = (work / "train.de").read_text(encoding="utf-8").splitlines()
+    generated = [l.split("\t") for l in (work / "generate-train.txt").read_text(encoding="utf-8").splitlines()]
+    best = {int(l[0][2:]): l[2] for l in generated if l[0].startswith("H-")}
+    refs = {int(l[0][2:]): l[1] for l in generated if l[0].startswith("T-")}
+    assert sorted(best) == list(range(N))
+    assert hyps == [best[i] or refs[i] for i in range(N)]  # the beam output by id; an empty one keeps the reference
+    assert any(hyps[i] != refs[i] for i in range(N))  # (a 2-update teacher does not reproduce the references)
+    assert all(len(best[i].split()) <= 6 for i in range(N))  # GEN_ARGS reached fairseq-generate
+
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert_ok(again)
+    for step in ("teacher", "decoding", "distilled text", "binarise"):
+        assert f"distill: {step}: done before, skipped" in again.stdout, again.stdout
