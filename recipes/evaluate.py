@@ -5,10 +5,14 @@
         --raw-ref ../shared/data/multi30k/test.de --tok-ref work/multi30k_en_de/test.clean.de \
         --src en --tgt de -- --user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel
 
-Everything after ``--`` goes to fairseq-generate. Prints (and with ``--csv`` appends) one row:
-detokenised sacreBLEU against the raw reference (with its signature), tokenised BLEU against
-the Moses-tokenised reference (what NAT papers report), average decoding steps, steps per
-output token ("sequential ratio", the paper's Figure 6), and wall-clock ms per sentence.
+Everything after ``--`` goes to fairseq-generate (the model's task and decoding flags; e.g. for
+fairseq's NAT baselines ``--task translation_lev --iter-decode-max-iter 9 --iter-decode-eos-penalty 0``).
+Prints (and with ``--csv`` / ``--markdown`` appends) one row: detokenised sacreBLEU against the raw
+reference (with its signature), tokenised BLEU against the Moses-tokenised reference (what NAT
+papers report), average decoding steps (fairseq's ``--print-step``; for an autoregressive model,
+which prints none, output length + 1), steps per output token ("sequential ratio", the paper's
+Figure 6), and ms per sentence from fairseq-generate's own timing, at ``--batch-size`` (64) and,
+with ``--batch1``, also at batch 1 (a second decoding of the test set, one sentence at a time).
 """
 import argparse
 import csv
@@ -50,18 +54,56 @@ def main(argv=None):
     p.add_argument("--gen-subset", default="test")
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--name", default=None, help="row label (default: the checkpoint path)")
+    p.add_argument("--batch1", action="store_true", help="also time decoding at batch 1")
     p.add_argument("--csv", help="append the row to this CSV file")
+    p.add_argument("--markdown", help="append the row to this Markdown table (header written when new)")
     args = p.parse_args(argv)
 
+    out, wall = generate(args, args.batch_size, extra)
+    hyp, tok_hyp, steps, ntok = parse_generate(out.stdout)
+    row = score(args, hyp, tok_hyp, steps, ntok)
+    row[f"ms_per_sentence_b{args.batch_size}"] = ms_per_sentence(out.stderr)
+    if args.batch1:
+        out1, _ = generate(args, 1, extra)
+        row["ms_per_sentence_b1"] = ms_per_sentence(out1.stderr)
+    row["wall_s"] = round(wall, 1)
+    print(f"{row['model']}: sacreBLEU {row['sacrebleu']} ({row['signature']})"
+          + "".join(f", {k} {v}" for k, v in row.items() if k not in ("model", "sacrebleu", "signature")))
+    if args.csv:
+        new = not os.path.exists(args.csv)
+        with open(args.csv, "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(row))
+            if new:
+                w.writeheader()
+            w.writerow(row)
+    if args.markdown:
+        cols = [k for k in row if k not in ("signature", "wall_s")]
+        new = not os.path.exists(args.markdown)
+        with open(args.markdown, "a", encoding="utf-8") as f:
+            if new:
+                f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
+            f.write("| " + " | ".join(str(row[c]) for c in cols) + " |\n")
+    return row
+
+
+def ms_per_sentence(stderr: str):
+    m = re.search(r"Translated ([\d,]+) sentences .* in ([\d.]+)s", stderr)
+    return round(1000 * float(m.group(2)) / int(m.group(1).replace(",", "")), 1) if m else None
+
+
+def generate(args, batch_size, extra):
     cmd = ["fairseq-generate", args.data, "--path", args.path, "--gen-subset", args.gen_subset,
-           "--batch-size", str(args.batch_size), "--remove-bpe", "--tokenizer", "moses",
+           "--batch-size", str(batch_size), "--remove-bpe", "--tokenizer", "moses",
            "--source-lang", args.src, "--target-lang", args.tgt, "--print-step", *extra]
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if out.returncode != 0:
         sys.exit(f"fairseq-generate failed:\n{out.stderr[-1500:]}")
-    hyp, tok_hyp, steps, ntok = parse_generate(out.stdout)
+    return out, wall
+
+
+def score(args, hyp, tok_hyp, steps, ntok):
     with open(args.raw_ref, encoding="utf-8") as f:
         raw = [l.rstrip("\n") for l in f]
     if len(hyp) != len(raw):
@@ -76,26 +118,12 @@ def main(argv=None):
             tok_ref = [l.rstrip("\n") for l in f]
         tok_hyps = [tok_hyp[i] for i in ids]
         row["tok_bleu"] = round(sacrebleu.corpus_bleu(tok_hyps, [tok_ref], tokenize="none").score, 2)
-    if steps:
-        mean_steps = sum(steps.values()) / len(steps)
-        mean_len = sum(ntok.values()) / max(1, len(ntok))
-        row["steps"] = round(mean_steps, 2)
-        row["steps_per_token"] = round(mean_steps / max(mean_len, 1e-9), 3)
-    m = re.search(r"Translated ([\d,]+) sentences .* in ([\d.]+)s", out.stderr)
-    if m:
-        row["ms_per_sentence"] = round(1000 * float(m.group(2)) / int(m.group(1).replace(",", "")), 1)
-    row["wall_s"] = round(wall, 1)
-    print(f"{row['model']}: sacreBLEU {row['sacrebleu']} ({row['signature']})"
-          + "".join(f", {k} {v}" for k, v in row.items() if k not in ("model", "sacrebleu", "signature")))
-    if args.csv:
-        new = not os.path.exists(args.csv)
-        with open(args.csv, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(row))
-            if new:
-                w.writeheader()
-            w.writerow(row)
+    mean_len = sum(ntok.values()) / max(1, len(ntok))
+    # autoregressive models print no steps: one step per output token and one for </s>
+    mean_steps = sum(steps.values()) / len(steps) if steps else mean_len + 1
+    row["steps"] = round(mean_steps, 2)
+    row["steps_per_token"] = round(mean_steps / max(mean_len, 1e-9), 3)
     return row
-
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,92 @@
+#!/usr/bin/env python
+"""What InsNet-Dinic layerization costs per batch, relative to a training step, side by side.
+
+    .venv/bin/python benchmarks/layerization_cost.py --path checkpoints/dinic_base/checkpoint_best.pt
+
+On the same Multi30k batches (valid split, --max-tokens per batch, the checkpoint's insertion
+order) it times, interleaved over --rounds: one training step (forward + backward, sequential
+objective) and one layerization from the sequential layering (no gradient) at each tau, and one
+layerization continuing from the previous layering (what later epochs pay). Prints median
+seconds, promotion rounds, layers per sentence and the ratio to a training step.
+"""
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import insnet_fairseq  # noqa: E402,F401
+from fairseq import checkpoint_utils  # noqa: E402
+
+from insnet_fairseq.criterion import term_losses  # noqa: E402
+from insnet_fairseq.layerization import layerize, num_layers  # noqa: E402
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--path", required=True)
+    p.add_argument("--data", default="data-bin/multi30k_en_de")
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--batches", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--taus", type=float, nargs="+", default=[0.3, 1.0, 3.0, 10.0])
+    args = p.parse_args(argv)
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides={"data": args.data})
+    model = models[0]
+    task.load_dataset("valid")
+    ds = task.dataset("valid")
+    chunks = ds.batch_by_size(ds.ordered_indices(), max_tokens=args.max_tokens)
+    step = len(chunks) // args.batches
+    samples = [ds.collater([ds[i] for i in chunks[k * step]]) for k in range(args.batches)]
+    opt = torch.optim.Adam(model.parameters(), lr=1e-9)
+
+    def train_step(sample):
+        model.train()
+        loss = sum(v[0] for v in term_losses(model(**sample["net_input"])).values())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    def layer(sample, tau, start=None):
+        ni = sample["net_input"]
+        return layerize(model, ni["src_tokens"], ni["src_lengths"], ni["target"], ni["order"], tau, start=start)
+
+    times = {k: [] for k in ["train step"] + [f"tau {t}" for t in args.taus] + [f"tau {t}, continued" for t in args.taus]}
+    stats = {}
+    for s in samples:  # warm-up
+        train_step(s)
+    for _ in range(args.rounds):
+        for s_i, s in enumerate(samples):
+            t = time.perf_counter()
+            train_step(s)
+            times["train step"].append(time.perf_counter() - t)
+            for tau in args.taus:
+                t = time.perf_counter()
+                layers, rounds = layer(s, tau)
+                times[f"tau {tau}"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                _, rounds2 = layer(s, tau, start=layers)
+                times[f"tau {tau}, continued"].append(time.perf_counter() - t)
+                stats.setdefault(f"tau {tau}", []).append((rounds, float(num_layers(layers).float().mean())))
+                stats.setdefault(f"tau {tau}, continued", []).append((rounds2, float(num_layers(layers).float().mean())))
+    words = statistics.mean(float((s["net_input"]["target"].ne(1).sum(1) - 2).float().mean()) for s in samples)
+    base = statistics.median(times["train step"])
+    print(f"\n{args.batches} Multi30k valid batches of <= {args.max_tokens} tokens ({words:.1f} words/sentence), "
+          f"{torch.get_num_threads()} threads, median of {args.rounds} rounds\n")
+    print("| work per batch | seconds | promotion rounds | layers/sentence | x training step |")
+    print("|---|---|---|---|---|")
+    for name, ts in times.items():
+        med = statistics.median(ts)
+        r, l = (statistics.mean(x[0] for x in stats[name]), statistics.mean(x[1] for x in stats[name])) if name in stats else ("", words)
+        r = f"{r:.1f}" if r != "" else ""
+        print(f"| {name} | {med:.2f} | {r} | {l:.2f} | {med / base:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
