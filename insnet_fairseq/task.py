@@ -179,6 +179,17 @@ class InsertionTranslationTask(TranslationTask):
         self.layer_batch(sample, model)
         return super().valid_step(sample, model, criterion)
 
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        hyps = super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
+        if isinstance(generator, InsertionGenerator):  # running average of decoding steps, in the log
+            tally = self.__dict__.setdefault("_decode_tally", [0, 0, 0])
+            tally[0] += len(hyps)
+            tally[1] += sum(h[0]["steps"] for h in hyps)
+            tally[2] += sum(len(h[0]["tokens"]) - 1 for h in hyps)
+            logger.info(f"insertion decoding ({generator.mode}): {tally[0]} sentences, "
+                        f"{tally[1] / max(tally[0], 1):.2f} steps/sentence, {tally[1] / max(tally[2], 1):.3f} steps/token")
+        return hyps
+
     def build_generator(self, models, args, **unused):
         from .model import InsNetModel
 

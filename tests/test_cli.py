@@ -168,6 +168,8 @@ def test_fairseq_generate_prints_steps_history_and_sacrebleu(small_data, tiny_ch
     assert len(history) == sum(steps.values()) + 300  # the start plus one line per step
     assert not any("@@" in l for l in hyps)  # --remove-bpe
     assert "BLEU = " in out.stdout + out.stderr and "Traceback" not in out.stderr
+    mean = sum(steps.values()) / 300  # the log's running average ends at the printed steps' mean
+    assert f"insertion decoding ({mode}): 300 sentences, {mean:.2f} steps/sentence" in out.stderr
 
 
 def test_bad_insertion_mode_is_an_argparse_error(small_data, tiny_checkpoint):
