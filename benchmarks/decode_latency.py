@@ -115,11 +115,14 @@ def main(argv=None):
 
     ids = list(range(min(args.sentences, len(ins_task.dataset("test")))))
     sizes = src_sizes(ins_task.dataset("test"))
+    by_len = sorted(ids, key=lambda i: (int(sizes[i]), i))
+    third = len(by_len) // 3  # source-length terciles: is the cache's gain growing with length?
+    buckets = {"short": by_len[:third], "medium": by_len[third : 2 * third], "long": by_len[2 * third :]}
     median_len = statistics.median(int(sizes[i]) for i in ids)
-    buckets = {"short": [i for i in ids if sizes[i] <= median_len], "long": [i for i in ids if sizes[i] > median_len]}
     results = {}  # (system, setting) -> (ms/sentence, steps, steps/length)
     plans = [(f"batch {b}", ids, b) for b in args.batch_sizes]
-    plans += [(f"batch 64, {k} sources", v, 64) for k, v in buckets.items()]
+    plans += [(f"batch 64, {k} sources ({int(sizes[v[0]])}-{int(sizes[v[-1]])} tokens)", v, 64)
+              for k, v in buckets.items()]
     for setting, sel, bsz in plans:
         prepared = {s.task: batches(s.task, sel, bsz) for s in systems}
         for s in systems:  # warm-up
