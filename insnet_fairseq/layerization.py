@@ -159,7 +159,7 @@ def promotions(decoder, target: Tensor, layers: Tensor, source_kv, source_pad, t
 
     # (2) token log-likelihood at its slot now vs one layer up, for the candidates only
     b, t = cand.nonzero(as_tuple=True)
-    if len(b):
+    if len(b) and tau < math.inf:
         left_all, right_all = slot_neighbours(rank)  # [B, n, n]
         heads = decoder.heads
 
