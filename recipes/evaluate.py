@@ -94,7 +94,10 @@ def ms_per_sentence(stderr: str):
 def generate(args, batch_size, extra):
     cmd = ["fairseq-generate", args.data, "--path", args.path, "--gen-subset", args.gen_subset,
            "--batch-size", str(batch_size), "--remove-bpe", "--tokenizer", "moses",
-           "--source-lang", args.src, "--target-lang", args.tgt, "--print-step", *extra]
+           "--source-lang", args.src, "--target-lang", args.tgt, *extra]
+    task = extra[extra.index("--task") + 1] if "--task" in extra else "translation"
+    if task != "translation":  # fairseq's autoregressive generator has no step count to print
+        cmd.append("--print-step")
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start

@@ -21,9 +21,10 @@ eval_row() {  # NAME CHECKPOINT fairseq-generate flags...
   python recipes/evaluate.py --data "$data" --path "$ckpt" --src en --tgt de --name "$name" --batch1 \
     --raw-ref "$raw/test.de" --tok-ref work/multi30k_en_de/test.clean.de --csv $out.csv --markdown $out.md -- "$@"
 }
-nat=(--task translation_lev --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1)
-eval_row "AR transformer, beam 5" ${dir[ar]}/checkpoint_last.pt --beam 5
-eval_row "AR transformer, greedy" ${dir[ar]}/checkpoint_last.pt --beam 1
+# --user-dir for every model: it also lets fairseq load its own checkpoints under torch >= 2.6
+nat=(--user-dir insnet_fairseq --task translation_lev --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1)
+eval_row "AR transformer, beam 5" ${dir[ar]}/checkpoint_last.pt --user-dir insnet_fairseq --beam 5
+eval_row "AR transformer, greedy" ${dir[ar]}/checkpoint_last.pt --user-dir insnet_fairseq --beam 1
 eval_row "Insertion Transformer" ${dir[inst]}/checkpoint_last.pt "${nat[@]}"
 eval_row "Levenshtein Transformer" ${dir[levt]}/checkpoint_last.pt "${nat[@]}"
 ins=(--user-dir insnet_fairseq --task insertion_translation)
