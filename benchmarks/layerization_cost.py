@@ -10,7 +10,6 @@ layerization continuing from the previous layering (what later epochs pay). Prin
 seconds, promotion rounds, layers per sentence and the ratio to a training step.
 """
 import argparse
-import math
 import os
 import statistics
 import sys

@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import insnet_fairseq  # noqa: E402,F401
-from fairseq.data import Dictionary, data_utils  # noqa: E402
+from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel  # noqa: E402
 from insnet_fairseq.criterion import term_losses  # noqa: E402
 from insnet_fairseq.model import InsNetModel  # noqa: E402

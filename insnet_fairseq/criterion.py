@@ -8,7 +8,6 @@ inserted target token (base 2, like fairseq's other criteria).
 import math
 from dataclasses import dataclass, field
 
-import torch
 import torch.nn.functional as F
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion

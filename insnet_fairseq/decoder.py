@@ -4,7 +4,7 @@ self-attention uses insertion offsets (paper 3.1.3), plus cross-attention to the
 It is causal in insertion order, so the state of a token never changes once inserted: one
 pass encodes a whole trajectory (training) and decoding can cache every layer's keys/values.
 """
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F

@@ -23,7 +23,7 @@ from fairseq.models.transformer import base_architecture as transformer_base_arc
 from torch import Tensor
 
 from .decoder import InsNetContextEncoder
-from .offsets import offsets_from_rank, rank_matrix, slot_neighbours, target_slots
+from .offsets import offsets_from_rank, rank_matrix, slot_neighbours
 from .slots import SlotHeads
 
 

@@ -43,49 +43,6 @@ def naive_attention(model):
             m.naive = False
 
 
-@torch.no_grad()
-def naive_trajectory_logprobs(model, src_tokens, src_lengths, target, order) -> List[Dict[str, List[float]]]:
-    """Per sentence, per step, re-encode the prefix from scratch and score the next insertion.
-
-    Returns one dict per sentence with lists ``token`` and ``position`` (steps t = 1..len-2:
-    log-prob of the true next token at its slot and of that slot) and ``termination``
-    (t = 1..len-1: log q(stop == [t is last])).
-    """
-    decoder = model.decoder
-    heads = decoder.heads
-    pad = decoder.padding_idx
-    results = []
-    with naive_attention(model):
-        for b in range(target.size(0)):
-            L = int(target[b].ne(pad).sum())
-            ordr = [int(x) for x in order[b, :L]]
-            toks = [int(target[b, p]) for p in ordr]
-            keep = src_tokens[b].ne(pad)  # the sentence alone, without its padding
-            src = src_tokens[b : b + 1, keep]
-            enc = model.encoder(src, src_lengths=src_lengths[b : b + 1])
-            source_kv, source_pad = decoder.encode_source(enc)
-            out = {"token": [], "position": [], "termination": []}
-            for t in range(1, L):
-                off = torch.tensor(naive_offsets(ordr[: t + 1])).unsqueeze(0)
-                x = torch.tensor(toks[: t + 1]).unsqueeze(0)
-                h, _ = decoder.context(x, off, causal_mask(t + 1, x.device), source_kv, source_pad)
-                h = h[0]  # [t + 1, D]
-                by_position = sorted(range(t + 1), key=lambda j: ordr[j])  # steps in final order
-                slots = [(by_position[k], by_position[k + 1]) for k in range(t)]
-                e = torch.stack([heads.slot_repr(h[l], h[r], h[t]) for l, r in slots])  # [t, D]
-                stop = heads.termination_logit(h[t])
-                is_last = t == L - 1
-                out["termination"].append(float(F.logsigmoid(stop if is_last else -stop)))
-                if is_last:
-                    continue
-                nxt = ordr[t + 1]
-                k = sum(1 for p in ordr[: t + 1] if p < nxt) - 1
-                out["position"].append(float(torch.log_softmax(heads.position_logit(e), -1)[k]))
-                out["token"].append(float(torch.log_softmax(heads.token_logits(e[k]), -1)[toks[t + 1]]))
-            results.append(out)
-    return results
-
-
 def reencode_prefixes(model, src_tokens, src_lengths, target, order):
     """Loss of whole trajectories when every prefix is re-encoded (batched over sentences).
 
@@ -136,6 +93,25 @@ def reencode_prefixes(model, src_tokens, src_lengths, target, order):
 
 
 @torch.no_grad()
+def naive_trajectory_logprobs(model, src_tokens, src_lengths, target, order) -> List[Dict[str, List[float]]]:
+    """Per sentence, per step, re-encode the prefix from scratch and score the next insertion.
+
+    Returns one dict per sentence with lists ``token`` and ``position`` (steps t = 1..len-2:
+    log-prob of the true next token at its slot and of that slot) and ``termination``
+    (t = 1..len-1: log q(stop == [t is last])). A sequential trajectory is the layered one with
+    one word per layer (step t in layer t - 1), so this is :func:`naive_layered_logprobs` on those.
+    """
+    pad = model.decoder.padding_idx
+    layers = []
+    for b in range(target.size(0)):
+        L = int(target[b].ne(pad).sum())
+        lay = [0] * L
+        for t, p in enumerate(order[b, :L].tolist()):
+            lay[p] = max(t - 1, 0)
+        layers.append(lay)
+    return _naive_layered(model, src_tokens, src_lengths, target, layers)
+
+
 def naive_layered_logprobs(model, src_tokens, src_lengths, target, layers) -> List[Dict[str, List[float]]]:
     """The layered (InsNet-Dinic) objective by its definition, one sentence and layer at a time.
 
@@ -145,14 +121,20 @@ def naive_layered_logprobs(model, src_tokens, src_lengths, target, layers) -> Li
     token is the global vector. Returns per sentence ``token`` and ``position`` (one entry per
     word, in encoding order) and ``termination`` (one per layer, then the final one).
     """
+    pad = model.decoder.padding_idx
+    lists = [layers[b, : int(target[b].ne(pad).sum())].tolist() for b in range(target.size(0))]
+    return _naive_layered(model, src_tokens, src_lengths, target, lists)
+
+
+@torch.no_grad()
+def _naive_layered(model, src_tokens, src_lengths, target, layers: List[List[int]]) -> List[Dict[str, List[float]]]:
     decoder = model.decoder
     heads = decoder.heads
     pad = decoder.padding_idx
     results = []
     with naive_attention(model):
-        for b in range(target.size(0)):
-            L = int(target[b].ne(pad).sum())
-            lay = [int(x) for x in layers[b, :L]]
+        for b, lay in enumerate(layers):
+            L = len(lay)
             ordr = sorted(range(L), key=lambda p: (lay[p], p))
             toks = [int(target[b, p]) for p in ordr]
             keep = src_tokens[b].ne(pad)

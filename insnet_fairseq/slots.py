@@ -14,10 +14,7 @@ Training needs the position logit of every slot of every step: B x n x n x D if 
 dot product with ``w_o`` decompose into per-token sums and two [B, T, n] matrix products, so
 memory is O(B n^2) (like an attention score matrix) and compute O(B n^2 D).
 """
-from typing import Tuple
-
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 

@@ -1,7 +1,6 @@
 """Task ``insertion_translation``: fairseq bitext, batched as insertion trajectories."""
 import logging
 import os
-import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -107,8 +106,9 @@ class InsertionTranslationTask(TranslationTask):
         if mode == "dinic" and cfg.insertion_order == "l2r":
             logger.warning("--layerization dinic with --insertion-order l2r: no token of a left-to-right "
                            "trajectory can be promoted (every earlier slot is taken); train with binary or random")
-        self.layerization, self.dinic_tau = mode, (math.inf if tau == math.inf else tau)
+        self.layerization, self.dinic_tau = mode, tau
         self.layer_store = torch.full((0, 0), -1, dtype=torch.int32)  # last layering of each training sentence
+        self.decode_tally = [0, 0, 0]  # sentences, insertion steps, output words decoded so far
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
@@ -182,7 +182,7 @@ class InsertionTranslationTask(TranslationTask):
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         hyps = super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
         if isinstance(generator, InsertionGenerator):  # running average of decoding steps, in the log
-            tally = self.__dict__.setdefault("_decode_tally", [0, 0, 0])
+            tally = self.decode_tally
             tally[0] += len(hyps)
             tally[1] += sum(h[0]["steps"] for h in hyps)
             tally[2] += sum(len(h[0]["tokens"]) - 1 for h in hyps)
