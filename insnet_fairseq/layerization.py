@@ -132,7 +132,7 @@ def promotions(decoder, target: Tensor, layers: Tensor, source_kv, source_pad, t
     B, n = target.shape
     device = target.device
     lengths = target.ne(decoder.padding_idx).sum(1)
-    order, _ = trajectory(layers)
+    order = encoding_order(layers)
     steps = _positions(B, n, device)
     step_pad = steps >= lengths.unsqueeze(1)
     rank = rank_matrix(order, step_pad)  # [B, n, n]
@@ -140,9 +140,8 @@ def promotions(decoder, target: Tensor, layers: Tensor, source_kv, source_pad, t
     h, _ = decoder.context(tokens, offsets_from_rank(rank), causal_mask(n, device), source_kv, source_pad)
 
     by_step = layers.gather(1, order)  # [B, n]
-    below = lambda lim: (by_step.unsqueeze(1) < lim.unsqueeze(2)).sum(2) - 1  # noqa: E731  [B, n]
-    c1 = below(by_step).clamp_min(0)  # current context: last step of the earlier layers
-    c0 = below(by_step - 1).clamp_min(0)  # context of the layer above
+    c1 = context_steps(layers, order)  # current context: last step of the earlier layers
+    c0 = ((by_step.unsqueeze(1) < by_step.unsqueeze(2) - 1).sum(2) - 1).clamp_min(0)  # the layer above's
     at = lambda m, c: m.gather(1, c.unsqueeze(1)).squeeze(1)  # noqa: E731  m[b, c[b, t], t]
     s1 = (at(rank, c1) - 1).clamp_min(0)  # slot in the current context
     s0 = (at(rank, c0) - 1).clamp_min(0)  # slot in the context of the layer above

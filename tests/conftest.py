@@ -4,6 +4,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -66,6 +67,17 @@ def random_batch(d: Dictionary, lengths, src_len: int = 7, seed: int = 0):
         src[b, src_len - L :] = torch.randint(d.nspecial, len(d), (L,), generator=g)
         src[b, -1] = d.eos()
     return src, src_lengths, target
+
+
+def step_logprobs(out):
+    """Model output -> per-step log-probs of the true token, slot and termination (each [B, T])."""
+    tok, pos, term = out["token"], out["position"], out["termination"]
+    # token log-probs of the real steps, scattered back to [B, T] so they line up with the others
+    tok_lp = pos["logits"].new_zeros(pos["mask"].shape)
+    tok_lp[pos["mask"]] = F.log_softmax(tok["logits"], -1).gather(1, tok["target"].unsqueeze(1)).squeeze(1)
+    pos_lp = F.log_softmax(pos["logits"], -1).gather(2, pos["target"].unsqueeze(2)).squeeze(2)
+    term_lp = F.logsigmoid(torch.where(term["target"].bool(), term["logits"], -term["logits"]))
+    return tok_lp, pos_lp, term_lp
 
 
 @pytest.fixture

@@ -43,9 +43,13 @@ def small_data(tmp_path_factory):
     return str(tmp / "bin" / "m30k_small")
 
 
+def train_rows(log: str):
+    """fairseq-train's json log lines (``--log-format json``) of the training updates."""
+    return [json.loads(line[line.index("{"):]) for line in log.splitlines() if "train_inner" in line and "{" in line]
+
+
 def losses(log: str):
-    rows = [json.loads(line[line.index("{"):]) for line in log.splitlines() if "train_inner" in line and "{" in line]
-    return [(int(r["num_updates"]), float(r["loss"])) for r in rows]
+    return [(int(r["num_updates"]), float(r["loss"])) for r in train_rows(log)]
 
 
 def test_train_kill_mid_epoch_and_resume(small_data, tmp_path):
@@ -198,7 +202,7 @@ def test_interactive_constraints_and_empty_line(small_data, tiny_checkpoint):
 def test_layered_training_logs_layers_per_sentence(small_data, tmp_path, flags):
     out = run(train_cmd(small_data, str(tmp_path / "ckpt"), "--max-update", "4", "--no-save", *flags))
     assert out.returncode == 0, out.stderr[-3000:]
-    rows = [json.loads(line[line.index("{"):]) for line in (out.stdout + out.stderr).splitlines() if "train_inner" in line]
+    rows = train_rows(out.stdout + out.stderr)
     assert len(rows) == 4
     words = [float(r["wpb"]) / float(r["bsz"]) for r in rows]  # inserted words per sentence
     for r, w in zip(rows, words):

@@ -3,7 +3,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from insnet_fairseq.criterion import term_losses
 from insnet_fairseq.layerization import (
@@ -13,7 +12,7 @@ from insnet_fairseq.layerization import (
 from insnet_fairseq.orders import make_order
 from insnet_fairseq.reference import naive_layered_logprobs
 
-from conftest import build_tiny_model, random_batch
+from conftest import build_tiny_model, random_batch, step_logprobs
 
 ATOL = 1e-5
 
@@ -46,8 +45,7 @@ def check_valid(layers, lengths):
         lay = layers[b, :L].tolist()
         assert lay[0] == 0 and lay[L - 1] == 0 and all(x >= 1 for x in lay[1 : L - 1])
         assert all(x == PAD_LAYER for x in layers[b, L:].tolist())
-        m = max(lay)
-        assert sorted(set(lay[1 : L - 1])) == list(range(1, m + 1)) if L > 2 else m == 0  # no empty layer
+        assert sorted(set(lay[1 : L - 1])) == list(range(1, max(lay) + 1))  # every layer 1..m holds a word
         for l, slots in naive_slots(lay).items():
             assert len(slots) == len(set(slots)), f"two tokens of layer {l} in one slot: {lay}"
 
@@ -104,12 +102,7 @@ def test_max_rounds_and_continuing_from_a_layering():
 def layered_logprobs(model, src, src_lengths, target, layers):
     order, context = trajectory(layers)
     out = model(src, src_lengths, target, order, context=context)
-    tok, pos, term = out["token"], out["position"], out["termination"]
-    tok_lp = pos["logits"].new_zeros(pos["mask"].shape)
-    tok_lp[pos["mask"]] = F.log_softmax(tok["logits"], -1).gather(1, tok["target"].unsqueeze(1)).squeeze(1)
-    pos_lp = F.log_softmax(pos["logits"], -1).gather(2, pos["target"].unsqueeze(2)).squeeze(2)
-    term_lp = F.logsigmoid(torch.where(term["target"].bool(), term["logits"], -term["logits"]))
-    return out, tok_lp, pos_lp, term_lp
+    return (out, *step_logprobs(out))
 
 
 def test_singleton_layers_give_the_sequential_objective():

@@ -2,26 +2,20 @@
 log-probabilities as re-encoding every prefix from scratch."""
 import pytest
 import torch
-import torch.nn.functional as F
 
 from insnet_fairseq.criterion import term_losses
 from insnet_fairseq.orders import make_order
 from insnet_fairseq.reference import naive_trajectory_logprobs, reencode_prefixes
 
-from conftest import build_tiny_model, random_batch
+from conftest import build_tiny_model, random_batch, step_logprobs
 
 ATOL = 1e-5
 
 
 def one_pass_logprobs(model, src, src_lengths, target, order):
     out = model(src, src_lengths, target, order)
-    tok, pos, term = out["token"], out["position"], out["termination"]
-    # token log-probs of the real steps, scattered back to [B, T] so they line up with the others
-    tok_lp = pos["logits"].new_zeros(pos["mask"].shape)
-    tok_lp[pos["mask"]] = F.log_softmax(tok["logits"], -1).gather(1, tok["target"].unsqueeze(1)).squeeze(1)
-    pos_lp = F.log_softmax(pos["logits"], -1).gather(2, pos["target"].unsqueeze(2)).squeeze(2)
-    term_lp = F.logsigmoid(torch.where(term["target"].bool(), term["logits"], -term["logits"]))
-    return tok_lp, pos_lp, term_lp, (pos["mask"], pos["mask"], term["mask"])
+    pos, term = out["position"], out["termination"]
+    return (*step_logprobs(out), (pos["mask"], pos["mask"], term["mask"]))
 
 
 @pytest.mark.parametrize("policy", ["l2r", "random", "binary"])
