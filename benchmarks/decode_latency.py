@@ -58,7 +58,6 @@ def batches(task, ids, bsz):
 class System:
     def __init__(self, name, model, generator, task):
         self.name, self.model, self.generator, self.task = name, model, generator, task
-        self.times = {}
 
     def run(self, samples):
         """Decode the samples; returns (seconds, sentences, mean steps, mean output length)."""
@@ -71,7 +70,7 @@ class System:
                     best = h[0]
                     out_len = int(best["tokens"].numel())  # words + </s>
                     lengths.append(out_len - 1)
-                    steps.append(best.get("steps", out_len) if self.name.startswith(("InsNet", "LevT")) else out_len)
+                    steps.append(best.get("steps", out_len))  # autoregressive: one step per token
                 n += len(hyps)
         return time.perf_counter() - start, n, statistics.mean(steps), statistics.mean(lengths)
 
@@ -120,27 +119,26 @@ def main(argv=None):
     buckets = {"short": by_len[:third], "medium": by_len[third : 2 * third], "long": by_len[2 * third :]}
     median_len = statistics.median(int(sizes[i]) for i in ids)
     results = {}  # (system, setting) -> (ms/sentence, steps, steps/length)
-    plans = [(f"batch {b}", ids, b) for b in args.batch_sizes]
-    plans += [(f"batch 64, {k} sources ({int(sizes[v[0]])}-{int(sizes[v[-1]])} tokens)", v, 64)
+    # (setting, sentences, batch size, only InsNet): uncached decoding runs at batch > 1 only, and the
+    # length terciles compare InsNet cached vs uncached
+    plans = [(f"batch {b}", ids, b, False) for b in args.batch_sizes]
+    plans += [(f"batch 64, {k} sources ({int(sizes[v[0]])}-{int(sizes[v[-1]])} tokens)", v, 64, True)
               for k, v in buckets.items()]
-    for setting, sel, bsz in plans:
-        prepared = {s.task: batches(s.task, sel, bsz) for s in systems}
-        for s in systems:  # warm-up
+    for setting, sel, bsz, insnet_only in plans:
+        runs = [s for s in systems if (bsz > 1 or "uncached" not in s.name)
+                and (not insnet_only or s.name.startswith("InsNet"))]
+        prepared = {s.task: batches(s.task, sel, bsz) for s in runs}
+        for s in runs:  # warm-up
             s.run(prepared[s.task][:1])
-        times = {s.name: [] for s in systems}
+        times = {s.name: [] for s in runs}
         for _ in range(args.rounds):
-            for s in systems:
-                if "uncached" in s.name and not setting.startswith("batch 64"):
-                    continue  # the cache comparison is made at batch 64
-                if setting != "batch 64" and setting.startswith("batch 64") and not s.name.startswith("InsNet"):
-                    continue  # length buckets: cached vs uncached only
+            for s in runs:
                 sec, n, steps, length = s.run(prepared[s.task])
                 times[s.name].append(sec)
                 results[(s.name, setting)] = (None, steps, steps / max(length, 1e-9), n)
         for name, ts in times.items():
-            if ts:
-                _, steps, ratio, n = results[(name, setting)]
-                results[(name, setting)] = (1000 * statistics.median(ts) / n, steps, ratio, n)
+            _, steps, ratio, n = results[(name, setting)]
+            results[(name, setting)] = (1000 * statistics.median(ts) / n, steps, ratio, n)
         print(f"done: {setting}", file=sys.stderr, flush=True)
 
     print(f"\n{len(ids)} Multi30k test sentences (median source length {median_len} tokens with </s>), "
@@ -155,11 +153,11 @@ def main(argv=None):
         return results[(name, setting)][0]
 
     for prefix in ["InsNet seq", "InsNet par", "InsNet-parallel-trained par"]:
-        for setting in [s for s, _, b in plans if b == 64]:
+        for setting in [s for s, _, b, _ in plans if b == 64]:
             if (f"{prefix} cached", setting) in results:
                 print(f"{prefix}, {setting}: cached is {ms(f'{prefix} uncached', setting) / ms(f'{prefix} cached', setting):.2f}x "
                       "faster than uncached")
-    if "batch 1" in [s for s, _, _ in plans]:
+    if "batch 1" in [s for s, _, _, _ in plans]:
         ar_ms = ms("AR transformer greedy", "batch 1")
         for name in ["InsNet seq cached", "InsNet par cached", "InsNet-parallel-trained par cached", "LevT"]:
             if (name, "batch 1") in results:
