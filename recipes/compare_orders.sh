@@ -8,8 +8,8 @@ updates=${1:-300}
 raw=${MULTI30K_DIR:-../shared/data/multi30k}
 mkdir -p results
 for order in binary l2r random; do
-  ORDER=$order LR=1e-3 WARMUP=200 bash recipes/train_insnet.sh data-bin/multi30k_en_de \
-    checkpoints/order_$order 600 --max-update "$updates" --log-interval 50
+  ORDER=$order UPDATES=$updates LR=1e-3 WARMUP=200 bash recipes/train.sh insnet data-bin/multi30k_en_de \
+    checkpoints/order_$order
   for mode in sequential parallel; do
     python recipes/evaluate.py --data data-bin/multi30k_en_de --path checkpoints/order_$order/checkpoint_last.pt \
       --src en --tgt de --name "$order $mode @${updates}" --raw-ref "$raw/test.de" \

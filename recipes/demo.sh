@@ -11,7 +11,8 @@ raw=${MULTI30K_DIR:-../shared/data/multi30k}
 [ -f "$raw/test.de" ] || raw=work/raw/multi30k_en_de
 
 echo "== training insnet_small for ${minutes} minutes (fairseq-train; log lines every 20 updates)"
-LR=${LR:-1e-3} WARMUP=${WARMUP:-400} bash recipes/train_insnet.sh "$data" "$save" "$minutes" --log-interval 20
+MINUTES=$minutes UPDATES=0 LR=${LR:-1e-3} WARMUP=${WARMUP:-400} bash recipes/train.sh insnet "$data" "$save" \
+  --log-interval 20
 ckpt=$save/checkpoint_last.pt
 
 for mode in sequential parallel; do

@@ -8,7 +8,7 @@
 # KIND: insnet (task insertion_translation, insnet_small), ar (fairseq `transformer`),
 #       levt (fairseq `levenshtein_transformer`, task translation_lev, criterion nat_loss),
 #       inst (fairseq `insertion_transformer`, task translation_lev, criterion nat_loss).
-# Environment: UPDATES (500), MAX_TOKENS (4096), LR (1e-3), WARMUP (400), MINUTES (no limit),
+# Environment: UPDATES (500; 0: no limit), MAX_TOKENS (4096), LR (1e-3), WARMUP (400), MINUTES (no limit),
 # THREADS (torch threads; default: all cores), SCHEDULER (inverse_sqrt, or fixed: constant LR, for
 # fine-tuning). InsNet-only: ORDER (insertion order).
 set -euo pipefail
