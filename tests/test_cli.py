@@ -55,14 +55,20 @@ def losses(log: str):
 def test_train_kill_mid_epoch_and_resume(small_data, tmp_path):
     save = str(tmp_path / "ckpt")
     last = os.path.join(save, "checkpoint_last.pt")
-    proc = subprocess.Popen(train_cmd(small_data, save, "--save-interval-updates", "8", "--max-update", "10000"),
-                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 240
-    while not os.path.exists(last) and time.time() < deadline and proc.poll() is None:
+    marker = str(tmp_path / "saved")
+    # the trainer holds still once its first checkpoint (update 8) is written; then SIGKILL
+    log_path = tmp_path / "first.log"  # a file, not a pipe: a full pipe would block the trainer
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "train_then_hold.py"), marker,
+                                 *train_cmd(small_data, save, "--save-interval-updates", "8", "--max-update", "10000")[1:]],
+                                cwd=ROOT, env=ENV, stdout=log_file, stderr=subprocess.STDOUT)
+    deadline = time.time() + 1800  # a hang guard only: the marker comes after 8 updates, ~20 s unloaded
+    while not os.path.exists(marker) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
-    first_log = proc.communicate()[0]
-    assert os.path.exists(last), first_log[-3000:]
+    proc.wait()
+    first_log = log_path.read_text()
+    assert os.path.exists(marker), first_log[-3000:]
     state = torch.load(last, map_location="cpu", weights_only=False)
     updates = state["optimizer_history"][-1]["num_updates"]
     itr = state["extra_state"]["train_iterator"]
