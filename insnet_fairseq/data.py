@@ -8,13 +8,13 @@ insertion order drawn by the task's ``--insertion-order`` policy. Random orders 
 import torch
 from fairseq.data import BaseWrapperDataset
 
-from .orders import make_order
+from .orders import DEFAULT_ANCHOR_DEPTH, make_order
 
 
 class InsertionPairDataset(BaseWrapperDataset):
-    def __init__(self, dataset, policy: str, bos: int, seed: int = 1):
+    def __init__(self, dataset, policy: str, bos: int, seed: int = 1, anchor_depth: int = DEFAULT_ANCHOR_DEPTH):
         super().__init__(dataset)
-        self.policy = policy
+        self.policy, self.anchor_depth = policy, anchor_depth
         self.bos = bos
         self.pad = dataset.tgt_dict.pad()
         self.seed = seed
@@ -38,7 +38,7 @@ class InsertionPairDataset(BaseWrapperDataset):
         generator = torch.Generator().manual_seed(
             (self.seed * 1_000_003 + self.epoch * 10_007 + int(batch["id"][0])) % (2 ** 63)
         )
-        order = make_order(self.policy, lengths, target.size(1), generator)
+        order = make_order(self.policy, lengths, target.size(1), generator, self.anchor_depth)
         net_input = batch["net_input"]
         net_input.pop("prev_output_tokens", None)
         net_input["target"] = target

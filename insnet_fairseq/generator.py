@@ -167,7 +167,7 @@ class InsertionGenerator:
         history = [[] for _ in range(B)]
         self._record(history, state, ids)
         while True:
-            stop = decoder.heads.termination_logit(gather_steps(state.hidden, state.last.unsqueeze(1)).squeeze(1)) > 0
+            stop = self.termination_logit(decoder, state) > 0  # q(stop) > 0.5
             stop = stop | (state.steps >= cap) | (state.lengths >= max_len) | ~alive
             if bool(stop.any()):
                 for row in stop.nonzero().view(-1).tolist():
@@ -246,23 +246,45 @@ class InsertionGenerator:
             tokens = lprobs.argmax(-1)
         return tokens, lprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
-    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len) -> DecoderState:
-        """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>."""
+    @staticmethod
+    def slot_distribution(decoder, state: DecoderState) -> Tuple[Tensor, Tensor]:
+        """Slot representations and position log-probs of every slot of the partial sequences.
+
+        Returns (e [B, K, D], pos_lprobs [B, K]), K = S - 1 slots; slot k lies between the tokens
+        of ranks k and k + 1 (left to right); slots beyond a sentence's length get -inf.
+        """
         heads = decoder.heads
         h = state.hidden
         B, S, D = h.shape
         K = S - 1
         by_pos = state.sequence_order()  # [B, S]
-        lengths = state.lengths
         left, right = by_pos[:, :-1], by_pos[:, 1:]  # [B, K] slot k between ranks k and k + 1
-        slot_ok = torch.arange(K, device=h.device).unsqueeze(0) < (lengths - 1).unsqueeze(1)
+        slot_ok = torch.arange(K, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
         g = gather_steps(h, state.last.unsqueeze(1)).expand(B, K, D)  # [B, K, D]
         e = heads.slot_repr(gather_steps(h, left), gather_steps(h, right), g)  # [B, K, D]
         pos_lprobs = torch.log_softmax(heads.position_logit(e).float().masked_fill(~slot_ok, float("-inf")), -1)
-        room = (torch.as_tensor(max_len, device=h.device) - lengths).clamp_min(1)
-        chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
-        tokens, tok_lprobs = self.choose_tokens(heads.token_logits(e[chosen]))  # [N]
+        return e, pos_lprobs
 
+    @staticmethod
+    def termination_logit(decoder, state: DecoderState) -> Tensor:
+        """Logit [B] of q(stop | h_last): the global vector says the partial sequence is complete."""
+        return decoder.heads.termination_logit(gather_steps(state.hidden, state.last.unsqueeze(1)).squeeze(1)).float()
+
+    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len) -> DecoderState:
+        """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>."""
+        e, pos_lprobs = self.slot_distribution(decoder, state)
+        room = (torch.as_tensor(max_len, device=e.device) - state.lengths).clamp_min(1)
+        chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
+        tokens, tok_lprobs = self.choose_tokens(decoder.heads.token_logits(e[chosen]))  # [N]
+        return self.insert(decoder, state, chosen, tokens, tok_lprobs + pos_lprobs[chosen], source_kv, source_pad)
+
+    def insert(self, decoder, state: DecoderState, chosen: Tensor, tokens: Tensor, scores: Tensor,
+               source_kv, source_pad) -> DecoderState:
+        """Insert ``tokens`` [N] (scores [N]) into the ``chosen`` slots (bool [B, K], N True, row-major)
+        and encode them, left to right within a sentence."""
+        h = state.hidden
+        B, S, D = h.shape
+        K = S - 1
         # new tokens, left to right, compacted to [B, G] (holes where a sentence inserts fewer)
         n_new = chosen.sum(1)  # [B]
         G = int(n_new.max())
@@ -272,7 +294,7 @@ class InsertionGenerator:
         new_tok = torch.full((B, K), self.pad, dtype=torch.long, device=h.device)
         new_tok[chosen] = tokens
         new_score = torch.zeros(B, K, device=h.device)
-        new_score[chosen] = tok_lprobs + pos_lprobs[chosen]
+        new_score[chosen] = scores
         g_tok = new_tok.gather(1, slot_of).masked_fill(~g_real, self.pad)
         g_score = new_score.gather(1, slot_of).masked_fill(~g_real, 0.0)
 

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from .model import causal_mask
 from .offsets import offsets_from_rank, rank_matrix, slot_neighbours
-from .orders import tree_depth
+from .orders import DEFAULT_ANCHOR_DEPTH, order_levels
 
 PAD_LAYER = 1 << 20
 # Tolerances passed on the way up to tau when a layering starts from the sequential one.
@@ -65,15 +65,17 @@ def sequential_layers(order: Tensor, lengths: Tensor) -> Tensor:
     return torch.empty_like(order).scatter_(1, order, by_step)
 
 
-def uniform_layers(lengths: Tensor, n: int) -> Tensor:
-    """InsNet-uniform: layer l + 1 holds the depth-l words of the balanced binary tree (every
-    gap's middle word), about log2(len) layers.  lengths [B] -> layers [B, n].
+def uniform_layers(lengths: Tensor, n: int, policy: str = "binary", anchor_depth: int = DEFAULT_ANCHOR_DEPTH) -> Tensor:
+    """InsNet-uniform: layer l + 1 holds the level-l words of a level order (:func:`.orders.order_levels`).
+    The paper's InsNet-uniform is the balanced binary tree (``binary``: every gap's middle word,
+    about log2(len) layers); ``anchored`` gives depth + about len / 2**depth layers.
+    lengths [B] -> layers [B, n].
 
-    Example: len 7 (words at positions 1..5) -> [0, 2, 3, 1, 2, 3, 0]: the middle word 3 first,
-    then 1 and 4, then 2 and 5.
+    Example: len 7 (words at positions 1..5), binary -> [0, 2, 3, 1, 2, 3, 0]: the middle word 3
+    first, then 1 and 4, then 2 and 5.
     """
     pos = _positions(len(lengths), n, lengths.device)
-    layers = tree_depth(lengths, n) + 1  # <s>, </s>: depth -1 -> layer 0
+    layers = order_levels(policy, lengths, n, anchor_depth) + 1  # <s>, </s>: level -1 -> layer 0
     return layers.masked_fill(pos >= lengths.unsqueeze(1), PAD_LAYER)
 
 

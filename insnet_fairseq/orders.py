@@ -5,13 +5,20 @@ inserted at step ``t``. ``<s>`` (position 0) and ``</s>`` (position ``len - 1``)
 padded steps (``t >= len``) hold ``t`` so padding stays to the right of every real token.
 All policies are vectorised over the batch (the binary-tree policy loops over tree depth,
 about log2(n) iterations, never over tokens).
+
+Level orders (``binary``, ``anchored``; ``l2r`` and ``r2l`` trivially) also give every word a
+*level* (:func:`order_levels`): the order inserts level by level, left to right inside a level,
+and the words of one level lie in distinct gaps of the earlier levels, so a level can be
+inserted in one parallel step (InsNet-uniform layers, :func:`.layerization.uniform_layers`).
 """
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-ORDER_POLICIES = ("l2r", "random", "binary")
+ORDER_POLICIES = ("l2r", "r2l", "random", "binary", "anchored")
+LEVEL_POLICIES = ("binary", "anchored")  # orders whose levels make parallel layers
+DEFAULT_ANCHOR_DEPTH = 2
 
 
 def _order_from_keys(keys: Tensor, lengths: Tensor) -> Tensor:
@@ -34,10 +41,22 @@ def _order_from_keys(keys: Tensor, lengths: Tensor) -> Tensor:
     return torch.sort(keys, dim=1, stable=True).indices
 
 
+def _positions(lengths: Tensor, n: int) -> Tensor:
+    return torch.arange(n, device=lengths.device).unsqueeze(0).expand(len(lengths), n)
+
+
 def left_to_right(lengths: Tensor, n: int) -> Tensor:
     """<s>, </s>, then words left to right.  lengths [batch] -> order [batch, n]."""
-    keys = torch.arange(n, device=lengths.device).float().unsqueeze(0).expand(len(lengths), n)
-    return _order_from_keys(keys, lengths)
+    return _order_from_keys(_positions(lengths, n).float(), lengths)
+
+
+def right_to_left(lengths: Tensor, n: int) -> Tensor:
+    """<s>, </s>, then words right to left: every word goes into the first slot, left of the
+    word before it (positive offsets, right-neighbour path).  lengths [batch] -> order [batch, n].
+
+    Example: len 5 -> [0, 4, 3, 2, 1].
+    """
+    return _order_from_keys(-_positions(lengths, n).float(), lengths)
 
 
 def uniform_random(lengths: Tensor, n: int, generator: Optional[torch.Generator] = None) -> Tensor:
@@ -81,15 +100,60 @@ def tree_depth(lengths: Tensor, n: int) -> Tensor:
 
 def balanced_binary(lengths: Tensor, n: int) -> Tensor:
     """<s>, </s>, then the middle word of every gap, level by level, left to right."""
-    return _order_from_keys(tree_depth(lengths, n).float() * n + torch.arange(n, device=lengths.device), lengths)
+    return level_order(tree_depth(lengths, n), lengths)
 
 
-def make_order(policy: str, lengths: Tensor, n: int, generator: Optional[torch.Generator] = None) -> Tensor:
-    """Dispatch on the ``--insertion-order`` flag value."""
+def anchored_levels(lengths: Tensor, n: int, depth: int = DEFAULT_ANCHOR_DEPTH) -> Tensor:
+    """Levels of the anchored order: the top ``depth`` levels of the balanced binary tree (the
+    *anchors*, ``2**depth - 1`` words), then every gap between consecutive anchors (and <s>, </s>)
+    filled left to right, all gaps at once: the r-th word of a gap is level ``depth + r``.
+
+    ``depth`` 0 is left to right; a depth of log2(n) or more is the binary order. Between, a
+    sentence of L words takes about depth + L / 2**depth levels, and every word after the
+    anchors goes into the slot right of the word inserted one level before it in its gap, whose
+    state is fresh (as in l2r, unlike the binary order's stale neighbours).
+
+    lengths [B] -> levels LongTensor [B, n]; <s>, </s> and padding get -1 (as :func:`tree_depth`).
+
+    Example: len 9 (words at positions 1..7), depth 2: anchors 4 (level 0), 2 and 6 (level 1);
+    gaps (0, 2), (2, 4), (4, 6), (6, 8) fill 1, 3, 5, 7 at level 2
+    -> [-1, 2, 1, 2, 0, 2, 1, 2, -1]; len 10, depth 1: anchor 4, then 1 5, 2 6, 3 7, 8
+    -> [-1, 1, 2, 3, 0, 1, 2, 3, 4, -1].
+    """
+    pos = _positions(lengths, n)
+    last = (lengths - 1).unsqueeze(1)
+    depth_of = tree_depth(lengths, n)
+    anchor = (depth_of >= 0) & (depth_of < depth)
+    fence = anchor | (pos == 0)  # words to the right of a fence count from it
+    left_fence = torch.where(fence, pos, torch.zeros_like(pos)).cummax(1).values  # [B, n]
+    levels = torch.where(anchor, depth_of, depth + pos - left_fence - 1)
+    return levels.masked_fill((pos == 0) | (pos >= last), -1)
+
+
+def order_levels(policy: str, lengths: Tensor, n: int, anchor_depth: int = DEFAULT_ANCHOR_DEPTH) -> Tensor:
+    """Levels of a level order (:data:`LEVEL_POLICIES`).  lengths [B] -> [B, n], -1 at <s>, </s>, pad."""
+    if policy == "binary":
+        return tree_depth(lengths, n)
+    if policy == "anchored":
+        return anchored_levels(lengths, n, anchor_depth)
+    raise ValueError(f"--insertion-order {policy} has no levels; level orders: {', '.join(LEVEL_POLICIES)}")
+
+
+def level_order(levels: Tensor, lengths: Tensor) -> Tensor:
+    """Level by level, left to right inside a level.  levels [B, n] -> order [B, n]."""
+    n = levels.size(1)
+    return _order_from_keys(levels.float() * n + _positions(lengths, n).float(), lengths)
+
+
+def make_order(policy: str, lengths: Tensor, n: int, generator: Optional[torch.Generator] = None,
+               anchor_depth: int = DEFAULT_ANCHOR_DEPTH) -> Tensor:
+    """Dispatch on the ``--insertion-order`` flag value (``anchor_depth``: ``--anchor-depth``)."""
     if policy == "l2r":
         return left_to_right(lengths, n)
+    if policy == "r2l":
+        return right_to_left(lengths, n)
     if policy == "random":
         return uniform_random(lengths, n, generator)
-    if policy == "binary":
-        return balanced_binary(lengths, n)
+    if policy in LEVEL_POLICIES:
+        return level_order(order_levels(policy, lengths, n, anchor_depth), lengths)
     raise ValueError(f"--insertion-order: unknown policy {policy!r}; choose one of {ORDER_POLICIES}")

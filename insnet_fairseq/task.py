@@ -15,7 +15,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from .data import InsertionPairDataset
 from .generator import MODES, InsertionGenerator
 from .layerization import LAYERIZATIONS, PAD_LAYER, layerize, num_layers, sequential_layers, trajectory, uniform_layers
-from .orders import ORDER_POLICIES
+from .orders import DEFAULT_ANCHOR_DEPTH, LEVEL_POLICIES, ORDER_POLICIES
 
 logger = logging.getLogger(__name__)
 
@@ -27,10 +27,16 @@ class InsertionTranslationConfig(TranslationConfig):
     insertion_order: ChoiceEnum(list(ORDER_POLICIES)) = field(
         default=DEFAULT_ORDER,
         metadata={
-            "help": "insertion order of training targets: l2r (left to right), random "
-            "(uniform permutation), binary (middle word of every gap first, level by level); "
+            "help": "insertion order of training targets: l2r (left to right), r2l (right to left), random "
+            "(uniform permutation), binary (middle word of every gap first, level by level), anchored (the "
+            "top --anchor-depth binary levels, then every gap left to right, all gaps in parallel); "
             "<s> and </s> always come first"
         },
+    )
+    anchor_depth: int = field(
+        default=DEFAULT_ANCHOR_DEPTH,
+        metadata={"help": "--insertion-order anchored: binary-tree levels inserted before the gaps fill left to "
+                  "right (0: l2r; 2: 3 anchors, 4 gaps filled in parallel)"},
     )
     insertion_mode: ChoiceEnum(list(MODES)) = field(
         default="sequential",
@@ -50,7 +56,8 @@ class InsertionTranslationConfig(TranslationConfig):
     layerization: Optional[ChoiceEnum(list(LAYERIZATIONS))] = field(
         default=None,
         metadata={"help": "training trajectories: sequential (one token per step), dinic (InsNet-Dinic layers "
-                  "learned under --dinic-tau) or uniform (balanced binary tree levels, about log2(n) layers); "
+                  "learned under --dinic-tau) or uniform (the levels of --insertion-order anchored, else the balanced "
+                  "binary tree's, about log2(n) layers); "
                   "default: dinic when --dinic-tau is given, else sequential"},
     )
     dinic_tau: Optional[float] = field(
@@ -101,11 +108,14 @@ class InsertionTranslationTask(TranslationTask):
             tau = 2.0
         if mode != "dinic" and tau is not None:
             raise ValueError(f"--dinic-tau {tau} only applies to --layerization dinic, not {mode}")
+        if cfg.anchor_depth < 0:
+            raise ValueError(f"--anchor-depth must be >= 0, got {cfg.anchor_depth}")
         if cfg.dinic_interval < 1:
             raise ValueError(f"--dinic-interval must be >= 1, got {cfg.dinic_interval}")
-        if mode == "dinic" and cfg.insertion_order == "l2r":
-            logger.warning("--layerization dinic with --insertion-order l2r: no token of a left-to-right "
-                           "trajectory can be promoted (every earlier slot is taken); train with binary or random")
+        if mode == "dinic" and cfg.insertion_order in ("l2r", "r2l"):
+            logger.warning(f"--layerization dinic with --insertion-order {cfg.insertion_order}: no token of a "
+                           "one-directional trajectory can be promoted (every earlier slot is taken); train with "
+                           "anchored, binary or random")
         self.layerization, self.dinic_tau = mode, tau
         self.layer_store = torch.full((0, 0), -1, dtype=torch.int32)  # last layering of each training sentence
         self.decode_tally = [0, 0, 0]  # sentences, insertion steps, output words decoded so far
@@ -127,7 +137,8 @@ class InsertionTranslationTask(TranslationTask):
                     "token per target: remove empty lines (from both sides) before fairseq-preprocess"
                 )
         self.datasets[split] = InsertionPairDataset(
-            dataset, self.cfg.insertion_order, self.tgt_dict.bos(), seed=self.cfg.seed
+            dataset, self.cfg.insertion_order, self.tgt_dict.bos(), seed=self.cfg.seed,
+            anchor_depth=self.cfg.anchor_depth,
         )
 
     # -- layered (parallel) training: InsNet-Dinic / InsNet-uniform ----------------------------------
@@ -150,7 +161,8 @@ class InsertionTranslationTask(TranslationTask):
         target, order = net_input["target"], net_input["order"]
         lengths = target.ne(self.tgt_dict.pad()).sum(1)
         if self.layerization == "uniform":
-            layers = uniform_layers(lengths, target.size(1))
+            policy = self.cfg.insertion_order if self.cfg.insertion_order in LEVEL_POLICIES else "binary"
+            layers = uniform_layers(lengths, target.size(1), policy, self.cfg.anchor_depth)
         else:
             train = update_num is not None
             start = None

@@ -57,7 +57,7 @@ def batch(seed=0, lengths=(9, 3, 14, 6, 11, 12)):
     return model, d, src, src_lengths, target, n_tok
 
 
-@pytest.mark.parametrize("policy", ["binary", "random", "l2r"])
+@pytest.mark.parametrize("policy", ["binary", "random", "l2r", "r2l", "anchored"])
 def test_tau_minus_inf_is_sequential_and_large_tau_stays_valid(policy):
     model, d, src, src_lengths, target, n_tok = batch()
     order = make_order(policy, n_tok, target.size(1), torch.Generator().manual_seed(3))
@@ -67,12 +67,12 @@ def test_tau_minus_inf_is_sequential_and_large_tau_stays_valid(policy):
     par, rounds = layerize(model, src, src_lengths, target, order, math.inf)
     check_valid(par, n_tok.tolist())
     assert rounds >= 1
-    if policy == "l2r":  # every earlier slot is taken: nothing can move
+    if policy in ("l2r", "r2l"):  # every earlier slot is taken: nothing can move
         assert torch.equal(par, seq)
     else:
         assert (num_layers(par) <= num_layers(seq)).all() and num_layers(par).sum() < num_layers(seq).sum()
-    if policy == "binary":  # unlimited promotion of the balanced tree gives its levels
-        assert torch.equal(par, uniform_layers(n_tok, target.size(1)))
+    if policy in ("binary", "anchored"):  # unlimited promotion of a level order gives its levels
+        assert torch.equal(par, uniform_layers(n_tok, target.size(1), policy))
 
 
 def test_layers_never_grow_with_tau():
@@ -118,14 +118,14 @@ def test_singleton_layers_give_the_sequential_objective():
         torch.testing.assert_close(layered[name][0], sequential[name][0], atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("kind", ["uniform", "dinic"])
+@pytest.mark.parametrize("kind", ["uniform", "uniform-anchored", "dinic"])
 def test_layered_objective_equals_per_layer_reencoding(kind):
     model, d = build_tiny_model(seed=3, decoder_normalize_before=True)
     lengths = [9, 4, 12, 7]
     src, src_lengths, target = random_batch(d, lengths, seed=4)
     n_tok = target.ne(d.pad()).sum(1)
-    if kind == "uniform":
-        layers = uniform_layers(n_tok, target.size(1))
+    if kind.startswith("uniform"):
+        layers = uniform_layers(n_tok, target.size(1), "anchored" if kind.endswith("anchored") else "binary")
     else:
         order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(2))
         layers, _ = layerize(model, src, src_lengths, target, order, 0.5)

@@ -18,7 +18,7 @@ def one_pass_logprobs(model, src, src_lengths, target, order):
     return (*step_logprobs(out), (pos["mask"], pos["mask"], term["mask"]))
 
 
-@pytest.mark.parametrize("policy", ["l2r", "random", "binary"])
+@pytest.mark.parametrize("policy", ["l2r", "r2l", "random", "binary", "anchored"])
 @pytest.mark.parametrize("offset_embedding", ["sinusoidal", "learned"])
 def test_one_pass_equals_reencoding_every_prefix(policy, offset_embedding):
     model, d = build_tiny_model(seed=1, offset_embedding=offset_embedding, decoder_normalize_before=True)
