@@ -183,6 +183,17 @@ class InsertionTranslationTask(TranslationTask):
         net_input["order"], net_input["context"] = trajectory(layers)
         sample["layers"] = num_layers(layers)
 
+    # -- the layer store travels with the checkpoint (fairseq's extra_state), so a resumed
+    #    InsNet-Dinic run continues from its layerings instead of restarting from sequential
+    def get_checkpoint_dict(self):
+        return {type(self).__name__: {"layer_store": self.layer_store}}
+
+    def set_checkpoint_dict(self, state):
+        store = state.get("layer_store")
+        if store is not None and store.numel():
+            self.layer_store = store.to(torch.int32)
+            logger.info(f"restored the layerings of {int(store[:, 0].eq(0).sum())} training sentences")
+
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         self.layer_batch(sample, model, update_num)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)

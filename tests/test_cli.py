@@ -216,6 +216,19 @@ def test_layered_training_logs_layers_per_sentence(small_data, tmp_path, flags):
     assert all(math.isfinite(float(r["loss"])) for r in rows)
 
 
+def test_dinic_layerings_survive_a_resume(small_data, tmp_path):
+    flags = ["--dinic-tau", "1.0", "--insertion-order", "binary", "--save-interval-updates", "3"]
+    first = run(train_cmd(small_data, str(tmp_path / "ckpt"), "--max-update", "3", *flags))
+    assert first.returncode == 0, first.stderr[-3000:]
+    state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    store = state["extra_state"]["InsertionTranslationTask"]["layer_store"]
+    seen = int(store[:, 0].eq(0).sum())  # sentences layered so far: <s> in layer 0
+    assert seen > 0 and seen == sum(int(float(r["bsz"])) for r in train_rows(first.stdout + first.stderr))
+    resumed = run(train_cmd(small_data, str(tmp_path / "ckpt"), "--max-update", "5", *flags))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"restored the layerings of {seen} training sentences" in resumed.stdout + resumed.stderr
+
+
 def test_bad_layerization_flags_are_refused(small_data, tmp_path):
     out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "1", "--layerization", "uniform",
                         "--dinic-tau", "2"))
