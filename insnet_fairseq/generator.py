@@ -90,6 +90,16 @@ def group_offsets(positions: Tensor, group_positions: Tensor, group_real: Tensor
     return (rank - group_positions.unsqueeze(2)).clamp(-(S - 1), S - 1)
 
 
+def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int) -> None:
+    """Refuse flag values decoding cannot use, naming the flag (the task checks them before a model loads)."""
+    if mode not in MODES:
+        raise ValueError(f"--insertion-mode must be one of {', '.join(MODES)}, not {mode!r}")
+    if mode == "parallel" and not 0.0 < slot_top_p <= 1.0:  # sequential decoding ignores it
+        raise ValueError(f"--slot-top-p must be in (0, 1], got {slot_top_p}")
+    if max_steps < 0:
+        raise ValueError(f"--max-insertion-steps must be >= 0 (0: 2 x source length + 10), got {max_steps}")
+
+
 class InsertionGenerator:
     def __init__(
         self,
@@ -104,10 +114,7 @@ class InsertionGenerator:
         sampling_topk: int = -1,
         retain_history: bool = False,
     ):
-        if mode not in MODES:
-            raise ValueError(f"--insertion-mode must be one of {', '.join(MODES)}, not {mode!r}")
-        if not 0.0 < slot_top_p <= 1.0:
-            raise ValueError(f"--slot-top-p must be in (0, 1], got {slot_top_p}")
+        check_decoding_flags(mode, slot_top_p, max_steps)
         self.tgt_dict = tgt_dict
         self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
         self.mode = mode
@@ -145,6 +152,8 @@ class InsertionGenerator:
             from fairseq.token_generation_constraints import unpack_constraints
 
             initial_tokens = [[int(t) for c in unpack_constraints(row) for t in c] for row in constraints.cpu()]
+        if initial_tokens is not None:
+            initial_tokens = self.check_initial_tokens(initial_tokens, B)
         finalized: List[Optional[dict]] = [None] * B
         empty = (src_lengths <= 1).nonzero().view(-1).tolist()  # </s> only: an empty line
         for b in empty:
@@ -185,6 +194,24 @@ class InsertionGenerator:
             state = self.step(decoder, state, source_kv, source_pad, max_len)
             self._record(history, state, ids)
         return [[h] for h in finalized]
+
+    def check_initial_tokens(self, initial_tokens, B: int) -> List[List[int]]:
+        """Rows of integer word ids, one per sentence; special symbols and ids outside the
+        dictionary are refused with the row that holds them."""
+        if len(initial_tokens) != B:
+            raise ValueError(f"initial_tokens has {len(initial_tokens)} rows for a batch of {B} sentences")
+        rows = []
+        for b, row in enumerate(initial_tokens):
+            ids = torch.as_tensor(row)
+            if ids.numel() and (ids.dim() != 1 or ids.is_floating_point() or ids.dtype == torch.bool):
+                raise ValueError(f"initial_tokens[{b}] must be a list of integer token ids, got {row!r}")
+            ids = ids.long()
+            bad = (ids < 0) | (ids >= len(self.tgt_dict)) | torch.isin(ids, self.banned)
+            if bool(bad.any()):
+                raise ValueError(f"initial_tokens[{b}] holds {ids[bad].tolist()}: not word ids of the target "
+                                 f"dictionary ({len(self.tgt_dict)} symbols; <s>, </s> and <pad> cannot be inserted)")
+            rows.append(ids.tolist())
+        return rows
 
     # -- initial state ----------------------------------------------------------------------------
     def initial_state(self, decoder, B, device, source_kv, source_pad, initial_tokens=None, initial_order=None):

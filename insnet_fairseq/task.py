@@ -13,7 +13,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from .data import InsertionPairDataset
-from .generator import MODES, InsertionGenerator
+from .generator import MODES, InsertionGenerator, check_decoding_flags
 from .layerization import LAYERIZATIONS, PAD_LAYER, layerize, num_layers, sequential_layers, trajectory, uniform_layers
 from .orders import DEFAULT_ANCHOR_DEPTH, LEVEL_POLICIES, ORDER_POLICIES
 
@@ -108,6 +108,7 @@ class InsertionTranslationTask(TranslationTask):
             tau = 2.0
         if mode != "dinic" and tau is not None:
             raise ValueError(f"--dinic-tau {tau} only applies to --layerization dinic, not {mode}")
+        check_decoding_flags(cfg.insertion_mode, cfg.slot_top_p, cfg.max_insertion_steps)
         if cfg.anchor_depth < 0:
             raise ValueError(f"--anchor-depth must be >= 0, got {cfg.anchor_depth}")
         if cfg.dinic_interval < 1:

@@ -6,7 +6,7 @@ import torch
 from insnet_fairseq.generator import InsertionGenerator, group_offsets
 from insnet_fairseq.reference import naive_offsets
 
-from conftest import build_tiny_model, random_batch
+from conftest import build_tiny_model, make_dictionary, random_batch
 
 
 def sample_of(src, src_lengths):
@@ -125,3 +125,28 @@ def test_bad_mode_and_empty_source(model_and_batch, caplog):
     assert hyps[1]["tokens"].tolist() == [d.eos()] and hyps[1]["steps"] == 0
     assert "empty source sentence (sample id 1)" in caplog.text
     assert len(hyps[0]["tokens"]) > 1
+
+
+def test_bad_initial_tokens_are_refused_with_their_row(model_and_batch):
+    model, d, src, src_lengths = model_and_batch
+    gen = InsertionGenerator(d, max_steps=3)
+    two = sample_of(src[:2], src_lengths[:2])
+    V = len(d)
+    for given, message in [([[5]], "1 rows for a batch of 2"),
+                           ([[5], [d.pad()]], r"initial_tokens\[1\] holds \[1\]"),
+                           ([[d.bos(), 5], [6]], r"initial_tokens\[0\] holds \[0\]"),
+                           ([[5], [V]], rf"initial_tokens\[1\] holds \[{V}\]: not word ids .* \({V} symbols"),
+                           ([[5], [-3]], r"initial_tokens\[1\] holds \[-3\]"),
+                           ([[5.0], [6]], r"initial_tokens\[0\] must be a list of integer token ids")]:
+        with pytest.raises(ValueError, match=message):
+            gen.generate([model], two, initial_tokens=given)
+    assert len(gen.generate([model], two, initial_tokens=[[d.unk(), 5], []])) == 2  # <unk> is a word
+
+
+def test_decoding_flags_are_checked_where_they_apply():
+    d = make_dictionary(10)
+    with pytest.raises(ValueError, match="--max-insertion-steps must be >= 0"):
+        InsertionGenerator(d, max_steps=-5)
+    with pytest.raises(ValueError, match=r"--slot-top-p must be in \(0, 1\], got 1.5"):
+        InsertionGenerator(d, mode="parallel", slot_top_p=1.5)
+    InsertionGenerator(d, mode="sequential", slot_top_p=1.5)  # sequential decoding does not use it

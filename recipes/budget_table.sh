@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Multi30k En->De at equal wall-clock budgets: every system of the table trains MINUTES (60) of
+# wall clock on THREADS (1) CPU thread(s), same size (3+3 layers, d=256, recipes/train.sh), same
+# batch (MAX_TOKENS 4096), lr 1e-3 with inverse_sqrt after 400 warm-up updates; two rows train at
+# once on a 2-core machine. "+KD" rows train on data-bin/multi30k_en_de-distill, made from the AR
+# row's own checkpoint (the teacher: `make distill-multi30k_en_de` with the same budget), so the
+# teacher's time and the distillation's are extra and reported apart (logs/distill.log).
+#
+#   bash recipes/budget_table.sh train ROW     # train one row (resumes an interrupted run)
+#   bash recipes/budget_table.sh eval [ROW...] # score the rows that exist -> results/budget_table.{md,csv}
+#   bash recipes/budget_table.sh tune ROW      # InsNet parallel decoding on the valid set, --slot-top-p 0.5..0.95
+#   bash recipes/budget_table.sh rows          # list the rows
+#
+# Rows: ar (the teacher), ar-kd, insnet-l2r, insnet-l2r-kd, insnet-r2l, insnet-binary, insnet-random,
+# insnet-anchored (InsNet-uniform over the anchored order's levels), insnet-anchored-kd, levt-kd, inst-kd.
+# Decoding: AR greedy and beam 5; InsNet sequential and parallel (--slot-top-p TOP_P, 0.9: chosen
+# on the valid set, see README); LevT/InsT fairseq's iterative refinement (9 iterations).
+set -euo pipefail
+export MINUTES=${MINUTES:-60} THREADS=${THREADS:-1} UPDATES=0
+data=data-bin/multi30k_en_de; kd=data-bin/multi30k_en_de-distill
+raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/multi30k_en_de/raw
+top_p=${TOP_P:-0.9}
+out=results/budget_table
+
+# ROW -> "KIND DATA SAVE_DIR [train flags...]"
+spec() {
+  case $1 in
+    ar)                 echo "ar $data checkpoints/multi30k_en_de-teacher" ;;
+    ar-kd)              echo "ar $kd checkpoints/t60_ar_kd" ;;
+    insnet-l2r)         echo "insnet $data checkpoints/t60_insnet_l2r --insertion-order l2r" ;;
+    insnet-l2r-kd)      echo "insnet $kd checkpoints/t60_insnet_l2r_kd --insertion-order l2r" ;;
+    insnet-r2l)         echo "insnet $data checkpoints/t60_insnet_r2l --insertion-order r2l" ;;
+    insnet-binary)      echo "insnet $data checkpoints/t60_insnet_binary --insertion-order binary" ;;
+    insnet-random)      echo "insnet $data checkpoints/t60_insnet_random --insertion-order random" ;;
+    insnet-anchored)    echo "insnet $data checkpoints/t60_insnet_anchored --insertion-order anchored --layerization uniform" ;;
+    insnet-anchored-kd) echo "insnet $kd checkpoints/t60_insnet_anchored_kd --insertion-order anchored --layerization uniform" ;;
+    levt-kd)            echo "levt $kd checkpoints/t60_levt_kd" ;;
+    inst-kd)            echo "inst $kd checkpoints/t60_inst_kd --label-tau 1.0" ;;
+    *) echo "budget_table.sh: unknown row '$1' (bash recipes/budget_table.sh rows)" >&2; exit 2 ;;
+  esac
+}
+ROWS=(ar ar-kd insnet-l2r insnet-l2r-kd insnet-r2l insnet-binary insnet-random insnet-anchored insnet-anchored-kd
+      levt-kd inst-kd)
+
+train_row() {
+  read -r kind d save flags <<<"$(spec "$1")"
+  if [ "$1" = ar ]; then  # the teacher, then the distilled corpus
+    PATH=$PWD/.venv/bin:$PATH python recipes/distill.py multi30k_en_de
+  else
+    [ -d "$d" ] || { echo "budget_table.sh: $d missing (bash recipes/budget_table.sh train ar first)" >&2; exit 2; }
+    # shellcheck disable=SC2086
+    bash recipes/train.sh "$kind" "$d" "$save" $flags
+  fi
+}
+
+eval_row() {  # ROW NAME CHECKPOINT fairseq-generate flags...
+  local name=$2 ckpt=$3; shift 3
+  [ -f "$ckpt" ] || { echo "skip $name: no $ckpt"; return 0; }
+  python recipes/evaluate.py --data "$data" --path "$ckpt" --src en --tgt de --name "$name" --batch1 \
+    --raw-ref "$raw/test.de" --tok-ref work/multi30k_en_de/test.clean.de --csv $out.csv --markdown $out.md -- "$@"
+}
+
+eval_rows() {
+  mkdir -p results; rm -f $out.md $out.csv
+  local rows=("$@"); [ ${#rows[@]} -gt 0 ] || rows=("${ROWS[@]}")
+  for r in "${rows[@]}"; do
+    read -r kind d save flags <<<"$(spec "$r")"
+    ckpt=$save/checkpoint_best.pt; [ -f "$ckpt" ] || ckpt=$save/checkpoint_last.pt
+    case $kind in
+      ar) eval_row "$r" "$r greedy" "$ckpt" --user-dir insnet_fairseq --beam 1
+          eval_row "$r" "$r beam 5" "$ckpt" --user-dir insnet_fairseq --beam 5 ;;
+      insnet) eval_row "$r" "$r sequential" "$ckpt" --user-dir insnet_fairseq --task insertion_translation \
+                --insertion-mode sequential
+              eval_row "$r" "$r parallel (top-p $top_p)" "$ckpt" --user-dir insnet_fairseq \
+                --task insertion_translation --insertion-mode parallel --slot-top-p "$top_p" ;;
+      levt|inst) eval_row "$r" "$r" "$ckpt" --user-dir insnet_fairseq --task translation_lev \
+                   --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1 ;;
+    esac
+  done
+  cat $out.md
+}
+
+tune_row() {  # the valid set, never the test set, picks --slot-top-p
+  read -r kind d save flags <<<"$(spec "$1")"
+  ckpt=$save/checkpoint_best.pt; [ -f "$ckpt" ] || ckpt=$save/checkpoint_last.pt
+  for p in 0.5 0.7 0.8 0.9 0.95; do
+    python recipes/evaluate.py --data "$data" --path "$ckpt" --src en --tgt de --name "$1 valid top-p $p" \
+      --gen-subset valid --raw-ref "$raw/valid.de" --csv results/top_p_valid.csv -- --user-dir insnet_fairseq \
+      --task insertion_translation --insertion-mode parallel --slot-top-p $p
+  done
+}
+
+case ${1:-} in
+  train) train_row "${2:?ROW}" ;;
+  tune) tune_row "${2:?ROW}" ;;
+  eval) shift; eval_rows "$@" ;;
+  rows) printf '%s\n' "${ROWS[@]}" ;;
+  *) echo "usage: bash recipes/budget_table.sh train ROW | eval [ROW...] | tune ROW | rows" >&2; exit 2 ;;
+esac
