@@ -8,11 +8,13 @@
 #
 #   bash recipes/budget_table.sh train ROW     # train one row (resumes an interrupted run)
 #   bash recipes/budget_table.sh eval [ROW...] # score the rows that exist -> results/budget_table.{md,csv}
+#                                              # (BATCH1=0: skip the batch-1 timing; OUT=name: results/name.*)
 #   bash recipes/budget_table.sh tune ROW      # InsNet parallel decoding on the valid set, --slot-top-p 0.5..0.95
 #   bash recipes/budget_table.sh rows          # list the rows
 #
 # Rows: ar (the teacher), ar-kd, insnet-l2r, insnet-l2r-kd, insnet-r2l, insnet-binary, insnet-random,
-# insnet-anchored (InsNet-uniform over the anchored order's levels), insnet-anchored-kd, levt-kd, inst-kd.
+# insnet-anchored (InsNet-uniform over the anchored order's levels), insnet-anchored-kd, anchored-seq-kd then
+# dinic-kd (InsNet-Dinic: sequential anchored base, then Dinic fine-tuning, one budget), levt-kd, inst-kd.
 # Decoding: AR greedy and beam 5; InsNet sequential and parallel (--slot-top-p TOP_P, 0.9: chosen
 # on the valid set, see README); LevT/InsT fairseq's iterative refinement (9 iterations).
 set -euo pipefail
@@ -20,7 +22,9 @@ export MINUTES=${MINUTES:-60} THREADS=${THREADS:-1} UPDATES=0
 data=data-bin/multi30k_en_de; kd=data-bin/multi30k_en_de-distill
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/multi30k_en_de/raw
 top_p=${TOP_P:-0.9}
-out=results/budget_table
+tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}
+batch1=--batch1; [ "${BATCH1:-1}" = 0 ] && batch1=  # BATCH1=0: no batch-1 timing (while other jobs run)
+out=results/${OUT:-budget_table}
 
 # ROW -> "KIND DATA SAVE_DIR [train flags...]"
 spec() {
@@ -34,13 +38,16 @@ spec() {
     insnet-random)      echo "insnet $data checkpoints/t60_insnet_random --insertion-order random" ;;
     insnet-anchored)    echo "insnet $data checkpoints/t60_insnet_anchored --insertion-order anchored --layerization uniform" ;;
     insnet-anchored-kd) echo "insnet $kd checkpoints/t60_insnet_anchored_kd --insertion-order anchored --layerization uniform" ;;
+    anchored-seq-kd)    echo "insnet $kd checkpoints/t60_anchored_seq_kd --insertion-order anchored" ;;
+    dinic-kd)           echo "insnet $kd checkpoints/t60_dinic_kd --insertion-order anchored --dinic-tau=$tau" \
+                          "--finetune-from-model checkpoints/t60_anchored_seq_kd/checkpoint_last.pt" ;;
     levt-kd)            echo "levt $kd checkpoints/t60_levt_kd" ;;
     inst-kd)            echo "inst $kd checkpoints/t60_inst_kd --label-tau 1.0" ;;
     *) echo "budget_table.sh: unknown row '$1' (bash recipes/budget_table.sh rows)" >&2; exit 2 ;;
   esac
 }
 ROWS=(ar ar-kd insnet-l2r insnet-l2r-kd insnet-r2l insnet-binary insnet-random insnet-anchored insnet-anchored-kd
-      levt-kd inst-kd)
+      anchored-seq-kd dinic-kd levt-kd inst-kd)
 
 train_row() {
   read -r kind d save flags <<<"$(spec "$1")"
@@ -48,6 +55,12 @@ train_row() {
     PATH=$PWD/.venv/bin:$PATH python recipes/distill.py multi30k_en_de
   else
     [ -d "$d" ] || { echo "budget_table.sh: $d missing (bash recipes/budget_table.sh train ar first)" >&2; exit 2; }
+    # InsNet-Dinic shares one budget: BASE_MINUTES (40) of sequential anchored training, then the rest
+    # of MINUTES fine-tuning with --dinic-tau TAU (2.0, the paper's MT value) at a fixed lr of 5e-4
+    case $1 in
+      anchored-seq-kd) export MINUTES=$base_minutes ;;
+      dinic-kd) export MINUTES=$((MINUTES - base_minutes)) SCHEDULER=fixed LR=5e-4 ;;
+    esac
     # shellcheck disable=SC2086
     bash recipes/train.sh "$kind" "$d" "$save" $flags
   fi
@@ -56,7 +69,7 @@ train_row() {
 eval_row() {  # ROW NAME CHECKPOINT fairseq-generate flags...
   local name=$2 ckpt=$3; shift 3
   [ -f "$ckpt" ] || { echo "skip $name: no $ckpt"; return 0; }
-  python recipes/evaluate.py --data "$data" --path "$ckpt" --src en --tgt de --name "$name" --batch1 \
+  python recipes/evaluate.py --data "$data" --path "$ckpt" --src en --tgt de --name "$name" $batch1 \
     --raw-ref "$raw/test.de" --tok-ref work/multi30k_en_de/test.clean.de --csv $out.csv --markdown $out.md -- "$@"
 }
 

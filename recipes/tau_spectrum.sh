@@ -4,9 +4,11 @@
 # --dinic-tau {-inf, 0.3, 1, 3, 10} and --layerization uniform, then decode the test set in parallel
 # (and -inf also sequentially) and write results/tau_spectrum.csv and results/tau_spectrum.png.
 #   bash recipes/tau_spectrum.sh BASE_CHECKPOINT [UPDATES=30]
-# BASE must be trained with a parallelisable order (e.g. ORDER=binary bash recipes/train.sh insnet ...).
+# BASE must be trained with a parallelisable order, ORDER (anchored by default; binary, random), which
+# the fine-tuning keeps (e.g. ORDER=anchored bash recipes/train.sh insnet ...); uniform layers are ORDER's levels.
 set -euo pipefail
 base=${1:?BASE_CHECKPOINT}; updates=${2:-30}
+order=${ORDER:-anchored}
 data=${DATA:-data-bin/multi30k_en_de}; raw=${MULTI30K_DIR:-../shared/data/multi30k}
 csv=results/tau_spectrum.csv
 mkdir -p results; rm -f "$csv"
@@ -14,7 +16,7 @@ for setting in -inf 0.3 1 3 10 uniform; do
   save=checkpoints/spectrum_$setting
   if [ "$setting" = uniform ]; then flags=(--layerization uniform); else flags=("--dinic-tau=$setting"); fi
   [ -f "$save/checkpoint_last.pt" ] || UPDATES=$updates SCHEDULER=fixed LR=5e-4 bash recipes/train.sh insnet "$data" "$save" \
-    --insertion-order binary "${flags[@]}" --finetune-from-model "$base" \
+    --insertion-order "$order" "${flags[@]}" --finetune-from-model "$base" \
     --disable-validation --log-interval 10
   modes=(parallel); [ "$setting" = -inf ] && modes=(sequential parallel)
   for mode in "${modes[@]}"; do
