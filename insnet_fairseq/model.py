@@ -141,6 +141,14 @@ class InsNetModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, args, task):
+        from .task import InsertionTranslationTask
+
+        if not isinstance(task, InsertionTranslationTask):
+            raise ValueError(
+                f"this is an InsNet model (--arch {getattr(args, 'arch', 'insnet_*')}), which only the task "
+                f"insertion_translation trains and decodes, not --task {getattr(task.cfg, '_name', type(task).__name__)}: "
+                "pass --user-dir insnet_fairseq --task insertion_translation"
+            )
         insnet_base_architecture(args)
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
 

@@ -12,6 +12,7 @@ sys.path.insert(0, ROOT)
 import insnet_fairseq  # noqa: E402,F401
 from fairseq.data import Dictionary  # noqa: E402
 from insnet_fairseq.model import InsNetModel, insnet_small  # noqa: E402
+from insnet_fairseq.task import InsertionTranslationTask  # noqa: E402
 
 SHARED_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "multi30k")
 
@@ -24,10 +25,11 @@ def make_dictionary(n_words: int = 20) -> Dictionary:
     return d
 
 
-class FakeTask:
+class FakeTask(InsertionTranslationTask):
+    """The task's dictionaries and nothing else (InsNet models are built for insertion_translation only)."""
+
     def __init__(self, src_dict, tgt_dict):
-        self.source_dictionary = src_dict
-        self.target_dictionary = tgt_dict
+        self.src_dict, self.tgt_dict = src_dict, tgt_dict
 
 
 def tiny_args(**overrides):

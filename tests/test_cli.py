@@ -182,6 +182,16 @@ def test_fairseq_generate_prints_steps_history_and_sacrebleu(small_data, tiny_ch
     assert f"insertion decoding ({mode}): 300 sentences, {mean:.2f} steps/sentence" in out.stderr
 
 
+@pytest.mark.parametrize("task", ["translation", "translation_lev"])
+def test_insnet_checkpoint_with_another_task_is_named(small_data, tiny_checkpoint, task):
+    cmd = generate_cmd(small_data, tiny_checkpoint)[:-2]  # without --max-insertion-steps (not that task's flag)
+    cmd[cmd.index("insertion_translation")] = task
+    out = run(cmd, timeout=300)
+    assert out.returncode != 0
+    assert f"only the task insertion_translation trains and decodes, not --task {task}" in out.stderr
+    assert "TypeError" not in out.stderr
+
+
 def test_bad_insertion_mode_is_an_argparse_error(small_data, tiny_checkpoint):
     out = run(generate_cmd(small_data, tiny_checkpoint, "--insertion-mode", "beam"), timeout=300)
     assert out.returncode != 0
