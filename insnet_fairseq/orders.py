@@ -6,7 +6,7 @@ padded steps (``t >= len``) hold ``t`` so padding stays to the right of every re
 All policies are vectorised over the batch (the binary-tree policy loops over tree depth,
 about log2(n) iterations, never over tokens).
 
-Level orders (``binary``, ``anchored``; ``l2r`` and ``r2l`` trivially) also give every word a
+Level orders (``binary``, ``anchored``) also give every word a
 *level* (:func:`order_levels`): the order inserts level by level, left to right inside a level,
 and the words of one level lie in distinct gaps of the earlier levels, so a level can be
 inserted in one parallel step (InsNet-uniform layers, :func:`.layerization.uniform_layers`).
