@@ -66,6 +66,10 @@ train_row() {
   fi
 }
 
+checkpoint_of() {  # SAVE_DIR -> the checkpoint with the best valid loss, else the last one
+  if [ -f "$1/checkpoint_best.pt" ]; then echo "$1/checkpoint_best.pt"; else echo "$1/checkpoint_last.pt"; fi
+}
+
 eval_row() {  # ROW NAME CHECKPOINT fairseq-generate flags...
   local name=$2 ckpt=$3; shift 3
   [ -f "$ckpt" ] || { echo "skip $name: no $ckpt"; return 0; }
@@ -78,7 +82,7 @@ eval_rows() {
   local rows=("$@"); [ ${#rows[@]} -gt 0 ] || rows=("${ROWS[@]}")
   for r in "${rows[@]}"; do
     read -r kind d save flags <<<"$(spec "$r")"
-    ckpt=$save/checkpoint_best.pt; [ -f "$ckpt" ] || ckpt=$save/checkpoint_last.pt
+    ckpt=$(checkpoint_of "$save")
     case $kind in
       ar) eval_row "$r" "$r greedy" "$ckpt" --user-dir insnet_fairseq --beam 1
           eval_row "$r" "$r beam 5" "$ckpt" --user-dir insnet_fairseq --beam 5 ;;
@@ -95,7 +99,8 @@ eval_rows() {
 
 tune_row() {  # the valid set, never the test set, picks --slot-top-p
   read -r kind d save flags <<<"$(spec "$1")"
-  ckpt=$save/checkpoint_best.pt; [ -f "$ckpt" ] || ckpt=$save/checkpoint_last.pt
+  [ "$kind" = insnet ] || { echo "budget_table.sh: tune is for InsNet rows, not $1" >&2; exit 2; }
+  ckpt=$(checkpoint_of "$save")
   for p in 0.5 0.7 0.8 0.9 0.95; do
     python recipes/evaluate.py --data "$data" --path "$ckpt" --src en --tgt de --name "$1 valid top-p $p" \
       --gen-subset valid --raw-ref "$raw/valid.de" --csv results/top_p_valid.csv -- --user-dir insnet_fairseq \

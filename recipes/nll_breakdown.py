@@ -24,7 +24,8 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-BUCKETS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 1 << 20))
+GAP_BUCKETS = ((1, 1), (2, 2), (3, 4), (5, 8), (9, 16), (17, 1 << 20))
+DEPTH_BUCKETS = tuple((d, d) for d in range(1, 9)) + ((9, 1 << 20),)
 
 
 def bucket_name(lo, hi):
@@ -102,8 +103,9 @@ def main():
                 1, out["token"]["target"].unsqueeze(1)).squeeze(1)  # [N], same order as mask
             pos_nll = -F.log_softmax(out["position"]["logits"].float(), -1).gather(
                 2, out["position"]["target"].unsqueeze(2)).squeeze(2)[mask]
-            for kind, value in (("gap", gap[:, 2:][mask]), ("depth", depth[:, 2:][mask])):
-                for lo, hi in BUCKETS if kind == "gap" else tuple((d, d) for d in range(1, 9)) + ((9, 1 << 20),):
+            for kind, value, buckets in (("gap", gap[:, 2:][mask], GAP_BUCKETS),
+                                         ("depth", depth[:, 2:][mask], DEPTH_BUCKETS)):
+                for lo, hi in buckets:
                     sel = (value >= lo) & (value <= hi)
                     acc = sums.setdefault((kind, bucket_name(lo, hi)), [0, 0.0, 0.0])
                     acc[0] += int(sel.sum())
