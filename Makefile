@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 SHARED_MULTI30K := $(abspath ../shared/data/multi30k)
 MULTI30K_DIR ?= $(SHARED_MULTI30K)
 
-.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja bench-train clean
+.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja custom bench-train fuzz clean
 
 install: $(INSTALLED)
 
@@ -36,6 +36,22 @@ multi30k: install
 wmt-ro-en wmt-en-de wat-en-ja: install
 	PATH=$(BIN):$$PATH $(BIN)/python recipes/corpora.py $@ $(if $(RAW_DIR),--raw-dir $(RAW_DIR))
 
+# Any parallel corpus: make custom NAME=my_corpus SRC=xx TGT=yy RAW_DIR=dir-with-{train,valid,test}.{xx,yy}
+# prepares data-bin/NAME (escapes and pre-tokenised sides detected), trains recipes/train.sh KIND (insnet)
+# into checkpoints/NAME-KIND and scores the test set with recipes/evaluate.py. Optional: KIND, MODE,
+# BPE_MERGES (10000), TOKENIZED / UNESCAPE (auto|yes|no), MAX_LINES, STAGES (prepare,train,evaluate),
+# TRAIN_ARGS, GEN_ARGS, WORK_DIR, DEST_DIR, SAVE_DIR, CSV; train.sh's UPDATES, MINUTES, MAX_TOKENS, LR, WARMUP.
+custom: install
+	@if [ -z "$(NAME)" ] || [ -z "$(SRC)" ] || [ -z "$(TGT)" ] || [ -z "$(RAW_DIR)" ]; then \
+	  echo "usage: make custom NAME=name SRC=xx TGT=yy RAW_DIR=folder-with-{train,valid,test}.{xx,yy}" >&2; exit 2; fi
+	PATH=$(BIN):$$PATH $(BIN)/python recipes/custom.py --name '$(NAME)' --src '$(SRC)' --tgt '$(TGT)' \
+	  --raw-dir '$(RAW_DIR)' $(if $(KIND),--kind $(KIND)) $(if $(MODE),--mode $(MODE)) \
+	  $(if $(BPE_MERGES),--bpe-merges $(BPE_MERGES)) $(if $(TOKENIZED),--tokenized $(TOKENIZED)) \
+	  $(if $(UNESCAPE),--unescape $(UNESCAPE)) $(if $(MAX_LINES),--max-lines $(MAX_LINES)) \
+	  $(if $(STAGES),--stages $(STAGES)) $(if $(WORK_DIR),--work-dir '$(WORK_DIR)') \
+	  $(if $(DEST_DIR),--dest-dir '$(DEST_DIR)') $(if $(SAVE_DIR),--save-dir '$(SAVE_DIR)') \
+	  $(if $(CSV),--csv '$(CSV)') --train-args '$(TRAIN_ARGS)' --generate-args '$(GEN_ARGS)'
+
 # make distill-multi30k_en_de: AR teacher (recipes/train.sh ar), beam search over the training set,
 # data-bin/multi30k_en_de-distill (see recipes/distill.py for TEACHER_ARGS, BEAM, GEN_BATCH, ...)
 distill-%: install
@@ -49,6 +65,17 @@ demo: multi30k
 
 bench-train: install
 	$(BIN)/python benchmarks/train_throughput.py
+
+# Fuzzed input: LINES (1000) hostile lines through fairseq-interactive (plain, --constraints) and the Python
+# interface of checkpoint CKPT: make fuzz CKPT=checkpoints/demo/checkpoint_last.pt [DATA=data-bin/multi30k_en_de]
+# (raw text through Moses + the recipe's BPE_CODES, work/<data name>/bpe.codes when it exists; FUZZ_ARGS: more flags)
+DATA ?= data-bin/multi30k_en_de
+LINES ?= 1000
+BPE_CODES ?= $(wildcard work/$(notdir $(DATA))/bpe.codes)
+fuzz: install
+	@if [ -z "$(CKPT)" ]; then echo "usage: make fuzz CKPT=checkpoint.pt [DATA=data-bin/...] [LINES=1000]" >&2; exit 2; fi
+	PATH=$(BIN):$$PATH $(BIN)/python benchmarks/fuzz_input.py --path '$(CKPT)' --data '$(DATA)' --lines $(LINES) \
+	  $(if $(BPE_CODES),--bpe-codes '$(BPE_CODES)') $(FUZZ_ARGS)
 
 clean:
 	rm -rf checkpoints

@@ -94,7 +94,7 @@ class OffsetSelfAttention(nn.Module):
             out [B, T, D] and the (k, v) of all S keys, each [B, H, S, Dh], for caching.
         """
         if self.naive and past is None:
-            return self.naive_forward(x, offsets, rel_table, attn_mask), (None, None)
+            return self.naive_forward(x, offsets, rel_table, attn_mask)
         B, T, D = x.shape
         H, Dh = self.num_heads, self.head_dim
         q, k, v = self.qkv_proj(x).split(D, dim=-1)
@@ -104,6 +104,24 @@ class OffsetSelfAttention(nn.Module):
         if past is not None:
             k = torch.cat([past[0], k], dim=2)  # [B, H, S, Dh]
             v = torch.cat([past[1], v], dim=2)  # [B, H, S, Dh]
+        return self._attend(q, k, v, offsets, rel_table, attn_mask), (k, v)
+
+    def query(self, x: Tensor, kv: Tuple[Tensor, Tensor], offsets: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
+        """Queries that read the tokens' keys/values but add none of their own (the slot query stream).
+
+        x: [B, T, D] query states; kv: (k, v), each [B, H, S, Dh], of the tokens (a layer's cache);
+        offsets [B, T, S]; attn_mask bool [B, T, S], True = blocked. Returns [B, T, D].
+        """
+        B, T, D = x.shape
+        w, b = self.qkv_proj.weight[:D], self.qkv_proj.bias[:D]  # the query third of W_qkv
+        q = F.linear(x, w, b).view(B, T, self.num_heads, self.head_dim)  # [B, T, H, Dh]
+        if self.naive:
+            return self._naive_attend(q, kv[0].transpose(1, 2), kv[1].transpose(1, 2), offsets, rel_table, attn_mask)
+        return self._attend(q.transpose(1, 2), kv[0], kv[1], offsets, rel_table, attn_mask)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
+        """q [B, H, T, Dh], k/v [B, H, S, Dh], offsets [B, T, S], mask [T, S] or [B, T, S] -> [B, T, D]."""
+        B, H, T, Dh = q.shape
         S = k.size(2)
         # offsets lie in [-(S-1), S-1]; the table bounds them only where S counts decoding holes
         M = min(S - 1, (rel_table.size(0) - 1) // 2)
@@ -121,23 +139,30 @@ class OffsetSelfAttention(nn.Module):
         attn = torch.softmax(scores, dim=-1, dtype=torch.float32).type_as(scores)
         attn = F.dropout(attn, p=self.dropout, training=self.training)
         out = attn @ v  # [B, H, T, Dh]
-        out = out.transpose(1, 2).reshape(B, T, D)  # [B, T, D]
-        return self.out_proj(out), (k, v)
+        out = out.transpose(1, 2).reshape(B, T, H * Dh)  # [B, T, D]
+        return self.out_proj(out)
 
-    def naive_forward(self, x: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
-        """Test oracle: the same attention with P materialised as [B, T, S, H, Dh]."""
+    def naive_forward(self, x: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor):
+        """Test oracle: the same attention with P materialised as [B, T, S, H, Dh] (S = T).
+        Returns (out [B, T, D], (k, v) each [B, H, S, Dh])."""
         B, T, D = x.shape
-        H, Dh = self.num_heads, self.head_dim
-        q, k, v = self.qkv_proj(x).view(B, T, 3, H, Dh).unbind(2)  # each [B, T, H, Dh]
+        q, k, v = self.qkv_proj(x).view(B, T, 3, self.num_heads, self.head_dim).unbind(2)  # each [B, T, H, Dh]
+        out = self._naive_attend(q, k, v, offsets, rel_table, attn_mask)
+        return out, (k.transpose(1, 2), v.transpose(1, 2))
+
+    def _naive_attend(self, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor):
+        """q [B, T, H, Dh], k/v [B, S, H, Dh], offsets [B, T, S] -> [B, T, D], P materialised."""
+        B, T, H, Dh = q.shape
+        S = k.size(1)
         center = (rel_table.size(0) - 1) // 2
-        pos = self.r_proj(rel_table[offsets + center]).view(B, T, T, H, Dh)  # [B, T, S, H, Dh]
+        pos = self.r_proj(rel_table[offsets + center]).view(B, T, S, H, Dh)  # [B, T, S, H, Dh]
         content = torch.einsum("bihd,bjhd->bhij", q + self.u, k)
         position = torch.einsum("bihd,bijhd->bhij", q + self.v, pos)
         scores = (content + position) * self.scaling
         mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
         scores = scores.masked_fill(mask.unsqueeze(1), float("-inf"))
         out = torch.einsum("bhij,bjhd->bihd", torch.softmax(scores, dim=-1), v)
-        return self.out_proj(out.reshape(B, T, D))
+        return self.out_proj(out.reshape(B, T, H * Dh))
 
 
 class CrossAttention(nn.Module):

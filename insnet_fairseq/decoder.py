@@ -3,6 +3,12 @@ self-attention uses insertion offsets (paper 3.1.3), plus cross-attention to the
 
 It is causal in insertion order, so the state of a token never changes once inserted: one
 pass encodes a whole trajectory (training) and decoding can cache every layer's keys/values.
+
+``--slot-query-stream`` adds a second stream (XLNet's two-stream attention, for slots): a query
+per predicted token that sits at its slot, starts from a learned vector (it must not see the word
+it predicts), and in every layer reads the keys/values of the tokens of its context, with the
+offsets the word will have once inserted there. The tokens' stream is unchanged; the queries add
+no keys, so one pass still encodes a whole trajectory.
 """
 from typing import List, Optional, Tuple
 
@@ -60,9 +66,18 @@ class InsNetDecoderLayer(nn.Module):
             return out
 
         x = self._residual(x, self.self_attn_norm, self_attention)
+        return self._rest(x, source_kv, source_padding_mask), kv[0]
+
+    def _rest(self, x: Tensor, source_kv, source_padding_mask) -> Tensor:
         x = self._residual(x, self.cross_attn_norm, lambda y: self.cross_attn(y, source_kv, source_padding_mask))
-        x = self._residual(x, self.final_norm, self._ffn)
-        return x, kv[0]
+        return self._residual(x, self.final_norm, self._ffn)
+
+    def query(self, x: Tensor, kv: Tuple[Tensor, Tensor], offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
+              source_kv: Tuple[Tensor, Tensor], source_padding_mask: Optional[Tensor]) -> Tensor:
+        """The slot query stream through this layer (same weights): x [B, Q, D] reads the tokens'
+        (k, v) [B, H, S, Dh] of this layer; offsets / attn_mask [B, Q, S] -> [B, Q, D]."""
+        x = self._residual(x, self.self_attn_norm, lambda y: self.self_attn.query(y, kv, offsets, rel_table, attn_mask))
+        return self._rest(x, source_kv, source_padding_mask)
 
 
 class InsNetContextEncoder(nn.Module):
@@ -88,6 +103,9 @@ class InsNetContextEncoder(nn.Module):
             )
         self.layers = nn.ModuleList([InsNetDecoderLayer(args, rel_dim) for _ in range(args.decoder_layers)])
         self.layer_norm = nn.LayerNorm(d) if args.decoder_normalize_before else None
+        self.slot_query = None  # --slot-query-stream: the learned start of every slot query
+        if getattr(args, "slot_query_stream", False):
+            self.slot_query = nn.Parameter(torch.randn(d) * d ** -0.5)
 
     def project_source(self, encoder_out: Tensor) -> List[Tuple[Tensor, Tensor]]:
         """encoder_out [B, L, Ds] -> per layer cross-attention (k, v); computed once per sentence."""
@@ -125,3 +143,32 @@ class InsNetContextEncoder(nn.Module):
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         return x, new_past
+
+    def query_stream(
+        self,
+        offsets: Tensor,
+        attn_mask: Tensor,
+        kv: List[Tuple[Tensor, Tensor]],
+        source_kv: List[Tuple[Tensor, Tensor]],
+        source_padding_mask: Optional[Tensor],
+    ) -> Tensor:
+        """Slot queries (``--slot-query-stream``): Q queries reading S tokens.
+
+        Args:
+            offsets: [B, Q, S] offset of each token from the word each query predicts, as if that
+                word were inserted at the query's slot (the row it will have once inserted).
+            attn_mask: bool [B, Q, S], True = blocked (tokens outside the query's context).
+            kv: per layer (k, v) [B, H, S, Dh] of the tokens (:meth:`forward`'s second output).
+            source_kv, source_padding_mask: as in :meth:`forward`.
+
+        Returns z [B, Q, D]. Example: after "<s> </s>" (S = 2), the query of the first word's slot
+        has offsets [-1, 1] and reads both tokens.
+        """
+        B, Q, _ = offsets.shape
+        x = (self.embed_scale * self.slot_query).expand(B, Q, -1)
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        for i, layer in enumerate(self.layers):
+            x = layer.query(x, kv[i], offsets, self.offset_embed, attn_mask, source_kv[i], source_padding_mask)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return x

@@ -8,7 +8,10 @@ inserts:
   position distribution mass (paper 4.1: 70%); tokens inserted in one step are encoded as if
   inserted left to right.
 
-Tokens are greedy (or top-k sampled). A sentence stops when the termination head says stop
+Tokens are greedy (or top-k sampled). With ``skip_repeats``, a token equal to a neighbour of its
+slot is not inserted (the slot stays open for a later step), the usual cure for the duplicated
+words of parallel decoding; a sentence whose every choice repeats a neighbour takes, at those
+slots, its best token that does not. A sentence stops when the termination head says stop
 (q(stop | h_last) > 0.5) or at its step cap, and leaves the batch.
 
 Cached context: a token's states never change once inserted, so every layer's keys/values
@@ -18,6 +21,13 @@ partial sequence every step with the full offset matrix (for checking and timing
 
 Batches are rectangular: in parallel mode a sentence that inserts fewer tokens than the
 widest one in a step gets *holes* (padding that no query attends to).
+
+Sentences whose output is known without decoding are answered at once, each with a warning
+naming its sample id (:meth:`InsertionGenerator.settled_rows`): an empty source outputs exactly
+its constraint tokens (none: an empty output), and so does a sentence whose constraints already
+fill its output cap. Long constrained starts are decoded apart from the rest of their batch
+(:meth:`InsertionGenerator.length_groups`) and encoded a few rows at a time (``ENCODE_CHUNK``),
+so that one long constraint phrase neither slows its batch nor exhausts memory.
 """
 import dataclasses
 import logging
@@ -34,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 MODES = ("sequential", "parallel")
 HOLE = 1 << 30  # position of a hole: right of everything
+ENCODE_CHUNK = 1 << 22  # rows x S x S elements per full encoding pass (see _encode_all)
+GROUP_FREE = 64  # constrained starts up to this many tokens share a decoding group (see length_groups)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +102,22 @@ def group_offsets(positions: Tensor, group_positions: Tensor, group_real: Tensor
     return (rank - group_positions.unsqueeze(2)).clamp(-(S - 1), S - 1)
 
 
+def compact(chosen: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """The chosen slots of each sentence, left to right, packed to the widest sentence's count.
+
+    chosen bool [B, K] -> (slot_of [B, G], real bool [B, G], count [B]), G = max count; rows
+    with fewer slots are filled with holes (``real`` False). Example: [[F, T, F, T], [T, F, F, F]]
+    -> slot_of [[1, 3], [0, *]], real [[T, T], [T, F]], count [2, 1].
+    """
+    B, K = chosen.shape
+    count = chosen.sum(1)  # [B]
+    G = int(count.max())
+    k_idx = torch.arange(K, device=chosen.device).unsqueeze(0).expand(B, K)
+    slot_of = torch.where(chosen, k_idx, k_idx + K).sort(dim=1).values[:, :G] % K  # [B, G]
+    real = torch.arange(G, device=chosen.device).unsqueeze(0) < count.unsqueeze(1)
+    return slot_of, real, count
+
+
 def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int) -> None:
     """Refuse flag values decoding cannot use, naming the flag (the task checks them before a model loads)."""
     if mode not in MODES:
@@ -113,6 +141,7 @@ class InsertionGenerator:
         sampling: bool = False,
         sampling_topk: int = -1,
         retain_history: bool = False,
+        skip_repeats: bool = False,
     ):
         check_decoding_flags(mode, slot_top_p, max_steps)
         self.tgt_dict = tgt_dict
@@ -123,6 +152,7 @@ class InsertionGenerator:
         self.use_cache = use_cache
         self.sampling, self.sampling_topk = sampling, sampling_topk
         self.retain_history = retain_history
+        self.skip_repeats = skip_repeats
         self.symbols_to_strip_from_output = {self.bos, self.eos}
         self.banned = torch.tensor(sorted({self.bos, self.eos, self.pad}))
 
@@ -154,46 +184,103 @@ class InsertionGenerator:
             initial_tokens = [[int(t) for c in unpack_constraints(row) for t in c] for row in constraints.cpu()]
         if initial_tokens is not None:
             initial_tokens = self.check_initial_tokens(initial_tokens, B)
-        finalized: List[Optional[dict]] = [None] * B
-        empty = (src_lengths <= 1).nonzero().view(-1).tolist()  # </s> only: an empty line
-        for b in empty:
-            sid = int(sample["id"][b]) if "id" in sample else b
-            logger.warning(f"empty source sentence (sample id {sid}): nothing to translate, output is empty")
-            finalized[b] = self._hypothesis(torch.tensor([self.eos]), torch.zeros(1), 0, [])
-
+            for b, row in enumerate(initial_tokens if initial_order is not None else []):
+                if row and sorted(initial_order[b]) != list(range(len(row))):
+                    raise ValueError(f"initial_order[{b}] must be a permutation of 0..{len(row) - 1}")
+        given = initial_tokens if initial_tokens is not None else [[] for _ in range(B)]
         decoder = model.decoder
-        encoder_out = model.forward_encoder(src_tokens, src_lengths)
-        source_kv, source_pad = decoder.encode_source(encoder_out)
-        state = self.initial_state(decoder, B, src_tokens.device, source_kv, source_pad, initial_tokens, initial_order)
         # caps: steps (--max-insertion-steps, default a * source length + b) and output length
         # (the same a * source length + b words, and the model's --max-target-positions)
         auto = (src_lengths.float() * self.max_steps_a + self.max_steps_b).long()
         cap = torch.full_like(auto, self.max_steps) if self.max_steps > 0 else auto
         max_len = (auto + 2).clamp(max=decoder.max_target_positions)  # [B], with <s> and </s>
-        ids = torch.arange(B, device=src_tokens.device)
-        alive = torch.ones(B, dtype=torch.bool, device=src_tokens.device)
-        alive[empty] = False
-        history = [[] for _ in range(B)]
+        finalized: List[Optional[dict]] = [None] * B
+        for b in self.settled_rows(sample, src_lengths, given, max_len, decoder.max_target_positions):
+            finalized[b] = self.fixed_hypothesis(given[b])
+        todo = [b for b in range(B) if finalized[b] is None]
+        for rows in self.length_groups([len(given[b]) for b in todo]):
+            self._decode_rows(model, sample, [todo[r] for r in rows], cap, max_len, initial_tokens, initial_order,
+                              finalized)
+        return [[h] for h in finalized]
+
+    @staticmethod
+    def length_groups(n_given: Sequence[int]) -> List[List[int]]:
+        """Split a batch by the length of its constrained starts: those of up to ``GROUP_FREE`` tokens
+        form one group, longer ones one group per power of two. Every row of a group pays for the
+        longest start of the group at every step; a sentence with a 600-token constraint no longer
+        slows the 63 others of its batch. Example: [0, 3, 100, 0, 300] -> [[0, 1, 3], [2], [4]]."""
+        groups = {}
+        for i, n in enumerate(n_given):
+            groups.setdefault(0 if n <= GROUP_FREE else int(n).bit_length(), []).append(i)
+        return [groups[k] for k in sorted(groups)]
+
+    def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, initial_tokens, initial_order,
+                     finalized: List[Optional[dict]]) -> None:
+        """Decode the batch rows ``todo`` together; fills ``finalized[b]`` for each."""
+        decoder = model.decoder
+        src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
+        if len(todo) < src_tokens.size(0):
+            rows = torch.tensor(todo, device=src_tokens.device)
+            src_tokens, src_lengths, cap, max_len = src_tokens[rows], src_lengths[rows], cap[rows], max_len[rows]
+            src_tokens = src_tokens[:, src_tokens.ne(self.pad).any(0)]  # left padding no row of the group needs
+            if initial_tokens is not None:
+                initial_tokens = [initial_tokens[b] for b in todo]
+                initial_order = None if initial_order is None else [initial_order[b] for b in todo]
+        encoder_out = model.forward_encoder(src_tokens, src_lengths)
+        source_kv, source_pad = decoder.encode_source(encoder_out)
+        state = self.initial_state(decoder, len(todo), src_tokens.device, source_kv, source_pad, initial_tokens,
+                                   initial_order)
+        ids = torch.tensor(todo, device=src_tokens.device)  # batch row of each sentence left
+        history = {b: [] for b in todo}
         self._record(history, state, ids)
         while True:
             stop = self.termination_logit(decoder, state) > 0  # q(stop) > 0.5
-            stop = stop | (state.steps >= cap) | (state.lengths >= max_len) | ~alive
+            stop = stop | (state.steps >= cap) | (state.lengths >= max_len)
             if bool(stop.any()):
                 for row in stop.nonzero().view(-1).tolist():
                     b = int(ids[row])
-                    if finalized[b] is None:
-                        finalized[b] = self._finalize(state, row, history[b])
+                    finalized[b] = self._finalize(state, row, history[b])
                 keep = (~stop).nonzero().view(-1)
                 if len(keep) == 0:
                     break
-                state, ids, cap, alive, max_len = (
-                    state.select(keep), ids[keep], cap[keep], alive[keep], max_len[keep]
-                )
+                state, ids, cap, max_len = state.select(keep), ids[keep], cap[keep], max_len[keep]
                 source_kv = [(k[keep], v[keep]) for k, v in source_kv]
                 source_pad = None if source_pad is None else source_pad[keep]
             state = self.step(decoder, state, source_kv, source_pad, max_len)
             self._record(history, state, ids)
-        return [[h] for h in finalized]
+
+    @staticmethod
+    def settled_rows(sample, src_lengths: Tensor, given: Sequence[Sequence[int]], max_len: Tensor,
+                     max_target_positions: int) -> List[int]:
+        """Batch rows whose output is known without decoding, each with a warning naming its sample id.
+
+        An empty source (``</s>`` only) gets exactly its constraint tokens (none: an empty output);
+        so does a sentence whose constraints already fill its output cap ``max_len - 2`` words
+        (2 x source length + 10, at most the model's target limit), which is never encoded: a
+        long constraint phrase costs nothing, however large its batch.
+        """
+        rows = []
+        lengths, caps = src_lengths.tolist(), (max_len - 2).tolist()
+        for b, (n_src, n_cap) in enumerate(zip(lengths, caps)):
+            n = len(given[b])
+            if n_src > 1 and n < n_cap:
+                continue
+            sid = int(sample["id"][b]) if sample.get("id") is not None else b
+            name = "sample id" if sample.get("id") is not None else "batch row"
+            if n_src <= 1:
+                output = f"its {n} constraint tokens only" if n else "empty"
+                logger.warning(f"empty source sentence ({name} {sid}): nothing to translate, output is {output}")
+            else:
+                limit = f", the model's limit (--max-target-positions {max_target_positions})" \
+                    if n_cap == max_target_positions - 2 else ""
+                logger.warning(f"{name} {sid}: its {n} constraint tokens fill the output cap of {n_cap} words "
+                               f"(2 x {n_src} source tokens + 10{limit}): output is the constraints only")
+            rows.append(b)
+        return rows
+
+    def fixed_hypothesis(self, tokens: Sequence[int]) -> dict:
+        """The hypothesis of a sentence that is not decoded: ``tokens`` (maybe none), then ``</s>``."""
+        return self._hypothesis(torch.tensor(list(tokens) + [self.eos]), torch.zeros(len(tokens) + 1), 0, [])
 
     def check_initial_tokens(self, initial_tokens, B: int) -> List[List[int]]:
         """Rows of integer word ids, one per sentence; special symbols and ids outside the
@@ -240,11 +327,29 @@ class InsertionGenerator:
         )
 
     def _encode_all(self, decoder, tokens, positions, real, source_kv, source_pad):
-        """Full pass over a partial sequence in insertion order: [B, S] -> states, cache."""
-        S = tokens.size(1)
-        rank = rank_matrix(positions, ~real)
-        mask = torch.ones(S, S, dtype=torch.bool, device=tokens.device).triu(1) | ~real.unsqueeze(1)  # [B, S, S]
-        return decoder.context(tokens, offsets_from_rank(rank), mask, source_kv, source_pad)
+        """Full pass over a partial sequence in insertion order: [B, S] -> states, cache.
+
+        Attention over S tokens builds several [rows, H, S, 2S] tensors, so long sequences (a long
+        constraint, uncached decoding of a long sentence) are encoded a few rows at a time: at most
+        ``ENCODE_CHUNK`` elements of rows x S x S per pass (all rows at once below S ~ 250 for 64 rows).
+        """
+        B, S = tokens.shape
+        rows = max(1, ENCODE_CHUNK // (S * S))
+        causal = torch.ones(S, S, dtype=torch.bool, device=tokens.device).triu(1)
+        parts = []
+        for i in range(0, B, rows):
+            r = slice(i, i + rows)
+            rank = rank_matrix(positions[r], ~real[r])
+            mask = causal | ~real[r].unsqueeze(1)  # [rows, S, S]
+            kv = [(k[r], v[r]) for k, v in source_kv]
+            parts.append(decoder.context(tokens[r], offsets_from_rank(rank), mask, kv,
+                                         None if source_pad is None else source_pad[r]))
+        if len(parts) == 1:
+            return parts[0]
+        hidden = torch.cat([h for h, _ in parts])
+        cache = [(torch.cat([c[l][0] for _, c in parts]), torch.cat([c[l][1] for _, c in parts]))
+                 for l in range(len(parts[0][1]))]
+        return hidden, cache
 
     # -- one insertion step ------------------------------------------------------------------------
     def choose_slots(self, pos_lprobs: Tensor, room: Tensor) -> Tensor:
@@ -302,8 +407,53 @@ class InsertionGenerator:
         e, pos_lprobs = self.slot_distribution(decoder, state)
         room = (torch.as_tensor(max_len, device=e.device) - state.lengths).clamp_min(1)
         chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
-        tokens, tok_lprobs = self.choose_tokens(decoder.heads.token_logits(e[chosen]))  # [N]
+        logits = self.token_logits(decoder, state, e, chosen, source_kv, source_pad)  # [N, V]
+        tokens, tok_lprobs = self.choose_tokens(logits)  # [N]
+        if self.skip_repeats:
+            chosen, tokens, tok_lprobs = self.drop_repeats(state, chosen, logits, tokens, tok_lprobs)
         return self.insert(decoder, state, chosen, tokens, tok_lprobs + pos_lprobs[chosen], source_kv, source_pad)
+
+    @staticmethod
+    def token_logits(decoder, state: DecoderState, e: Tensor, chosen: Tensor, source_kv, source_pad) -> Tensor:
+        """Token logits [N, V] at the ``chosen`` slots (bool [B, K], N True, row-major); e [B, K, D].
+
+        With ``--slot-query-stream`` each chosen slot's query reads the whole partial sequence
+        from the cache, at the offsets its word will have once inserted there.
+        """
+        if decoder.context.slot_query is None:
+            return decoder.heads.token_logits(e[chosen])
+        slot_of, g_real, _ = compact(chosen)  # [B, G]
+        S = state.positions.size(1)
+        p = (slot_of + 1).unsqueeze(2)  # [B, G, 1] the word's position once inserted
+        pos = state.positions.unsqueeze(1)  # [B, 1, S] (HOLE at holes)
+        offsets = (pos - p + (pos >= p).long()).clamp(-(S - 1), S - 1)  # [B, G, S], holes bounded
+        blocked = ~state.real.unsqueeze(1).expand(-1, slot_of.size(1), -1)  # [B, G, S]
+        z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, G, D]
+        return decoder.heads.token_logits(e[chosen], z[g_real])
+
+    def drop_repeats(self, state: DecoderState, chosen: Tensor, logits: Tensor, tokens: Tensor, tok_lprobs: Tensor):
+        """Leave out the insertions that repeat a neighbour of their slot.
+
+        chosen bool [B, K] with N True; logits [N, V]; tokens, tok_lprobs [N].
+        Returns (chosen' [B, K], tokens' [N'], tok_lprobs' [N']). A sentence left with nothing
+        keeps its slots, each with its best token that is neither neighbour.
+        Example: "<s> die Kamera </s>" with "die" chosen for the slot between "die" and
+        "Kamera" inserts nothing there; if that is the sentence's only slot, it gets the best
+        token other than "die" and "Kamera".
+        """
+        seq = state.tokens.gather(1, state.sequence_order())  # [B, S] tokens left to right
+        left, right = seq[:, :-1][chosen], seq[:, 1:][chosen]  # [N] neighbours of each chosen slot
+        repeat = (tokens == left) | (tokens == right)  # [N]
+        keep = chosen.clone()
+        keep[chosen] = ~repeat
+        stuck = (keep.sum(1) == 0)[chosen.nonzero()[:, 0]]  # [N] its sentence would insert nothing
+        if bool(stuck.any()):
+            logits = logits.float().scatter(1, left.unsqueeze(1), float("-inf")).scatter(1, right.unsqueeze(1), float("-inf"))
+            alt, alt_lprobs = self.choose_tokens(logits)
+            tokens, tok_lprobs = torch.where(stuck, alt, tokens), torch.where(stuck, alt_lprobs, tok_lprobs)
+            keep[chosen] = ~repeat | stuck
+        taken = keep[chosen]
+        return keep, tokens[taken], tok_lprobs[taken]
 
     def insert(self, decoder, state: DecoderState, chosen: Tensor, tokens: Tensor, scores: Tensor,
                source_kv, source_pad) -> DecoderState:
@@ -312,12 +462,8 @@ class InsertionGenerator:
         h = state.hidden
         B, S, D = h.shape
         K = S - 1
-        # new tokens, left to right, compacted to [B, G] (holes where a sentence inserts fewer)
-        n_new = chosen.sum(1)  # [B]
-        G = int(n_new.max())
-        k_idx = torch.arange(K, device=h.device).unsqueeze(0).expand(B, K)
-        slot_of = torch.where(chosen, k_idx, k_idx + K).sort(dim=1).values[:, :G] % K  # [B, G]
-        g_real = torch.arange(G, device=h.device).unsqueeze(0) < n_new.unsqueeze(1)
+        slot_of, g_real, n_new = compact(chosen)  # new tokens, left to right, [B, G]
+        G = slot_of.size(1)
         new_tok = torch.full((B, K), self.pad, dtype=torch.long, device=h.device)
         new_tok[chosen] = tokens
         new_score = torch.zeros(B, K, device=h.device)

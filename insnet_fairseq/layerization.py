@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .model import causal_mask
+from .model import causal_mask, slot_query_geometry
 from .offsets import offsets_from_rank, rank_matrix, slot_neighbours
 from .orders import DEFAULT_ANCHOR_DEPTH, order_levels
 
@@ -139,7 +139,7 @@ def promotions(decoder, target: Tensor, layers: Tensor, source_kv, source_pad, t
     step_pad = steps >= lengths.unsqueeze(1)
     rank = rank_matrix(order, step_pad)  # [B, n, n]
     tokens = target.gather(1, order)  # [B, n]
-    h, _ = decoder.context(tokens, offsets_from_rank(rank), causal_mask(n, device), source_kv, source_pad)
+    h, kv = decoder.context(tokens, offsets_from_rank(rank), causal_mask(n, device), source_kv, source_pad)
 
     by_step = layers.gather(1, order)  # [B, n]
     c1 = context_steps(layers, order)  # current context: last step of the earlier layers
@@ -167,7 +167,12 @@ def promotions(decoder, target: Tensor, layers: Tensor, source_kv, source_pad, t
         def slot_lp(c: Tensor, s: Tensor) -> Tensor:
             cc, ss = c[b, t], s[b, t]
             e = heads.slot_repr(h[b, left_all[b, cc, ss]], h[b, right_all[b, cc, ss]], h[b, cc])  # [N, D]
-            lp = F.log_softmax(heads.token_logits(e).float(), -1)  # [N, V]
+            z = None
+            if decoder.context.slot_query is not None:  # every step's query in context c, then the candidates'
+                context_rank = rank.gather(1, c.unsqueeze(2).expand(-1, -1, n))  # [B, n, n]
+                z = decoder.context.query_stream(*slot_query_geometry(context_rank, steps, c), kv, source_kv, source_pad)
+                z = z[b, t]  # [N, D]
+            lp = F.log_softmax(heads.token_logits(e, z).float(), -1)  # [N, V]
             return lp.gather(1, tokens[b, t].unsqueeze(1)).squeeze(1)
 
         ok = slot_lp(c1, s1) - slot_lp(c0, s0) <= tau

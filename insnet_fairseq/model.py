@@ -32,13 +32,35 @@ def causal_mask(n: int, device) -> Tensor:
     return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
 
 
+def slot_query_geometry(context_rank: Tensor, word: Tensor, ctx: Tensor):
+    """Offsets and mask of slot queries (``--slot-query-stream``), for words seen from contexts.
+
+    Args:
+        context_rank: [B, Q, n], row ``ctx`` of the rank matrix per query: where every token is
+            (or would go) in that context.
+        word: [B, Q] the step of the word each query predicts; ctx: [B, Q] the last step of its context.
+
+    Returns (offsets [B, Q, n], blocked [B, Q, n]): a context token ``j`` is seen from the word's
+    future position ``p = context_rank[q, word]`` at ``r - p`` if left of it, ``r - p + 1`` if
+    right (``r = context_rank[q, j]``); tokens after the context are blocked.
+    Example: target "<s> a b </s>" inserted in the order <s>, </s>, a, b. The context of b is
+    steps 0-2 at ranks [0, 2, 1]; b goes to rank p = 2, so the query sees <s> at -2, </s> at +1 and
+    a at -1: b's own offset row once inserted.
+    """
+    n = context_rank.size(-1)
+    p = context_rank.gather(2, word.unsqueeze(2))  # [B, Q, 1]
+    offsets = (context_rank - p + (context_rank >= p).long()).clamp(-(n - 1), n - 1)  # bounded where blocked
+    return offsets, torch.arange(n, device=ctx.device).view(1, 1, n) > ctx.unsqueeze(2)
+
+
 class InsNetDecoder(FairseqDecoder):
     def __init__(self, args, dictionary, embed_tokens):
         super().__init__(dictionary)
         self.padding_idx = dictionary.pad()
         self.context = InsNetContextEncoder(args, embed_tokens)
         tied = embed_tokens if args.share_decoder_input_output_embed else None
-        self.heads = SlotHeads(args.decoder_embed_dim, len(dictionary), tied)
+        self.heads = SlotHeads(args.decoder_embed_dim, len(dictionary), tied,
+                               slot_query=getattr(args, "slot_query_stream", False))
         self.max_target_positions = args.max_target_positions
 
     def encode_source(self, encoder_out: Dict):
@@ -78,7 +100,7 @@ class InsNetDecoder(FairseqDecoder):
         rank = rank_matrix(order, step_pad)  # [B, n, n]
         tokens = target.gather(1, order)  # [B, n] tokens in insertion order
         source_kv, source_pad = self.encode_source(encoder_out)
-        h, _ = self.context(tokens, offsets_from_rank(rank), causal_mask(n, device), source_kv, source_pad)
+        h, kv = self.context(tokens, offsets_from_rank(rank), causal_mask(n, device), source_kv, source_pad)
 
         T = n - 2
         pred = steps[1 : n - 1]  # [T] sequential contexts t = 1..n-2
@@ -99,6 +121,10 @@ class InsNetDecoder(FairseqDecoder):
         left_t = row(left_all).gather(2, slot.unsqueeze(2)).squeeze(2)  # [B, T]
         right_t = row(right_all).gather(2, slot.unsqueeze(2)).squeeze(2)  # [B, T]
         e = self.heads.target_slot_repr(h, ctx, left_t, right_t)  # [B, T, D]
+        z = None
+        if self.context.slot_query is not None:  # --slot-query-stream: one query per predicted token
+            geometry = slot_query_geometry(row(rank), steps[2:].expand(B, T), ctx)
+            z = self.context.query_stream(*geometry, kv, source_kv, source_pad)
 
         term_steps = steps[1:]  # [n - 1]
         is_last = term_steps.unsqueeze(0) == (lengths - 1).unsqueeze(1)  # [B, n - 1]
@@ -109,7 +135,10 @@ class InsNetDecoder(FairseqDecoder):
             term_mask = term_mask & (layer_end[:, 1:] | is_last)
         return {
             # only real steps reach the vocabulary projection: [N, V], N = sum(len - 2)
-            "token": {"logits": self.heads.token_logits(e[step_valid]), "target": tokens[:, 2:][step_valid]},
+            "token": {
+                "logits": self.heads.token_logits(e[step_valid], None if z is None else z[step_valid]),
+                "target": tokens[:, 2:][step_valid],
+            },
             "position": {"logits": pos_logits, "target": slot, "mask": step_valid},
             "termination": {
                 "logits": self.heads.termination_logit(h[:, 1:]),
@@ -137,6 +166,11 @@ class InsNetModel(FairseqEncoderDecoderModel):
         parser.add_argument(
             "--offset-embedding", choices=["sinusoidal", "learned"],
             help="embedding of insertion offsets fed to W_kR (default: sinusoidal)",
+        )
+        parser.add_argument(
+            "--slot-query-stream", action="store_true",
+            help="predict each word also from a query stream that sits at its slot and reads its whole "
+            "context with offsets relative to the slot (XLNet-style two-stream attention)",
         )
 
     @classmethod
@@ -183,6 +217,19 @@ class InsNetModel(FairseqEncoderDecoderModel):
     def max_positions(self):
         return (self.encoder.max_positions(), self.decoder.max_positions())
 
+    @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", **kwargs):
+        """fairseq's hub loading (``kwargs`` override the checkpoint's settings, e.g.
+        ``insertion_mode="parallel"``); returns an :class:`.hub.InsNetHubInterface`, whose
+        ``translate(lines)`` gives one output per line, in order, whatever the lines hold."""
+        from fairseq import hub_utils
+
+        from .hub import InsNetHubInterface
+
+        x = hub_utils.from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
+                                      archive_map=cls.hub_models(), **kwargs)
+        return InsNetHubInterface(x["args"], x["task"], x["models"])
+
 
 @register_model_architecture("insnet", "insnet_base")
 def insnet_base_architecture(args):
@@ -190,6 +237,7 @@ def insnet_base_architecture(args):
     args.dropout = getattr(args, "dropout", 0.3)
     args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
     args.offset_embedding = getattr(args, "offset_embedding", None) or "sinusoidal"
+    args.slot_query_stream = getattr(args, "slot_query_stream", False)
     args.max_source_positions = getattr(args, "max_source_positions", None) or 1024
     args.max_target_positions = getattr(args, "max_target_positions", None) or 1024
     transformer_base_architecture(args)

@@ -63,7 +63,7 @@ def reencode_prefixes(model, src_tokens, src_lengths, target, order):
     source_kv, source_pad = decoder.encode_source(enc)
     total = 0.0
     for t in range(1, n):
-        h, _ = decoder.context(
+        h, kv = decoder.context(
             tokens[:, : t + 1], offsets[:, : t + 1, : t + 1], causal_mask(t + 1, target.device), source_kv, source_pad
         )
         # slots after step t: sort the prefix by final position
@@ -87,7 +87,13 @@ def reencode_prefixes(model, src_tokens, src_lengths, target, order):
         k = k.clamp(0, t - 1)
         pos_lp = torch.log_softmax(heads.position_logit(e), -1).gather(1, k.unsqueeze(1)).squeeze(1)
         e_k = e.gather(1, k.view(B, 1, 1).expand(-1, 1, e.size(-1))).squeeze(1)
-        tok_lp = torch.log_softmax(heads.token_logits(e_k), -1).gather(1, tokens[:, t + 1 : t + 2]).squeeze(1)
+        z = None
+        if decoder.context.slot_query is not None:  # the slot query: offsets of the word once inserted at k
+            r = (pos.unsqueeze(2) > pos.unsqueeze(1)).sum(2)  # [B, t + 1] ranks in the prefix
+            p = (k + 1).unsqueeze(1)  # [B, 1]
+            q_off = (r - p + (r >= p).long()).clamp(-t, t).unsqueeze(1)  # [B, 1, t + 1]
+            z = decoder.context.query_stream(q_off, step_pad[:, None, : t + 1], kv, source_kv, source_pad)[:, 0]
+        tok_lp = torch.log_softmax(heads.token_logits(e_k, z), -1).gather(1, tokens[:, t + 1 : t + 2]).squeeze(1)
         total = total - (pos_lp + tok_lp)[predict].sum()
     return total
 
@@ -146,7 +152,7 @@ def _naive_layered(model, src_tokens, src_lengths, target, layers: List[List[int
                 c = sum(1 for x in lay if x < l) - 1  # last step of the context
                 off = torch.tensor(naive_offsets(ordr[: c + 1])).unsqueeze(0)
                 x = torch.tensor(toks[: c + 1]).unsqueeze(0)
-                h, _ = decoder.context(x, off, causal_mask(c + 1, x.device), source_kv, source_pad)
+                h, kv = decoder.context(x, off, causal_mask(c + 1, x.device), source_kv, source_pad)
                 h = h[0]
                 stop = heads.termination_logit(h[c])
                 out["termination"].append(float(F.logsigmoid(stop if l == m + 1 else -stop)))
@@ -162,6 +168,11 @@ def _naive_layered(model, src_tokens, src_lengths, target, layers: List[List[int
                         continue
                     k = sum(1 for q in ctx_pos if q < p) - 1
                     out["position"].append(float(pos_lp[k]))
-                    out["token"].append(float(torch.log_softmax(heads.token_logits(e[k]), -1)[toks[step]]))
+                    z = None
+                    if decoder.context.slot_query is not None:  # the word's own offset row, were it inserted now
+                        q_off = torch.tensor(naive_offsets(ordr[: c + 1] + [p])[-1][: c + 1]).view(1, 1, c + 1)
+                        seen = torch.zeros(1, 1, c + 1, dtype=torch.bool)
+                        z = decoder.context.query_stream(q_off, seen, kv, source_kv, source_pad)[0, 0]
+                    out["token"].append(float(torch.log_softmax(heads.token_logits(e[k], z), -1)[toks[step]]))
             results.append(out)
     return results

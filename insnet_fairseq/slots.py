@@ -6,7 +6,8 @@ For the context after step ``t`` and its slot ``k`` between the tokens inserted 
     e[t, k] = LayerNorm(concat(f_l(h_l), f_r(h_r)) + h_t)
 
 with ``h`` the last decoder layer's outputs in insertion order and ``h_t`` the token inserted at
-step ``t`` (the global vector). Heads: token ``log_softmax(W_p e + b)``; position ``w_o . e``,
+step ``t`` (the global vector). Heads: token ``log_softmax(W_p e + b)`` (with
+``--slot-query-stream``, ``W_p LayerNorm(e + z) + b``, z the slot's query, see :mod:`.decoder`); position ``w_o . e``,
 log-softmax over the ``t`` slots of a step; termination ``q(stop | h_t)``.
 
 Training needs the position logit of every slot of every step: B x n x n x D if built naively.
@@ -29,8 +30,10 @@ def gather_steps(x: Tensor, index: Tensor) -> Tensor:
 
 
 class SlotHeads(nn.Module):
-    def __init__(self, embed_dim: int, vocab_size: int, tied_embedding: nn.Embedding = None, eps: float = 1e-5):
+    def __init__(self, embed_dim: int, vocab_size: int, tied_embedding: nn.Embedding = None, eps: float = 1e-5,
+                 slot_query: bool = False):
         super().__init__()
+        self.query_norm = nn.LayerNorm(embed_dim, eps=eps) if slot_query else None  # --slot-query-stream
         self.left_dim = embed_dim // 2
         self.right_dim = embed_dim - self.left_dim
         self.f_left = nn.Linear(embed_dim, self.left_dim)
@@ -51,8 +54,13 @@ class SlotHeads(nn.Module):
         c = torch.cat([self.f_left(h_left), self.f_right(h_right)], dim=-1)
         return self.norm(c + h_global)
 
-    def token_logits(self, e: Tensor) -> Tensor:
-        """[..., D] -> [..., V] (unnormalised; log_softmax in the caller)."""
+    def token_logits(self, e: Tensor, z: Tensor = None) -> Tensor:
+        """e [..., D] (and the slot queries z [..., D] with --slot-query-stream) -> [..., V]
+        (unnormalised; log_softmax in the caller). With queries: ``W_p LayerNorm(e + z) + b``."""
+        if self.query_norm is not None:
+            if z is None:
+                raise ValueError("this model has a slot query stream (--slot-query-stream): pass the slot queries")
+            e = self.query_norm(e + z)
         return self.token_proj(e)
 
     def position_logit(self, e: Tensor) -> Tensor:

@@ -14,6 +14,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from .data import InsertionPairDataset
 from .generator import MODES, InsertionGenerator, check_decoding_flags
+from .inputs import screen_lines
 from .layerization import LAYERIZATIONS, PAD_LAYER, layerize, num_layers, sequential_layers, trajectory, uniform_layers
 from .orders import DEFAULT_ANCHOR_DEPTH, LEVEL_POLICIES, ORDER_POLICIES
 
@@ -49,6 +50,11 @@ class InsertionTranslationConfig(TranslationConfig):
     max_insertion_steps: int = field(
         default=0, metadata={"help": "step cap per sentence; 0: 2 * source length + 10 (outputs are also "
                              "capped at 2 * source length + 10 tokens)"}
+    )
+    skip_repeats: bool = field(
+        default=False,
+        metadata={"help": "do not insert a token equal to a neighbour of its slot (the slot stays open): removes "
+                  "the duplicated words of parallel decoding"},
     )
     no_insertion_cache: bool = field(
         default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
@@ -120,6 +126,10 @@ class InsertionTranslationTask(TranslationTask):
         self.layerization, self.dinic_tau = mode, tau
         self.layer_store = torch.full((0, 0), -1, dtype=torch.int32)  # last layering of each training sentence
         self.decode_tally = [0, 0, 0]  # sentences, insertion steps, output words decoded so far
+        # raw-text decoding (fairseq-interactive, the hub interface): lines refused by the input
+        # screening ({sample id: reason}) and the sample ids of the next batch (see interactive_fix)
+        self.refused_inputs = {}
+        self.pending_sample_ids = None
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
         super().load_dataset(split, epoch=epoch, combine=combine, **kwargs)
@@ -203,7 +213,22 @@ class InsertionTranslationTask(TranslationTask):
         self.layer_batch(sample, model)
         return super().valid_step(sample, model, criterion)
 
+    def screen_inference_lines(self, lines, first_id, encode_fn, max_positions, constrained=False, max_tokens=None):
+        """Check raw lines ``first_id``, ... before batching (:func:`.inputs.screen_lines`): returns the lines
+        to batch; refused ones become empty and are remembered, to be answered with an empty output."""
+        lines, self.refused_inputs = screen_lines(lines, first_id, encode_fn, self.source_dictionary,
+                                                  self.target_dictionary, max_positions, constrained, max_tokens)
+        return lines
+
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        ids, self.pending_sample_ids = getattr(self, "pending_sample_ids", None), None
+        if sample.get("id") is None and ids is not None and len(ids) == sample["net_input"]["src_tokens"].size(0):
+            sample = {**sample, "id": ids}  # fairseq-interactive's samples come without their ids
+        refused_inputs = getattr(self, "refused_inputs", None)
+        if refused_inputs and isinstance(generator, InsertionGenerator) and sample.get("id") is not None:
+            refused = [int(i) in refused_inputs for i in sample["id"].tolist()]
+            if any(refused):
+                return self._decode_accepted(generator, models, sample, refused, prefix_tokens, constraints)
         hyps = super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
         if isinstance(generator, InsertionGenerator):  # running average of decoding steps, in the log
             tally = self.decode_tally
@@ -212,6 +237,22 @@ class InsertionTranslationTask(TranslationTask):
             tally[2] += sum(len(h[0]["tokens"]) - 1 for h in hyps)
             logger.info(f"insertion decoding ({generator.mode}): {tally[0]} sentences, "
                         f"{tally[1] / max(tally[0], 1):.2f} steps/sentence, {tally[1] / max(tally[2], 1):.3f} steps/token")
+        return hyps
+
+    def _decode_accepted(self, generator, models, sample, refused, prefix_tokens, constraints):
+        """Decode the rows not refused by the input screening; refused rows get an empty hypothesis
+        (their reason was logged when they were screened)."""
+        src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
+        hyps = [[generator.fixed_hypothesis([])] for _ in refused]
+        keep = [b for b, r in enumerate(refused) if not r]
+        if keep:
+            rows = torch.tensor(keep, device=src_tokens.device)
+            accepted = {"id": sample["id"][rows.to(sample["id"].device)],
+                        "net_input": {"src_tokens": src_tokens[rows], "src_lengths": src_lengths[rows]}}
+            out = self.inference_step(generator, models, accepted, prefix_tokens=prefix_tokens,
+                                      constraints=None if constraints is None else constraints[rows])
+            for b, h in zip(keep, out):
+                hyps[b] = h
         return hyps
 
     def build_generator(self, models, args, **unused):
@@ -232,4 +273,5 @@ class InsertionTranslationTask(TranslationTask):
             sampling=getattr(args, "sampling", False),
             sampling_topk=getattr(args, "sampling_topk", -1),
             retain_history=getattr(args, "retain_iter_history", False),
+            skip_repeats=self.cfg.skip_repeats,
         )

@@ -13,16 +13,18 @@
 #   bash recipes/budget_table.sh rows          # list the rows
 #
 # Rows: ar (the teacher), ar-kd, insnet-l2r, insnet-l2r-kd, insnet-r2l, insnet-binary, insnet-random,
-# insnet-anchored (InsNet-uniform over the anchored order's levels), insnet-anchored-kd, anchored-seq-kd then
-# dinic-kd (InsNet-Dinic: sequential anchored base, then Dinic fine-tuning, one budget), levt-kd, inst-kd.
+# insnet-anchored (InsNet-uniform over the anchored order's levels), insnet-anchored-kd, anchored-kd-query
+# (the same with --slot-query-stream), anchored-seq-kd then
+# dinic-kd (InsNet-Dinic: sequential anchored base, then Dinic fine-tuning, one budget), curriculum-kd
+# (a curriculum: CURRICULUM_MINUTES (30) of insnet-l2r-kd, then anchored InsNet-uniform, one budget), levt-kd, inst-kd.
 # Decoding: AR greedy and beam 5; InsNet sequential and parallel (--slot-top-p TOP_P, 0.9: chosen
-# on the valid set, see README); LevT/InsT fairseq's iterative refinement (9 iterations).
+# on the valid set, see README), parallel also with --skip-repeats; LevT/InsT fairseq's iterative refinement (9 iterations).
 set -euo pipefail
 export MINUTES=${MINUTES:-60} THREADS=${THREADS:-1} UPDATES=0
 data=data-bin/multi30k_en_de; kd=data-bin/multi30k_en_de-distill
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/multi30k_en_de/raw
 top_p=${TOP_P:-0.9}
-tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}
+tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
 batch1=--batch1; [ "${BATCH1:-1}" = 0 ] && batch1=  # BATCH1=0: no batch-1 timing (while other jobs run)
 out=results/${OUT:-budget_table}
 
@@ -38,16 +40,20 @@ spec() {
     insnet-random)      echo "insnet $data checkpoints/t60_insnet_random --insertion-order random" ;;
     insnet-anchored)    echo "insnet $data checkpoints/t60_insnet_anchored --insertion-order anchored --layerization uniform" ;;
     insnet-anchored-kd) echo "insnet $kd checkpoints/t60_insnet_anchored_kd --insertion-order anchored --layerization uniform" ;;
+    anchored-kd-query)  echo "insnet $kd checkpoints/t60_anchored_kd_query --insertion-order anchored --layerization uniform" \
+                          "--slot-query-stream" ;;
     anchored-seq-kd)    echo "insnet $kd checkpoints/t60_anchored_seq_kd --insertion-order anchored" ;;
     dinic-kd)           echo "insnet $kd checkpoints/t60_dinic_kd --insertion-order anchored --dinic-tau=$tau" \
                           "--finetune-from-model checkpoints/t60_anchored_seq_kd/checkpoint_last.pt" ;;
+    curriculum-kd)      echo "insnet $kd checkpoints/t60_curriculum_kd --insertion-order anchored --layerization uniform" \
+                          "--finetune-from-model checkpoints/t60_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt" ;;
     levt-kd)            echo "levt $kd checkpoints/t60_levt_kd" ;;
     inst-kd)            echo "inst $kd checkpoints/t60_inst_kd --label-tau 1.0" ;;
     *) echo "budget_table.sh: unknown row '$1' (bash recipes/budget_table.sh rows)" >&2; exit 2 ;;
   esac
 }
-ROWS=(ar ar-kd insnet-l2r insnet-l2r-kd insnet-r2l insnet-binary insnet-random insnet-anchored insnet-anchored-kd
-      anchored-seq-kd dinic-kd levt-kd inst-kd)
+ROWS=(ar ar-kd insnet-l2r insnet-l2r-kd insnet-r2l insnet-binary insnet-random insnet-anchored insnet-anchored-kd anchored-kd-query
+      anchored-seq-kd dinic-kd curriculum-kd levt-kd inst-kd)
 
 train_row() {
   read -r kind d save flags <<<"$(spec "$1")"
@@ -56,11 +62,20 @@ train_row() {
   else
     [ -d "$d" ] || { echo "budget_table.sh: $d missing (bash recipes/budget_table.sh train ar first)" >&2; exit 2; }
     # InsNet-Dinic shares one budget: BASE_MINUTES (40) of sequential anchored training, then the rest
-    # of MINUTES fine-tuning with --dinic-tau TAU (2.0, the paper's MT value) at a fixed lr of 5e-4
+    # of MINUTES fine-tuning with --dinic-tau TAU (2.0, the paper's MT value) at a fixed lr of 5e-4.
+    # The fine-tuning run inherits the base's training time (fairseq keeps previous_training_time
+    # in the checkpoint, also through --finetune-from-model), so its --stop-time-hours is MINUTES.
+    # The curriculum's base is insnet-l2r-kd's checkpoint at CURRICULUM_MINUTES (made here when missing;
+    # a later `train insnet-l2r-kd` continues that run to MINUTES).
     case $1 in
       anchored-seq-kd) export MINUTES=$base_minutes ;;
-      dinic-kd) export MINUTES=$((MINUTES - base_minutes)) SCHEDULER=fixed LR=5e-4 ;;
+      dinic-kd|curriculum-kd) export SCHEDULER=fixed LR=5e-4 ;;
     esac
+    local snap=checkpoints/t60_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt
+    if [ "$1" = curriculum-kd ] && [ ! -f "$snap" ]; then
+      (export MINUTES=$base_minutes_l2r SCHEDULER=inverse_sqrt LR=1e-3; train_row insnet-l2r-kd)
+      cp checkpoints/t60_insnet_l2r_kd/checkpoint_last.pt "$snap"
+    fi
     # shellcheck disable=SC2086
     bash recipes/train.sh "$kind" "$d" "$save" $flags
   fi
@@ -89,7 +104,9 @@ eval_rows() {
       insnet) eval_row "$r" "$r sequential" "$ckpt" --user-dir insnet_fairseq --task insertion_translation \
                 --insertion-mode sequential
               eval_row "$r" "$r parallel (top-p $top_p)" "$ckpt" --user-dir insnet_fairseq \
-                --task insertion_translation --insertion-mode parallel --slot-top-p "$top_p" ;;
+                --task insertion_translation --insertion-mode parallel --slot-top-p "$top_p"
+              eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats)" "$ckpt" --user-dir insnet_fairseq \
+                --task insertion_translation --insertion-mode parallel --slot-top-p "$top_p" --skip-repeats ;;
       levt|inst) eval_row "$r" "$r" "$ckpt" --user-dir insnet_fairseq --task translation_lev \
                    --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1 ;;
     esac

@@ -12,6 +12,7 @@ wmt-en-de     wmt14_en_de         Europarl v7 + CommonCrawl + News Commentary v9
                                   standard 4.5M pairs) / newstest2013 / newstest2014    40,000
 wat-en-ja     wat_en_ja           ASPEC-JE train-1 + train-2 (2M) / dev / test          40,000
 
+Any other corpus of {train,valid,test}.{xx,yy} files: ``make custom`` (recipes/custom.py).
 All use joint subword-nmt BPE and one joined dictionary (fairseq-preprocess
 --joined-dictionary). wmt-en-de uses 40,000 merges like fairseq's prepare-wmt14en2de.sh (32,000
 is also common; --bpe-merges changes it). Tokenisation is sacremoses (Moses) except: Romanian is
@@ -457,7 +458,9 @@ def prepare(recipe, raw_dir="", work_dir="work", dest_dir="data-bin", download_d
     argv = ["--name", corpus.name, "--raw-dir", raw, "--src", corpus.src, "--tgt", corpus.tgt,
             "--bpe-merges", str(bpe_merges or corpus.bpe_merges), "--max-lines", str(max_lines),
             "--work-dir", work_dir, "--dest-dir", dest_dir,
-            "--max-train-len", str(corpus.clean[0]), "--max-train-ratio", str(corpus.clean[1])]
+            "--max-train-len", str(corpus.clean[0]), "--max-train-ratio", str(corpus.clean[1]),
+            # the named corpora are raw text with their documented pipelines: no detection (make custom detects)
+            "--tokenized", "no", "--unescape", "no"]
     argv += [f"--tokenizer={lang}={hook}" for lang, hook in corpus.tokenizers.items()]
     if workers:
         argv += ["--workers", str(workers)]

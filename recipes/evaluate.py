@@ -109,9 +109,12 @@ def generate(args, batch_size, extra):
 def score(args, hyp, tok_hyp, steps, ntok):
     with open(args.raw_ref, encoding="utf-8") as f:
         raw = [l.rstrip("\n") for l in f]
-    if len(hyp) != len(raw):
-        sys.exit(f"{len(hyp)} hypotheses for {len(raw)} reference lines in {args.raw_ref}")
     ids = sorted(hyp)
+    if ids != list(range(len(raw))):
+        sys.exit(f"{len(hyp)} hypotheses (ids {ids[0] if ids else '-'}..{ids[-1] if ids else '-'}) for {len(raw)} reference "
+                 f"lines in {args.raw_ref}: the references are not aligned with the binarised test set (a test pair "
+                 "dropped by the preparation, --max-lines, or sentences fairseq-generate skipped?); score against "
+                 "work/<name>/test.ref.<tgt>, written by recipes/prepare_bitext.py for exactly the pairs it binarises")
     hyps = [hyp[i] for i in ids]
     bleu = sacrebleu.metrics.BLEU()
     detok = bleu.corpus_score(hyps, [raw])
@@ -119,6 +122,8 @@ def score(args, hyp, tok_hyp, steps, ntok):
     if args.tok_ref:
         with open(args.tok_ref, encoding="utf-8") as f:
             tok_ref = [l.rstrip("\n") for l in f]
+        if len(tok_ref) != len(raw):
+            sys.exit(f"{args.tok_ref} has {len(tok_ref)} lines but {args.raw_ref} has {len(raw)}: references out of alignment")
         tok_hyps = [tok_hyp[i] for i in ids]
         row["tok_bleu"] = round(sacrebleu.corpus_bleu(tok_hyps, [tok_ref], tokenize="none").score, 2)
     mean_len = sum(ntok.values()) / max(1, len(ntok))

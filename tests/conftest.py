@@ -1,5 +1,6 @@
 import argparse
 import os
+import subprocess
 import sys
 
 import pytest
@@ -15,6 +16,52 @@ from insnet_fairseq.model import InsNetModel, insnet_small  # noqa: E402
 from insnet_fairseq.task import InsertionTranslationTask  # noqa: E402
 
 SHARED_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "multi30k")
+
+# ---------------------------------------------------------------- command-line runs (fairseq-* of the venv)
+BIN = os.path.dirname(sys.executable)
+ENV = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1")
+TINY = ["--arch", "insnet_small", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "64",
+        "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, **kw)
+
+
+def train_cmd(data, save_dir, *extra):
+    """fairseq-train of a tiny insnet_small (1+1 layers, d=64) on ``data``."""
+    return [os.path.join(BIN, "fairseq-train"), data, "--user-dir", "insnet_fairseq", "--task", "insertion_translation",
+            "--criterion", "insnet_loss", *TINY, "--share-all-embeddings", "--optimizer", "adam", "--lr", "2e-3",
+            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--max-tokens", "256", "--save-dir", save_dir,
+            "--no-epoch-checkpoints", "--log-format", "json", "--log-interval", "1", "--num-workers", "0",
+            "--disable-validation", "--seed", "3", *extra]
+
+
+def generate_cmd(data, ckpt, *extra):
+    return [os.path.join(BIN, "fairseq-generate"), data, "--user-dir", "insnet_fairseq", "--task", "insertion_translation",
+            "--path", ckpt, "--gen-subset", "test", "--batch-size", "16", "--max-insertion-steps", "5", *extra]
+
+
+@pytest.fixture(scope="session")
+def small_data(tmp_path_factory):
+    """data-bin of the first 300 lines of every Multi30k split (BPE 300 merges), built once per session."""
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip("../shared/data/multi30k not present")
+    tmp = tmp_path_factory.mktemp("m30k")
+    out = run([sys.executable, "recipes/prepare_bitext.py", "--name", "m30k_small", "--raw-dir", SHARED_DATA,
+               "--src", "en", "--tgt", "de", "--bpe-merges", "300", "--max-lines", "300",
+               "--work-dir", str(tmp / "work"), "--dest-dir", str(tmp / "bin")])
+    assert out.returncode == 0, out.stderr[-2000:]
+    return str(tmp / "bin" / "m30k_small")
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(small_data, tmp_path_factory):
+    """A tiny InsNet trained 30 updates on small_data: checkpoint_last.pt."""
+    save = str(tmp_path_factory.mktemp("gen_ckpt"))
+    out = run(train_cmd(small_data, save, "--max-update", "30"), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return os.path.join(save, "checkpoint_last.pt")
 
 
 def make_dictionary(n_words: int = 20) -> Dictionary:

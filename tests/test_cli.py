@@ -11,36 +11,7 @@ import time
 import pytest
 import torch
 
-from conftest import ROOT, SHARED_DATA
-
-BIN = os.path.dirname(sys.executable)
-ENV = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""), PYTHONUNBUFFERED="1")
-TINY = ["--arch", "insnet_small", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "64",
-        "--encoder-ffn-embed-dim", "128", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
-
-
-def run(cmd, **kw):
-    return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, **kw)
-
-
-def train_cmd(data, save_dir, *extra):
-    return [os.path.join(BIN, "fairseq-train"), data, "--user-dir", "insnet_fairseq", "--task", "insertion_translation",
-            "--criterion", "insnet_loss", *TINY, "--share-all-embeddings", "--optimizer", "adam", "--lr", "2e-3",
-            "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "10", "--max-tokens", "256", "--save-dir", save_dir,
-            "--no-epoch-checkpoints", "--log-format", "json", "--log-interval", "1", "--num-workers", "0",
-            "--disable-validation", "--seed", "3", *extra]
-
-
-@pytest.fixture(scope="module")
-def small_data(tmp_path_factory):
-    if not os.path.isdir(SHARED_DATA):
-        pytest.skip("../shared/data/multi30k not present")
-    tmp = tmp_path_factory.mktemp("m30k")
-    out = run([sys.executable, "recipes/prepare_bitext.py", "--name", "m30k_small", "--raw-dir", SHARED_DATA,
-               "--src", "en", "--tgt", "de", "--bpe-merges", "300", "--max-lines", "300",
-               "--work-dir", str(tmp / "work"), "--dest-dir", str(tmp / "bin")])
-    assert out.returncode == 0, out.stderr[-2000:]
-    return str(tmp / "bin" / "m30k_small")
+from conftest import BIN, ENV, ROOT, generate_cmd, run, train_cmd  # noqa: F401  (fixtures small_data, tiny_checkpoint)
 
 
 def train_rows(log: str):
@@ -150,19 +121,6 @@ def test_over_long_sentences_are_skipped_in_train_and_refused_in_valid(tmp_path)
     assert "--skip-invalid-size-inputs-valid-test" in refused.stdout + refused.stderr
 
 
-@pytest.fixture(scope="module")
-def tiny_checkpoint(small_data, tmp_path_factory):
-    save = str(tmp_path_factory.mktemp("gen_ckpt"))
-    out = run(train_cmd(small_data, save, "--max-update", "30"), timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return os.path.join(save, "checkpoint_last.pt")
-
-
-def generate_cmd(data, ckpt, *extra):
-    return [os.path.join(BIN, "fairseq-generate"), data, "--user-dir", "insnet_fairseq", "--task", "insertion_translation",
-            "--path", ckpt, "--gen-subset", "test", "--batch-size", "16", "--max-insertion-steps", "5", *extra]
-
-
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
 def test_fairseq_generate_prints_steps_history_and_sacrebleu(small_data, tiny_checkpoint, mode):
     out = run(generate_cmd(small_data, tiny_checkpoint, "--insertion-mode", mode, "--print-step", "--retain-iter-history",
@@ -214,7 +172,8 @@ def test_interactive_constraints_and_empty_line(small_data, tiny_checkpoint):
 
 
 @pytest.mark.parametrize("flags", [["--dinic-tau", "1.0", "--insertion-order", "binary"],
-                                   ["--layerization", "uniform"]])
+                                   ["--layerization", "uniform"],
+                                   ["--dinic-tau", "1.0", "--insertion-order", "anchored", "--slot-query-stream"]])
 def test_layered_training_logs_layers_per_sentence(small_data, tmp_path, flags):
     out = run(train_cmd(small_data, str(tmp_path / "ckpt"), "--max-update", "4", "--no-save", *flags))
     assert out.returncode == 0, out.stderr[-3000:]

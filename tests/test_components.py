@@ -19,9 +19,21 @@ def test_offset_attention_matches_materialised_positions():
     offsets = offset_matrix(order)
     table = sinusoidal_offset_table(20, 32)
     x = torch.randn(B, n, 32)
-    fast, _ = attn(x, offsets, table, causal_mask(n, x.device))
-    slow = attn.naive_forward(x, offsets, table, causal_mask(n, x.device))
+    fast, fast_kv = attn(x, offsets, table, causal_mask(n, x.device))
+    slow, slow_kv = attn.naive_forward(x, offsets, table, causal_mask(n, x.device))
     torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+    for a, b in zip(fast_kv, slow_kv):
+        torch.testing.assert_close(a, b)
+    # slot queries (--slot-query-stream) read those keys with their own offsets and mask
+    q = torch.randn(B, 5, 32)
+    q_off = torch.randint(-(n - 1), n, (B, 5, n))
+    q_mask = torch.rand(B, 5, n) < 0.4
+    q_mask[:, :, 0] = False
+    fast_q = attn.query(q, fast_kv, q_off, table, q_mask)
+    attn.naive = True
+    slow_q = attn.query(q, fast_kv, q_off, table, q_mask)
+    attn.naive = False
+    torch.testing.assert_close(fast_q, slow_q, atol=1e-5, rtol=1e-5)
 
 
 def test_offset_attention_with_cache_matches_full_pass():

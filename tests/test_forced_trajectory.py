@@ -39,7 +39,7 @@ def forced_logprobs(gen, model, src, src_lengths, target, layers):
         slots = [sum(q < p for q in inserted) - 1 for p in words]
         chosen = torch.zeros_like(pos_lprobs, dtype=torch.bool)
         chosen[0, slots] = True
-        lp = F.log_softmax(decoder.heads.token_logits(e[0, slots]).float(), -1)
+        lp = F.log_softmax(gen.token_logits(decoder, state, e, chosen, source_kv, source_pad).float(), -1)
         tok += lp.gather(1, target[words].unsqueeze(1)).squeeze(1).tolist()
         pos += pos_lprobs[0, slots].tolist()
         state = gen.insert(decoder, state, chosen, target[words], torch.zeros(len(words)), source_kv, source_pad)
@@ -58,11 +58,11 @@ def layerings(kind, model, src, src_lengths, target, n_tok):
     return layerize(model, src, src_lengths, target, order, 1.0)[0]
 
 
-@pytest.mark.parametrize("cache", [True, False])
+@pytest.mark.parametrize("cache,slot_query", [(True, False), (False, False), (True, True), (False, True)])
 @pytest.mark.parametrize("kind", ["sequential-random", "sequential-r2l", "sequential-anchored", "uniform-binary",
                                   "uniform-anchored", "dinic"])
-def test_generator_along_gold_trajectory_equals_forward(kind, cache):
-    model, d = build_tiny_model(seed=11, vocab=25, decoder_normalize_before=True)
+def test_generator_along_gold_trajectory_equals_forward(kind, cache, slot_query):
+    model, d = build_tiny_model(seed=11, vocab=25, decoder_normalize_before=True, slot_query_stream=slot_query)
     src, src_lengths, target = random_batch(d, LENGTHS, seed=12)
     n_tok = target.ne(d.pad()).sum(1)
     layers = layerings(kind, model, src, src_lengths, target, n_tok)

@@ -150,3 +150,38 @@ def test_decoding_flags_are_checked_where_they_apply():
     with pytest.raises(ValueError, match=r"--slot-top-p must be in \(0, 1\], got 1.5"):
         InsertionGenerator(d, mode="parallel", slot_top_p=1.5)
     InsertionGenerator(d, mode="sequential", slot_top_p=1.5)  # sequential decoding does not use it
+
+
+def adjacent_repeats(tokens):
+    return sum(a == b for a, b in zip(tokens, tokens[1:]))
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_skip_repeats_leaves_no_adjacent_duplicates(model_and_batch, mode):
+    model, d, src, src_lengths = model_and_batch
+    plain = decode(model, d, src, src_lengths, mode=mode, slot_top_p=0.9, max_steps=25)
+    assert sum(adjacent_repeats(h["tokens"].tolist()) for h in plain) > 0  # the tiny model does repeat
+    skipped = decode(model, d, src, src_lengths, mode=mode, slot_top_p=0.9, max_steps=25, skip_repeats=True)
+    assert [adjacent_repeats(h["tokens"].tolist()) for h in skipped] == [0] * len(src)
+    for b in range(len(src)):  # batched == one by one holds with the flag too
+        keep = src[b].ne(d.pad())
+        alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], mode=mode, slot_top_p=0.9,
+                       max_steps=25, skip_repeats=True)[0]
+        assert alone["tokens"].tolist() == skipped[b]["tokens"].tolist()
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_slot_query_model_cached_uncached_and_batched_agree(mode):
+    """--slot-query-stream: the queries read the cache (holes included) exactly as a re-encoding does."""
+    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=True)
+    model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    cached = decode(model, d, src, src_lengths, mode=mode, slot_top_p=0.9, max_steps=25)
+    uncached = decode(model, d, src, src_lengths, mode=mode, slot_top_p=0.9, max_steps=25, use_cache=False)
+    for b in range(len(src)):
+        assert cached[b]["tokens"].tolist() == uncached[b]["tokens"].tolist()
+        torch.testing.assert_close(cached[b]["positional_scores"], uncached[b]["positional_scores"], atol=1e-4, rtol=0)
+        keep = src[b].ne(d.pad())
+        alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], mode=mode, slot_top_p=0.9, max_steps=25)[0]
+        assert alone["tokens"].tolist() == cached[b]["tokens"].tolist()
+    assert len({tuple(h["tokens"].tolist()) for h in cached}) > 1

@@ -118,9 +118,10 @@ def test_singleton_layers_give_the_sequential_objective():
         torch.testing.assert_close(layered[name][0], sequential[name][0], atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("slot_query", [False, True])
 @pytest.mark.parametrize("kind", ["uniform", "uniform-anchored", "dinic"])
-def test_layered_objective_equals_per_layer_reencoding(kind):
-    model, d = build_tiny_model(seed=3, decoder_normalize_before=True)
+def test_layered_objective_equals_per_layer_reencoding(kind, slot_query):
+    model, d = build_tiny_model(seed=3, decoder_normalize_before=True, slot_query_stream=slot_query)
     lengths = [9, 4, 12, 7]
     src, src_lengths, target = random_batch(d, lengths, seed=4)
     n_tok = target.ne(d.pad()).sum(1)

@@ -19,9 +19,10 @@ def one_pass_logprobs(model, src, src_lengths, target, order):
 
 
 @pytest.mark.parametrize("policy", ["l2r", "r2l", "random", "binary", "anchored"])
-@pytest.mark.parametrize("offset_embedding", ["sinusoidal", "learned"])
-def test_one_pass_equals_reencoding_every_prefix(policy, offset_embedding):
-    model, d = build_tiny_model(seed=1, offset_embedding=offset_embedding, decoder_normalize_before=True)
+@pytest.mark.parametrize("offset_embedding,slot_query", [("sinusoidal", False), ("learned", False), ("sinusoidal", True)])
+def test_one_pass_equals_reencoding_every_prefix(policy, offset_embedding, slot_query):
+    model, d = build_tiny_model(seed=1, offset_embedding=offset_embedding, decoder_normalize_before=True,
+                                slot_query_stream=slot_query)
     lengths = [9, 3, 12, 6]  # padded batch
     src, src_lengths, target = random_batch(d, lengths, seed=2)
     order = make_order(policy, target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(5))
@@ -35,8 +36,9 @@ def test_one_pass_equals_reencoding_every_prefix(policy, offset_embedding):
         torch.testing.assert_close(term_lp[b][term_m[b]], torch.tensor(naive[b]["termination"]), atol=ATOL, rtol=0)
 
 
-def test_post_norm_model_and_batched_reencoding_give_the_same_loss():
-    model, d = build_tiny_model(seed=3)
+@pytest.mark.parametrize("slot_query", [False, True])
+def test_post_norm_model_and_batched_reencoding_give_the_same_loss(slot_query):
+    model, d = build_tiny_model(seed=3, slot_query_stream=slot_query)
     src, src_lengths, target = random_batch(d, [10, 4, 7], seed=4)
     order = make_order("random", target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0))
     with torch.no_grad():
