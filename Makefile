@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 SHARED_MULTI30K := $(abspath ../shared/data/multi30k)
 MULTI30K_DIR ?= $(SHARED_MULTI30K)
 
-.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja custom bench-train fuzz clean
+.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom bench-train fuzz clean
 
 install: $(INSTALLED)
 
@@ -51,6 +51,27 @@ custom: install
 	  $(if $(STAGES),--stages $(STAGES)) $(if $(WORK_DIR),--work-dir '$(WORK_DIR)') \
 	  $(if $(DEST_DIR),--dest-dir '$(DEST_DIR)') $(if $(SAVE_DIR),--save-dir '$(SAVE_DIR)') \
 	  $(if $(CSV),--csv '$(CSV)') --train-args '$(TRAIN_ARGS)' --generate-args '$(GEN_ARGS)'
+
+# Lexically constrained generation (--task insertion_lm, recipes/prepare_lm.py): word-level, Moses-tokenised,
+# lowercased monolingual data-bin, YAKE keywords of valid/test written next to it ({valid,test}.keywords, with the
+# references {valid,test}.ref), and data-bin/NAME-ar, the AR baseline's keywords->sentence bitext (AR_BITEXT=no: skip).
+# make lm-multi30k: the English side of Multi30k -> data-bin/lm_multi30k (and lm_multi30k-ar).
+# make lm-custom NAME=yelp RAW_DIR=dir-with-{train,valid,test}.txt [EXT=txt] [LM_LANG=en] [TOKENIZED=auto|yes|no]
+#   [LOWERCASE=yes|no] [MIN_COUNT=2] [MAX_KEYWORDS=4] [MAX_LINES=0] [AR_BITEXT=yes|no]: any one-sentence-per-line corpus.
+# Train and score the rows of the paper's Table 2 / Table 6: bash recipes/lm_budget.sh rows|train ROW|eval.
+LM_FLAGS = $(if $(TOKENIZED),--tokenized $(TOKENIZED)) $(if $(LOWERCASE),--lowercase $(LOWERCASE)) \
+  $(if $(MIN_COUNT),--min-count $(MIN_COUNT)) $(if $(MAX_KEYWORDS),--max-keywords $(MAX_KEYWORDS)) \
+  $(if $(MAX_LINES),--max-lines $(MAX_LINES)) $(if $(AR_BITEXT),--ar $(AR_BITEXT)) $(if $(WORK_DIR),--work-dir '$(WORK_DIR)') \
+  $(if $(DEST_DIR),--dest-dir '$(DEST_DIR)')
+lm-multi30k: install
+	PATH=$(BIN):$$PATH $(BIN)/python recipes/prepare_lm.py --name lm_multi30k --raw-dir $(or $(RAW_DIR),$(MULTI30K_DIR)) \
+	  --ext en --lang en $(LM_FLAGS)
+
+lm-custom: install
+	@if [ -z "$(NAME)" ] || [ -z "$(RAW_DIR)" ]; then \
+	  echo "usage: make lm-custom NAME=name RAW_DIR=folder-with-{train,valid,test}.txt [EXT=txt] [LM_LANG=en]" >&2; exit 2; fi
+	PATH=$(BIN):$$PATH $(BIN)/python recipes/prepare_lm.py --name '$(NAME)' --raw-dir '$(RAW_DIR)' \
+	  --ext '$(or $(EXT),txt)' --lang '$(or $(LM_LANG),en)' $(LM_FLAGS)
 
 # make distill-multi30k_en_de: AR teacher (recipes/train.sh ar), beam search over the training set,
 # data-bin/multi30k_en_de-distill (see recipes/distill.py for TEACHER_ARGS, BEAM, GEN_BATCH, ...)

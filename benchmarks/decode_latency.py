@@ -82,6 +82,8 @@ def main(argv=None):
     p.add_argument("--insnet-parallel", help="a parallel-trained InsNet checkpoint (Dinic / uniform), decoded in parallel")
     p.add_argument("--ar", required=True, help="fairseq transformer checkpoint")
     p.add_argument("--levt", required=True, help="fairseq levenshtein_transformer checkpoint")
+    p.add_argument("--slot-top-p", type=float, default=0.7, help="parallel decoding's slot mass (--slot-top-p)")
+    p.add_argument("--skip-repeats", action="store_true", help="the parallel-trained model decodes with --skip-repeats")
     p.add_argument("--sentences", type=int, default=256, help="first N test sentences (by id)")
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
     p.add_argument("--rounds", type=int, default=3)
@@ -95,15 +97,17 @@ def main(argv=None):
     systems = [
         System("InsNet seq cached", insnet, InsertionGenerator(tgt, mode="sequential"), ins_task),
         System("InsNet seq uncached", insnet, InsertionGenerator(tgt, mode="sequential", use_cache=False), ins_task),
-        System("InsNet par cached", insnet, InsertionGenerator(tgt, mode="parallel"), ins_task),
-        System("InsNet par uncached", insnet, InsertionGenerator(tgt, mode="parallel", use_cache=False), ins_task),
+        System("InsNet par cached", insnet, InsertionGenerator(tgt, mode="parallel", slot_top_p=args.slot_top_p), ins_task),
+        System("InsNet par uncached", insnet,
+               InsertionGenerator(tgt, mode="parallel", slot_top_p=args.slot_top_p, use_cache=False), ins_task),
     ]
     if args.insnet_parallel:
         par, par_task = load(args.insnet_parallel, args.data)
+        par_flags = dict(slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats)
         systems += [
-            System("InsNet-parallel-trained par cached", par, InsertionGenerator(tgt, mode="parallel"), par_task),
+            System("InsNet-parallel-trained par cached", par, InsertionGenerator(tgt, mode="parallel", **par_flags), par_task),
             System("InsNet-parallel-trained par uncached", par,
-                   InsertionGenerator(tgt, mode="parallel", use_cache=False), par_task),
+                   InsertionGenerator(tgt, mode="parallel", use_cache=False, **par_flags), par_task),
         ]
     ar, ar_task = load(args.ar, args.data)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,

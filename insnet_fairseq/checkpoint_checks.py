@@ -20,7 +20,7 @@ Installed when ``insnet_fairseq`` is imported (``--user-dir``), for our models a
   checkpoint is named with what is wrong with it.
 
 Each raises :class:`CheckpointError`, which the command-line tools print as one line, without a
-traceback.
+traceback (as they print the tasks' :class:`.task.DataError`: bad or missing data, named).
 """
 import hashlib
 import os
@@ -55,8 +55,11 @@ def dict_file(task, lang_attr):
     cfg = getattr(task, "cfg", None)
     data = getattr(cfg, "data", None) if cfg is not None else None
     lang = getattr(cfg, lang_attr, None) if cfg is not None else None
-    if not data or not lang:
+    if not data:
         return ""
+    if not lang:  # monolingual data (insertion_lm): one dict.txt
+        path = os.path.join(utils.split_paths(data)[0], "dict.txt")
+        return path if os.path.isfile(path) else ""
     return os.path.join(utils.split_paths(data)[0], f"dict.{lang}.txt")
 
 
@@ -159,6 +162,8 @@ def _is_insnet(cls):
 
 
 def check_model_fits_task(path, state, task):
+    from .lm_task import InsertionLMTask
+    from .model import InsNetLMModel
     from .task import InsertionTranslationTask
 
     arch, trained_task = checkpoint_arch(state)
@@ -166,6 +171,20 @@ def check_model_fits_task(path, state, task):
     if cls is None or task is None:
         return
     task_name = getattr(getattr(task, "cfg", None), "_name", None) or type(task).__name__
+    is_lm, lm_task = issubclass(cls, InsNetLMModel), isinstance(task, InsertionLMTask)
+    if is_lm and not lm_task:
+        raise CheckpointError(
+            f"checkpoint {path} is an InsNet language model (--arch {arch}), which only the task insertion_lm "
+            f"trains and decodes, not --task {task_name}: pass --user-dir insnet_fairseq --task insertion_lm"
+        )
+    if lm_task and not is_lm:
+        what = f"an InsNet translation model (--arch {arch})" if _is_insnet(cls) else f"a fairseq {cls.__name__} (--arch {arch})"
+        raise CheckpointError(
+            f"checkpoint {path} is {what}, but --task insertion_lm decodes InsNet language models (--arch insnet_lm_*) "
+            f"only: decode it with --task {trained_task or 'translation'}"
+        )
+    if is_lm:
+        return
     if _is_insnet(cls) and not isinstance(task, InsertionTranslationTask):
         raise CheckpointError(
             f"checkpoint {path} is an InsNet model (--arch {arch}), which only the task insertion_translation "
@@ -333,7 +352,9 @@ def _wrap_trainer_state_dict(original):
 
 def _excepthook(previous):
     def hook(kind, value, tb):
-        if isinstance(value, CheckpointError):
+        from .task import DataError
+
+        if isinstance(value, (CheckpointError, DataError)):
             print(f"{os.path.basename(sys.argv[0]) or 'python'}: error: {value}", file=sys.stderr)
             return
         previous(kind, value, tb)

@@ -9,6 +9,15 @@ per predicted token that sits at its slot, starts from a learned vector (it must
 it predicts), and in every layer reads the keys/values of the tokens of its context, with the
 offsets the word will have once inserted there. The tokens' stream is unchanged; the queries add
 no keys, so one pass still encodes a whole trajectory.
+
+Two flags change what the stack sees, everywhere it runs (one-pass training, cached decoding,
+layerization, the reference procedures), so that all of them stay equal:
+
+* ``no_cross_attention`` (set by the ``insnet_lm_*`` architectures, task ``insertion_lm``): the
+  layers have no cross-attention sub-layer at all (self-attention -> FFN); the source arguments
+  are accepted and ignored, so the language model runs the same code as the translation model.
+* ``--offset-clip K`` (the paper's InsNet-truncated ablation, K = 1): every offset is clipped to
+  ``[-K, K]`` before its embedding is looked up, in the token stream and in the slot query stream.
 """
 from typing import List, Optional, Tuple
 
@@ -23,7 +32,7 @@ class InsNetDecoderLayer(nn.Module):
     """Offset self-attention -> cross-attention -> feed-forward, each with a residual and
     LayerNorm (post-norm like fairseq's default, pre-norm with ``--decoder-normalize-before``)."""
 
-    def __init__(self, args, rel_dim: int):
+    def __init__(self, args, rel_dim: int, cross_attention: bool = True):
         super().__init__()
         d = args.decoder_embed_dim
         self.normalize_before = args.decoder_normalize_before
@@ -31,8 +40,11 @@ class InsNetDecoderLayer(nn.Module):
         self.activation_dropout = getattr(args, "activation_dropout", 0.0) or 0.0
         self.self_attn = OffsetSelfAttention(d, args.decoder_attention_heads, rel_dim, args.attention_dropout)
         self.self_attn_norm = nn.LayerNorm(d)
-        self.cross_attn = CrossAttention(d, args.decoder_attention_heads, args.encoder_embed_dim, args.attention_dropout)
-        self.cross_attn_norm = nn.LayerNorm(d)
+        self.cross_attn = self.cross_attn_norm = None  # no source (insertion_lm): self-attention -> FFN
+        if cross_attention:
+            self.cross_attn = CrossAttention(d, args.decoder_attention_heads, args.encoder_embed_dim,
+                                             args.attention_dropout)
+            self.cross_attn_norm = nn.LayerNorm(d)
         self.fc1 = nn.Linear(d, args.decoder_ffn_embed_dim)
         self.fc2 = nn.Linear(args.decoder_ffn_embed_dim, d)
         self.final_norm = nn.LayerNorm(d)
@@ -69,7 +81,8 @@ class InsNetDecoderLayer(nn.Module):
         return self._rest(x, source_kv, source_padding_mask), kv[0]
 
     def _rest(self, x: Tensor, source_kv, source_padding_mask) -> Tensor:
-        x = self._residual(x, self.cross_attn_norm, lambda y: self.cross_attn(y, source_kv, source_padding_mask))
+        if self.cross_attn is not None:
+            x = self._residual(x, self.cross_attn_norm, lambda y: self.cross_attn(y, source_kv, source_padding_mask))
         return self._residual(x, self.final_norm, self._ffn)
 
     def query(self, x: Tensor, kv: Tuple[Tensor, Tensor], offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
@@ -85,6 +98,8 @@ class InsNetContextEncoder(nn.Module):
 
     ``--offset-embedding sinusoidal`` (default) uses a fixed table; ``learned`` learns one
     vector per offset value in ``[-max_target_positions, max_target_positions]``.
+    ``--offset-clip K`` > 0 clips offsets to ``[-K, K]`` (:meth:`clip`); ``no_cross_attention``
+    builds the layers without cross-attention (see the module docstring).
     """
 
     def __init__(self, args, embed_tokens: nn.Embedding):
@@ -101,11 +116,19 @@ class InsNetContextEncoder(nn.Module):
             self.register_buffer(
                 "offset_embed", sinusoidal_offset_table(self.max_offset, rel_dim), persistent=False
             )
-        self.layers = nn.ModuleList([InsNetDecoderLayer(args, rel_dim) for _ in range(args.decoder_layers)])
+        self.offset_clip = int(getattr(args, "offset_clip", 0) or 0)
+        self.cross_attention = not getattr(args, "no_cross_attention", False)
+        self.layers = nn.ModuleList([InsNetDecoderLayer(args, rel_dim, self.cross_attention)
+                                     for _ in range(args.decoder_layers)])
         self.layer_norm = nn.LayerNorm(d) if args.decoder_normalize_before else None
         self.slot_query = None  # --slot-query-stream: the learned start of every slot query
         if getattr(args, "slot_query_stream", False):
             self.slot_query = nn.Parameter(torch.randn(d) * d ** -0.5)
+
+    def clip(self, offsets: Tensor) -> Tensor:
+        """``--offset-clip K``: offsets clipped to ``[-K, K]`` (InsNet-truncated); unchanged when K = 0.
+        Example (K = 1): the row [-3, 2, -1, 1, -2, 0] becomes [-1, 1, -1, 1, -1, 0]."""
+        return offsets.clamp(-self.offset_clip, self.offset_clip) if self.offset_clip > 0 else offsets
 
     def project_source(self, encoder_out: Tensor) -> List[Tuple[Tensor, Tensor]]:
         """encoder_out [B, L, Ds] -> per layer cross-attention (k, v); computed once per sentence."""
@@ -133,6 +156,7 @@ class InsNetContextEncoder(nn.Module):
         """
         x = self.embed_scale * self.embed_tokens(tokens)
         x = F.dropout(x, p=self.dropout, training=self.training)
+        offsets = self.clip(offsets)
         new_past = []
         for i, layer in enumerate(self.layers):
             x, kv = layer(
@@ -165,6 +189,7 @@ class InsNetContextEncoder(nn.Module):
         has offsets [-1, 1] and reads both tokens.
         """
         B, Q, _ = offsets.shape
+        offsets = self.clip(offsets)
         x = (self.embed_scale * self.slot_query).expand(B, Q, -1)
         x = F.dropout(x, p=self.dropout, training=self.training)
         for i, layer in enumerate(self.layers):

@@ -22,6 +22,10 @@ partial sequence every step with the full offset matrix (for checking and timing
 Batches are rectangular: in parallel mode a sentence that inserts fewer tokens than the
 widest one in a step gets *holes* (padding that no query attends to).
 
+Without a source (task ``insertion_lm``: ``conditional=False``) the caps are ``max_steps_b`` steps and
+words whatever the source holds, and with ``keywords_from_source`` each sentence's source tokens
+(its keywords, ``</s>`` and padding removed) are its constrained start.
+
 Sentences whose output is known without decoding are answered at once, each with a warning
 naming its sample id (:meth:`InsertionGenerator.settled_rows`): an empty source outputs exactly
 its constraint tokens (none: an empty output), and so does a sentence whose constraints already
@@ -142,6 +146,8 @@ class InsertionGenerator:
         sampling_topk: int = -1,
         retain_history: bool = False,
         skip_repeats: bool = False,
+        conditional: bool = True,
+        keywords_from_source: bool = False,
     ):
         check_decoding_flags(mode, slot_top_p, max_steps)
         self.tgt_dict = tgt_dict
@@ -153,6 +159,8 @@ class InsertionGenerator:
         self.sampling, self.sampling_topk = sampling, sampling_topk
         self.retain_history = retain_history
         self.skip_repeats = skip_repeats
+        self.conditional = conditional  # False: no source (insertion_lm), no empty-source rule
+        self.keywords_from_source = keywords_from_source
         self.symbols_to_strip_from_output = {self.bos, self.eos}
         self.banned = torch.tensor(sorted({self.bos, self.eos, self.pad}))
 
@@ -182,6 +190,9 @@ class InsertionGenerator:
             from fairseq.token_generation_constraints import unpack_constraints
 
             initial_tokens = [[int(t) for c in unpack_constraints(row) for t in c] for row in constraints.cpu()]
+        if self.keywords_from_source and initial_tokens is None:  # insertion_lm: the source holds the keywords
+            words = (src_tokens != self.pad) & (src_tokens != self.eos)
+            initial_tokens = [row[keep].tolist() for row, keep in zip(src_tokens.cpu(), words.cpu())]
         if initial_tokens is not None:
             initial_tokens = self.check_initial_tokens(initial_tokens, B)
             for b, row in enumerate(initial_tokens if initial_order is not None else []):
@@ -195,7 +206,8 @@ class InsertionGenerator:
         cap = torch.full_like(auto, self.max_steps) if self.max_steps > 0 else auto
         max_len = (auto + 2).clamp(max=decoder.max_target_positions)  # [B], with <s> and </s>
         finalized: List[Optional[dict]] = [None] * B
-        for b in self.settled_rows(sample, src_lengths, given, max_len, decoder.max_target_positions):
+        for b in self.settled_rows(sample, src_lengths, given, max_len, decoder.max_target_positions,
+                                   conditional=self.conditional):
             finalized[b] = self.fixed_hypothesis(given[b])
         todo = [b for b in range(B) if finalized[b] is None]
         for rows in self.length_groups([len(given[b]) for b in todo]):
@@ -251,23 +263,27 @@ class InsertionGenerator:
 
     @staticmethod
     def settled_rows(sample, src_lengths: Tensor, given: Sequence[Sequence[int]], max_len: Tensor,
-                     max_target_positions: int) -> List[int]:
+                     max_target_positions: int, conditional: bool = True) -> List[int]:
         """Batch rows whose output is known without decoding, each with a warning naming its sample id.
 
         An empty source (``</s>`` only) gets exactly its constraint tokens (none: an empty output);
         so does a sentence whose constraints already fill its output cap ``max_len - 2`` words
         (2 x source length + 10, at most the model's target limit), which is never encoded: a
-        long constraint phrase costs nothing, however large its batch.
+        long constraint phrase costs nothing, however large its batch. Without a source
+        (``conditional`` False) only the second rule applies.
         """
         rows = []
         lengths, caps = src_lengths.tolist(), (max_len - 2).tolist()
         for b, (n_src, n_cap) in enumerate(zip(lengths, caps)):
             n = len(given[b])
-            if n_src > 1 and n < n_cap:
+            if (n_src > 1 or not conditional) and n < n_cap:
                 continue
             sid = int(sample["id"][b]) if sample.get("id") is not None else b
             name = "sample id" if sample.get("id") is not None else "batch row"
-            if n_src <= 1:
+            if not conditional:
+                logger.warning(f"{name} {sid}: its {n} keyword/constraint tokens fill the output cap of {n_cap} words "
+                               "(--max-output-words, or the model's --max-target-positions): output is the keywords only")
+            elif n_src <= 1:
                 output = f"its {n} constraint tokens only" if n else "empty"
                 logger.warning(f"empty source sentence ({name} {sid}): nothing to translate, output is {output}")
             else:

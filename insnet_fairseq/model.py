@@ -1,6 +1,11 @@
 """The InsNet model: fairseq's Transformer source encoder + the insertion context encoder
 (:mod:`.decoder`) + slot heads (:mod:`.slots`), registered as ``insnet`` with the architectures
-``insnet_base``, ``insnet_big_paper`` and ``insnet_small``.
+``insnet_base``, ``insnet_big_paper`` and ``insnet_small``; and the same decoder without a
+source, ``insnet_lm`` (``insnet_lm_base``, ``insnet_lm_big_paper``, ``insnet_lm_small``), for the
+task ``insertion_lm`` (see :class:`InsNetLMModel`).
+
+Ablations (paper Table 6), flags of both: ``--offset-clip 1`` (InsNet-truncated: offsets clipped to
+[-1, 1]) and ``--no-global-slot`` (InsNet-noglobal: no ``h_t`` in the slot representation).
 
 Model protocol used by the criterion and the generator:
 
@@ -9,11 +14,13 @@ Model protocol used by the criterion and the generator:
   ``termination``; each a dict of logits / target / mask);
 * ``forward_encoder`` / ``decoder.encode_source`` / ``decoder.context`` for step-wise decoding.
 """
+import logging
 from typing import Dict, Optional
 
 import torch
 from fairseq.models import (
     FairseqDecoder,
+    FairseqEncoder,
     FairseqEncoderDecoderModel,
     register_model,
     register_model_architecture,
@@ -25,6 +32,12 @@ from torch import Tensor
 from .decoder import InsNetContextEncoder
 from .offsets import offsets_from_rank, rank_matrix, slot_neighbours
 from .slots import SlotHeads
+
+logger = logging.getLogger(__name__)
+
+
+def _task_name(task) -> str:
+    return getattr(getattr(task, "cfg", None), "_name", None) or type(task).__name__
 
 
 def causal_mask(n: int, device) -> Tensor:
@@ -60,14 +73,31 @@ class InsNetDecoder(FairseqDecoder):
         self.context = InsNetContextEncoder(args, embed_tokens)
         tied = embed_tokens if args.share_decoder_input_output_embed else None
         self.heads = SlotHeads(args.decoder_embed_dim, len(dictionary), tied,
-                               slot_query=getattr(args, "slot_query_stream", False))
+                               slot_query=getattr(args, "slot_query_stream", False),
+                               global_vector=not getattr(args, "no_global_slot", False))
         self.max_target_positions = args.max_target_positions
 
+    def upgrade_state_dict_named(self, state_dict, name):
+        """A checkpoint without the slot query stream (e.g. ``--finetune-from-model`` of an l2r model
+        into a ``--slot-query-stream`` one) starts the stream's parameters from their initial values."""
+        if self.context.slot_query is None or f"{name}.context.slot_query" in state_dict:
+            return state_dict
+        new = {f"{name}.context.slot_query": self.context.slot_query}
+        new.update({f"{name}.heads.query_norm.{k}": v for k, v in self.heads.query_norm.state_dict().items()})
+        logger.info(f"the checkpoint has no slot query stream: {', '.join(new)} start from their initial values")
+        state_dict.update({k: v.detach().clone() for k, v in new.items()})
+        return state_dict
+
     def encode_source(self, encoder_out: Dict):
-        """fairseq encoder output -> (per-layer cross-attention k/v, source padding mask [B, L])."""
+        """fairseq encoder output -> (per-layer cross-attention k/v, source padding mask [B, L]).
+
+        Without cross-attention (``insnet_lm``) every layer gets the encoder's empty [B, 0, 0]
+        states as its k/v: nothing reads them, but they select rows like real ones."""
         states = encoder_out["encoder_out"][0].transpose(0, 1)  # [L, B, C] -> [B, L, C]
         masks = encoder_out["encoder_padding_mask"]
         padding = masks[0] if len(masks) > 0 else None
+        if not self.context.cross_attention:
+            return [(states, states)] * len(self.context.layers), padding
         return self.context.project_source(states), padding
 
     def forward(
@@ -172,18 +202,36 @@ class InsNetModel(FairseqEncoderDecoderModel):
             help="predict each word also from a query stream that sits at its slot and reads its whole "
             "context with offsets relative to the slot (XLNet-style two-stream attention)",
         )
+        parser.add_argument(
+            "--offset-clip", type=int, metavar="K",
+            help="ablation InsNet-truncated (paper Table 6, K = 1): clip every insertion offset to [-K, K] "
+            "before its embedding (default 0: no clipping)",
+        )
+        parser.add_argument(
+            "--no-global-slot", action="store_true",
+            help="ablation InsNet-noglobal (paper Table 6): slot representation LayerNorm(concat(f_l(h_l), "
+            "f_r(h_r))) without the global vector h_t (termination still reads h_t)",
+        )
+
+    @staticmethod
+    def check_ablation_flags(args):
+        if args.offset_clip < 0:
+            raise ValueError(f"--offset-clip must be >= 0 (0: no clipping; 1: InsNet-truncated), got {args.offset_clip}")
 
     @classmethod
     def build_model(cls, args, task):
+        from .lm_task import InsertionLMTask
         from .task import InsertionTranslationTask
 
-        if not isinstance(task, InsertionTranslationTask):
+        if not isinstance(task, InsertionTranslationTask) or isinstance(task, InsertionLMTask):
             raise ValueError(
                 f"this is an InsNet model (--arch {getattr(args, 'arch', 'insnet_*')}), which only the task "
-                f"insertion_translation trains and decodes, not --task {getattr(task.cfg, '_name', type(task).__name__)}: "
+                f"insertion_translation trains and decodes, not --task {_task_name(task)}: "
                 "pass --user-dir insnet_fairseq --task insertion_translation"
+                + (" (or, for insertion_lm, an --arch insnet_lm_*)" if isinstance(task, InsertionLMTask) else "")
             )
         insnet_base_architecture(args)
+        cls.check_ablation_flags(args)
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
 
         def embedding(dictionary, dim):
@@ -231,6 +279,61 @@ class InsNetModel(FairseqEncoderDecoderModel):
         return InsNetHubInterface(x["args"], x["task"], x["models"])
 
 
+class NoSourceEncoder(FairseqEncoder):
+    """The encoder of ``insnet_lm``: no source, no parameters. Its output has fairseq's encoder keys with
+    an empty source (``encoder_out`` [0, B, 0], ``encoder_padding_mask`` [B, 0]), so that everything that
+    takes an encoder output (training, layerization, the generator, the reference procedures) runs
+    unchanged; the decoder, built without cross-attention, never reads it."""
+
+    def __init__(self, dictionary, max_source_positions: int = 1024):
+        super().__init__(dictionary)
+        self.max_source_positions = max_source_positions
+
+    def forward(self, src_tokens, src_lengths=None, **kwargs):
+        B = src_tokens.size(0)
+        return {
+            "encoder_out": [src_tokens.new_zeros((0, B, 0), dtype=torch.float)],
+            "encoder_padding_mask": [src_tokens.new_zeros((B, 0), dtype=torch.bool)],
+        }
+
+    def reorder_encoder_out(self, encoder_out, new_order):
+        return {"encoder_out": [encoder_out["encoder_out"][0].index_select(1, new_order)],
+                "encoder_padding_mask": [encoder_out["encoder_padding_mask"][0].index_select(0, new_order)]}
+
+    def max_positions(self):
+        return self.max_source_positions
+
+
+@register_model("insnet_lm")
+class InsNetLMModel(InsNetModel):
+    """InsNet as a language model (task ``insertion_lm``, paper section 4.1): the InsNet decoder with
+    **no source encoder** and **no cross-attention**: every layer is offset self-attention -> FFN
+    (``no_cross_attention``, set by the ``insnet_lm_*`` architectures), and ``encoder`` is a
+    :class:`NoSourceEncoder`, without parameters, kept so that the model has the translation
+    model's interface (``forward(src_tokens, src_lengths, target, order, context)``). The source
+    side of an ``insertion_lm`` batch holds the sentence's keywords (the constrained start of
+    decoding), which the model never encodes. The translation model is unchanged."""
+
+    @classmethod
+    def build_model(cls, args, task):
+        from .lm_task import InsertionLMTask
+
+        if not isinstance(task, InsertionLMTask):
+            raise ValueError(
+                f"this is an InsNet language model (--arch {getattr(args, 'arch', 'insnet_lm_*')}), which only the "
+                f"task insertion_lm trains and decodes, not --task {_task_name(task)}: "
+                "pass --user-dir insnet_fairseq --task insertion_lm"
+            )
+        insnet_lm_base_architecture(args)
+        cls.check_ablation_flags(args)
+        dictionary = task.target_dictionary
+        if args.share_all_embeddings:  # one dictionary: the decoder's input and output embeddings
+            args.share_decoder_input_output_embed = True
+        embed = Embedding(len(dictionary), args.decoder_embed_dim, dictionary.pad())
+        encoder = NoSourceEncoder(dictionary, args.max_source_positions)
+        return cls(args, encoder, InsNetDecoder(args, dictionary, embed))
+
+
 @register_model_architecture("insnet", "insnet_base")
 def insnet_base_architecture(args):
     """6+6 layers, d=512, 8 heads, FFN 2048: the standard NAT setting."""
@@ -238,6 +341,8 @@ def insnet_base_architecture(args):
     args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
     args.offset_embedding = getattr(args, "offset_embedding", None) or "sinusoidal"
     args.slot_query_stream = getattr(args, "slot_query_stream", False)
+    args.offset_clip = getattr(args, "offset_clip", None) or 0
+    args.no_global_slot = getattr(args, "no_global_slot", False)
     args.max_source_positions = getattr(args, "max_source_positions", None) or 1024
     args.max_target_positions = getattr(args, "max_target_positions", None) or 1024
     transformer_base_architecture(args)
@@ -267,3 +372,39 @@ def insnet_small(args):
     args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
     args.dropout = getattr(args, "dropout", 0.1)
     insnet_base_architecture(args)
+
+
+def _lm_decoder(args, layers, dim, ffn, heads, dropout):
+    """Decoder sizes of an ``insnet_lm_*`` architecture (command-line flags win)."""
+    args.decoder_layers = getattr(args, "decoder_layers", layers)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", dim)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", ffn)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", heads)
+    args.dropout = getattr(args, "dropout", dropout)
+    insnet_lm_base_architecture(args)
+
+
+@register_model_architecture("insnet_lm", "insnet_lm_base")
+def insnet_lm_base_architecture(args):
+    """InsNet language model (no source, no cross-attention): 6 layers, d=512, 8 heads, FFN 2048."""
+    args.decoder_layers = getattr(args, "decoder_layers", 6)
+    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 512)
+    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 2048)
+    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 8)
+    # the (unused) encoder sizes follow the decoder's, so that fairseq's defaults stay consistent
+    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", args.decoder_embed_dim)
+    args.encoder_layers = getattr(args, "encoder_layers", 0)
+    args.no_cross_attention = True
+    insnet_base_architecture(args)
+
+
+@register_model_architecture("insnet_lm", "insnet_lm_big_paper")
+def insnet_lm_big_paper(args):
+    """The paper's generation model (appendix A.1): 12 layers, d=768, 12 heads, FFN 3072, dropout 0.1."""
+    _lm_decoder(args, 12, 768, 3072, 12, 0.1)
+
+
+@register_model_architecture("insnet_lm", "insnet_lm_small")
+def insnet_lm_small(args):
+    """CPU-sized: 3 layers, d=256, 4 heads, FFN 1024 (the decoder of ``insnet_small``)."""
+    _lm_decoder(args, 3, 256, 1024, 4, 0.1)

@@ -6,9 +6,11 @@ For the context after step ``t`` and its slot ``k`` between the tokens inserted 
     e[t, k] = LayerNorm(concat(f_l(h_l), f_r(h_r)) + h_t)
 
 with ``h`` the last decoder layer's outputs in insertion order and ``h_t`` the token inserted at
-step ``t`` (the global vector). Heads: token ``log_softmax(W_p e + b)`` (with
+step ``t`` (the global vector; ``--no-global-slot``, the paper's InsNet-noglobal ablation, drops it:
+``e = LayerNorm(concat(f_l(h_l), f_r(h_r)))``, everywhere slots are scored). Heads: token ``log_softmax(W_p e + b)`` (with
 ``--slot-query-stream``, ``W_p LayerNorm(e + z) + b``, z the slot's query, see :mod:`.decoder`); position ``w_o . e``,
-log-softmax over the ``t`` slots of a step; termination ``q(stop | h_t)``.
+log-softmax over the ``t`` slots of a step; termination ``q(stop | h_t)`` (which keeps ``h_t`` under
+``--no-global-slot``: the ablation removes it from the slot representation only).
 
 Training needs the position logit of every slot of every step: B x n x n x D if built naively.
 :meth:`SlotHeads.position_logits` never builds it: LayerNorm's mean and variance and the final
@@ -31,8 +33,9 @@ def gather_steps(x: Tensor, index: Tensor) -> Tensor:
 
 class SlotHeads(nn.Module):
     def __init__(self, embed_dim: int, vocab_size: int, tied_embedding: nn.Embedding = None, eps: float = 1e-5,
-                 slot_query: bool = False):
+                 slot_query: bool = False, global_vector: bool = True):
         super().__init__()
+        self.global_vector = global_vector  # False: --no-global-slot (InsNet-noglobal)
         self.query_norm = nn.LayerNorm(embed_dim, eps=eps) if slot_query else None  # --slot-query-stream
         self.left_dim = embed_dim // 2
         self.right_dim = embed_dim - self.left_dim
@@ -50,9 +53,10 @@ class SlotHeads(nn.Module):
 
     # -- materialised slot representations (decoding, target slots, test oracle) ---------------
     def slot_repr(self, h_left: Tensor, h_right: Tensor, h_global: Tensor) -> Tensor:
-        """e = LayerNorm(concat(f_l(h_left), f_r(h_right)) + h_global); all [..., D] -> [..., D]."""
+        """e = LayerNorm(concat(f_l(h_left), f_r(h_right)) + h_global); all [..., D] -> [..., D].
+        ``--no-global-slot``: e = LayerNorm(concat(f_l(h_left), f_r(h_right))), ``h_global`` unused."""
         c = torch.cat([self.f_left(h_left), self.f_right(h_right)], dim=-1)
-        return self.norm(c + h_global)
+        return self.norm(c + h_global if self.global_vector else c)
 
     def token_logits(self, e: Tensor, z: Tensor = None) -> Tensor:
         """e [..., D] (and the slot queries z [..., D] with --slot-query-stream) -> [..., V]
@@ -90,6 +94,8 @@ class SlotHeads(nn.Module):
         a = self.f_left(h)  # [B, n, Dl]
         b = self.f_right(h)  # [B, n, Dr]
         g = h[:, steps]  # [B, T, D]
+        if not self.global_vector:  # --no-global-slot: the same sums with a zero global vector
+            g = torch.zeros_like(g)
         g_l, g_r = g.split([self.left_dim, self.right_dim], dim=-1)
         gamma, beta = self.norm.weight.float(), self.norm.bias.float()
         w = self.position_proj.weight.float().view(-1)

@@ -256,10 +256,10 @@ class InsertionTranslationTask(TranslationTask):
         return hyps
 
     def build_generator(self, models, args, **unused):
-        from .model import InsNetModel
+        from .model import InsNetLMModel, InsNetModel
 
         for model in models:
-            if not isinstance(model, InsNetModel):
+            if not isinstance(model, InsNetModel) or isinstance(model, InsNetLMModel):
                 raise ValueError(
                     f"--task insertion_translation decodes InsNet models (--arch insnet_*), not {type(model).__name__}; "
                     "decode fairseq's baselines with their own task (translation, translation_lev)"

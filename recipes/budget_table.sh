@@ -16,7 +16,8 @@
 # insnet-anchored (InsNet-uniform over the anchored order's levels), insnet-anchored-kd, anchored-kd-query
 # (the same with --slot-query-stream), anchored-seq-kd then
 # dinic-kd (InsNet-Dinic: sequential anchored base, then Dinic fine-tuning, one budget), curriculum-kd
-# (a curriculum: CURRICULUM_MINUTES (30) of insnet-l2r-kd, then anchored InsNet-uniform, one budget), levt-kd, inst-kd.
+# (a curriculum: CURRICULUM_MINUTES (30) of insnet-l2r-kd, then anchored InsNet-uniform, one budget),
+# curriculum-query-kd (the same, the second part with --slot-query-stream), levt-kd, inst-kd.
 # Decoding: AR greedy and beam 5; InsNet sequential and parallel (--slot-top-p TOP_P, 0.9: chosen
 # on the valid set, see README), parallel also with --skip-repeats; LevT/InsT fairseq's iterative refinement (9 iterations).
 set -euo pipefail
@@ -47,13 +48,15 @@ spec() {
                           "--finetune-from-model checkpoints/t60_anchored_seq_kd/checkpoint_last.pt" ;;
     curriculum-kd)      echo "insnet $kd checkpoints/t60_curriculum_kd --insertion-order anchored --layerization uniform" \
                           "--finetune-from-model checkpoints/t60_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt" ;;
+    curriculum-query-kd) echo "insnet $kd checkpoints/t60_curriculum_query_kd --insertion-order anchored --layerization uniform" \
+                          "--slot-query-stream --finetune-from-model checkpoints/t60_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt" ;;
     levt-kd)            echo "levt $kd checkpoints/t60_levt_kd" ;;
     inst-kd)            echo "inst $kd checkpoints/t60_inst_kd --label-tau 1.0" ;;
     *) echo "budget_table.sh: unknown row '$1' (bash recipes/budget_table.sh rows)" >&2; exit 2 ;;
   esac
 }
 ROWS=(ar ar-kd insnet-l2r insnet-l2r-kd insnet-r2l insnet-binary insnet-random insnet-anchored insnet-anchored-kd anchored-kd-query
-      anchored-seq-kd dinic-kd curriculum-kd levt-kd inst-kd)
+      anchored-seq-kd dinic-kd curriculum-kd curriculum-query-kd levt-kd inst-kd)
 
 train_row() {
   read -r kind d save flags <<<"$(spec "$1")"
@@ -69,10 +72,10 @@ train_row() {
     # a later `train insnet-l2r-kd` continues that run to MINUTES).
     case $1 in
       anchored-seq-kd) export MINUTES=$base_minutes ;;
-      dinic-kd|curriculum-kd) export SCHEDULER=fixed LR=5e-4 ;;
+      dinic-kd|curriculum-kd|curriculum-query-kd) export SCHEDULER=fixed LR=5e-4 ;;
     esac
     local snap=checkpoints/t60_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt
-    if [ "$1" = curriculum-kd ] && [ ! -f "$snap" ]; then
+    if [[ $1 = curriculum* ]] && [ ! -f "$snap" ]; then
       (export MINUTES=$base_minutes_l2r SCHEDULER=inverse_sqrt LR=1e-3; train_row insnet-l2r-kd)
       cp checkpoints/t60_insnet_l2r_kd/checkpoint_last.pt "$snap"
     fi

@@ -13,6 +13,8 @@ papers report), average decoding steps (fairseq's ``--print-step``; for an autor
 which prints none, output length + 1), steps per output token ("sequential ratio", the paper's
 Figure 6), and ms per sentence from fairseq-generate's own timing, at ``--batch-size`` (64) and,
 with ``--batch1``, also at batch 1 (a second decoding of the test set, one sentence at a time).
+``--nll`` adds the split's held-out NLL terms (InsNet: ``token_nll``, ``position_nll``,
+``termination_nll``; recipes/validate_nll.py), as the ablation table reports them (recipes/lm_budget.sh).
 """
 import argparse
 import csv
@@ -57,6 +59,7 @@ def main(argv=None):
     p.add_argument("--batch1", action="store_true", help="also time decoding at batch 1")
     p.add_argument("--csv", help="append the row to this CSV file")
     p.add_argument("--markdown", help="append the row to this Markdown table (header written when new)")
+    p.add_argument("--nll", action="store_true", help="also the held-out NLL terms (fairseq-validate on --gen-subset)")
     args = p.parse_args(argv)
 
     out, wall = generate(args, args.batch_size, extra)
@@ -66,6 +69,11 @@ def main(argv=None):
     if args.batch1:
         out1, _ = generate(args, 1, extra)
         row["ms_per_sentence_b1"] = ms_per_sentence(out1.stderr)
+    if args.nll:
+        from validate_nll import validate_nll
+
+        keep = [a for flag in ("--user-dir", "--task") if flag in extra for a in (flag, extra[extra.index(flag) + 1])]
+        row.update({k: round(v, 3) for k, v in validate_nll(args.data, args.path, args.gen_subset, keep).items()})
     row["wall_s"] = round(wall, 1)
     print(f"{row['model']}: sacreBLEU {row['sacrebleu']} ({row['signature']})"
           + "".join(f", {k} {v}" for k, v in row.items() if k not in ("model", "sacrebleu", "signature")))

@@ -31,6 +31,7 @@ def main():
     p.add_argument("--tgt", required=True)
     p.add_argument("--mode", default="sequential", choices=["sequential", "parallel"])
     p.add_argument("--slot-top-p", type=float, default=0.7, help="parallel mode: slot probability mass filled per step")
+    p.add_argument("--skip-repeats", action="store_true", help="do not insert a word equal to a neighbour of its slot")
     p.add_argument("--keywords", default="")
     args = p.parse_args()
     from sacremoses import MosesDetokenizer, MosesTokenizer
@@ -47,7 +48,8 @@ def main():
     src = encode(args.sentence, args.src, task.source_dictionary, True).unsqueeze(0)
     keywords = [encode(args.keywords, args.tgt, task.target_dictionary, False).tolist()] if args.keywords else None
     sample = {"id": torch.tensor([0]), "net_input": {"src_tokens": src, "src_lengths": torch.tensor([src.size(1)])}}
-    gen = InsertionGenerator(task.target_dictionary, mode=args.mode, slot_top_p=args.slot_top_p, retain_history=True)
+    gen = InsertionGenerator(task.target_dictionary, mode=args.mode, slot_top_p=args.slot_top_p, retain_history=True,
+                             skip_repeats=args.skip_repeats)
     hypo = gen.generate(models, sample, initial_tokens=keywords)[0][0]
     detok = MosesDetokenizer(lang=args.tgt)
     for step, h in enumerate(hypo["history"]):

@@ -12,7 +12,8 @@ sys.path.insert(0, ROOT)
 
 import insnet_fairseq  # noqa: E402,F401
 from fairseq.data import Dictionary  # noqa: E402
-from insnet_fairseq.model import InsNetModel, insnet_small  # noqa: E402
+from insnet_fairseq.lm_task import InsertionLMTask  # noqa: E402
+from insnet_fairseq.model import InsNetLMModel, InsNetModel, insnet_small  # noqa: E402
 from insnet_fairseq.task import InsertionTranslationTask  # noqa: E402
 
 SHARED_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "multi30k")
@@ -96,6 +97,27 @@ def build_tiny_model(seed: int = 0, vocab: int = 20, **overrides):
     torch.manual_seed(seed)
     d = make_dictionary(vocab)
     model = InsNetModel.build_model(tiny_args(**overrides), FakeTask(d, d))
+    model.eval()
+    return model, d
+
+
+class FakeLMTask(InsertionLMTask):
+    """The LM task's dictionary and nothing else (InsNet language models are built for insertion_lm only)."""
+
+    def __init__(self, d):
+        self.src_dict = self.tgt_dict = d
+
+
+def build_tiny_lm_model(seed: int = 0, vocab: int = 20, **overrides):
+    """``insnet_lm`` (no source, no cross-attention) of the tiny size of :func:`build_tiny_model`."""
+    torch.manual_seed(seed)
+    d = make_dictionary(vocab)
+    args = argparse.Namespace(decoder_layers=2, decoder_embed_dim=32, decoder_ffn_embed_dim=64,
+                              decoder_attention_heads=4, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+                              max_source_positions=64, max_target_positions=64, share_all_embeddings=False)
+    for k, v in overrides.items():
+        setattr(args, k, v)
+    model = InsNetLMModel.build_model(args, FakeLMTask(d))
     model.eval()
     return model, d
 

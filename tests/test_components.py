@@ -1,5 +1,6 @@
 """Fast paths against their oracles: gathered offset attention vs materialised P, fused
 position head vs materialised slot representations."""
+import pytest
 import torch
 
 from insnet_fairseq.attention import OffsetSelfAttention, sinusoidal_offset_table
@@ -67,3 +68,22 @@ def test_fused_position_logits_match_materialised_slots():
     slow = heads.position_logit(e)
     valid = torch.arange(n - 2).unsqueeze(0) < steps.unsqueeze(1)
     torch.testing.assert_close(fused[:, valid], slow[:, valid], atol=1e-4, rtol=1e-5)
+
+
+def test_slot_query_model_loads_a_checkpoint_without_the_stream():
+    """--finetune-from-model of a plain checkpoint into --slot-query-stream: every saved parameter
+    is loaded, the stream's own start from their initial values."""
+    from conftest import build_tiny_model
+
+    plain, _ = build_tiny_model(seed=1)
+    query, _ = build_tiny_model(seed=2, slot_query_stream=True)
+    start = query.decoder.context.slot_query.detach().clone()
+    query.load_state_dict(plain.state_dict())
+    loaded = query.state_dict()
+    for k, v in plain.state_dict().items():
+        assert torch.equal(v, loaded[k]), k
+    assert torch.equal(query.decoder.context.slot_query, start)
+    with pytest.raises(RuntimeError):  # anything else missing is still an error
+        sd = plain.state_dict()
+        del sd["decoder.heads.f_left.weight"]
+        query.load_state_dict(sd)

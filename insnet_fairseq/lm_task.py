@@ -1,0 +1,227 @@
+"""Task ``insertion_lm``: InsNet on monolingual text, the paper's lexically constrained generation
+(section 4.1): train on one sentence per line, generate a sentence from its keywords.
+
+Data: fairseq monolingual data (``fairseq-preprocess --only-source``: ``dict.txt``,
+``{split}.bin/.idx``, one sentence per line), and for the splits to generate from, a keyword file
+beside it: ``{split}.keywords``, one line per sentence, its keywords separated by spaces, in the
+order they must appear (``make lm-multi30k`` / ``make lm-custom`` write them with YAKE,
+``recipes/prepare_lm.py``). Every keyword must be a word of ``dict.txt``.
+
+Batches are those of ``insertion_translation`` (fairseq's ``LanguagePairDataset`` + insertion
+orders, :mod:`.data`) whose *source* side holds each sentence's keywords and ``</s>`` (``</s>``
+alone without a keyword file, e.g. for training). The model (``--arch insnet_lm_*``,
+:class:`.model.InsNetLMModel`) has no source encoder and no cross-attention: it never reads the
+source. Decoding (fairseq-generate, fairseq-interactive, whose input lines are keywords) starts from
+``<s> keywords </s>`` (the generator's constrained start), which insertion never deletes or
+reorders; ``--no-keywords`` decodes from ``<s> </s>`` instead. Sequential, Dinic and uniform
+training, the decoding modes and fairseq's ``--sampling --sampling-topk K`` are those of
+``insertion_translation``.
+
+Bad data stops with one line naming the file (and line): a missing directory, dictionary or split,
+an empty sentence, a keyword file whose line count differs from the split's, a keyword missing from
+the dictionary, and (when generating) a missing keyword file.
+"""
+import logging
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from fairseq import utils
+from fairseq.data import Dictionary, LanguagePairDataset, ListDataset, data_utils
+from fairseq.tasks import register_task
+
+from .data import InsertionPairDataset
+from .generator import InsertionGenerator
+from .inputs import _short, line_label
+from .task import DataError, InsertionTranslationConfig, InsertionTranslationTask
+
+logger = logging.getLogger(__name__)
+
+KEYWORD_SUFFIX = "keywords"
+
+
+@dataclass
+class InsertionLMConfig(InsertionTranslationConfig):
+    """``insertion_translation``'s options (orders, layerization, decoding) and the LM's own; the
+    translation options (languages, source limits, BLEU during training) do not apply."""
+
+    no_keywords: bool = field(
+        default=False,
+        metadata={"help": "generate without keywords (from <s> </s>; fairseq-interactive: lines are ignored)"},
+    )
+    max_output_words: int = field(
+        default=200,
+        metadata={"help": "decoding caps: at most this many words per output, keywords included, and as many "
+                  "insertion steps (--max-insertion-steps > 0 sets the step cap apart)"},
+    )
+
+
+class LMDataset(InsertionPairDataset):
+    """Insertion trajectories of monolingual sentences; ``keyword_file`` is the keyword file read for
+    the source side, or None (the source is ``</s>`` only); ``missing_keywords`` the file that was
+    looked for in vain."""
+
+    def __init__(self, dataset, policy, bos, seed, anchor_depth, keyword_file=None, missing_keywords=None):
+        super().__init__(dataset, policy, bos, seed=seed, anchor_depth=anchor_depth)
+        self.keyword_file, self.missing_keywords = keyword_file, missing_keywords
+
+
+def read_keywords(path: str, dictionary: Dictionary, n_sentences: int, data_file: str):
+    """The keyword file ``path`` -> one LongTensor of word ids per sentence.
+
+    One line per sentence of ``data_file`` (``n_sentences``); words separated by whitespace, each a
+    word of ``dictionary`` (not a special symbol). An empty line is a sentence without keywords.
+    Raises :class:`.task.DataError` naming the file and line."""
+    with open(path, encoding="utf-8", newline="\n") as f:
+        text = f.read()
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    if len(lines) != n_sentences:
+        raise DataError(f"{path}: {len(lines):,} lines of keywords, but {data_file} holds {n_sentences:,} sentences: "
+                        "the keyword file needs one line per sentence, in the same order")
+    specials = {dictionary.bos(), dictionary.eos(), dictionary.pad(), dictionary.unk()}
+    rows, empty = [], 0
+    for i, line in enumerate(lines, 1):
+        words = line.split()
+        ids = [dictionary.index(w) for w in words]
+        bad = [w for w, t in zip(words, ids) if t in specials]
+        if bad:
+            raise DataError(f"{path}:{i}: keyword {_short(bad, 1)} is not a word of the dictionary "
+                            f"{getattr(dictionary, 'path', 'dict.txt')} ({len(dictionary):,} symbols): keywords must be "
+                            "words of the training vocabulary (prepare_lm.py picks them so)")
+        empty += not ids
+        rows.append(torch.tensor(ids, dtype=torch.long))
+    if empty:
+        logger.warning(f"{path}: {empty} sentence(s) without keywords: generated from <s> </s>")
+    return rows
+
+
+@register_task("insertion_lm", dataclass=InsertionLMConfig)
+class InsertionLMTask(InsertionTranslationTask):
+    cfg: InsertionLMConfig
+
+    @classmethod
+    def setup_task(cls, cfg: InsertionLMConfig, **kwargs):
+        paths = utils.split_paths(cfg.data) if cfg.data else []
+        if not paths:
+            raise DataError("insertion_lm needs a data directory (the positional DATA argument)")
+        for path in paths:
+            if not os.path.isdir(path):
+                raise DataError(f"data directory {path!r} does not exist: binarise the corpus first "
+                                "(make lm-multi30k, make lm-custom, or fairseq-preprocess --only-source --destdir " + path + ")")
+        dict_path = os.path.join(paths[0], "dict.txt")
+        if not os.path.isfile(dict_path):
+            raise DataError(f"{dict_path} not found: insertion_lm reads fairseq monolingual data "
+                            "(fairseq-preprocess --only-source writes dict.txt and {split}.bin/.idx)")
+        dictionary = cls.load_dictionary(dict_path)
+        dictionary.path = dict_path
+        logger.info(f"dictionary {dict_path}: {len(dictionary)} types")
+        return cls(cfg, dictionary, dictionary)
+
+    def __init__(self, cfg: InsertionLMConfig, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        if cfg.max_output_words < 1:
+            raise ValueError(f"--max-output-words must be >= 1, got {cfg.max_output_words}")
+
+    @property
+    def dictionary(self):
+        return self.tgt_dict
+
+    def load_dataset(self, split, epoch=1, combine=False, **kwargs):
+        paths = utils.split_paths(self.cfg.data)
+        data_path = paths[(epoch - 1) % len(paths)]
+        prefix = os.path.join(data_path, split)
+        tokens = data_utils.load_indexed_dataset(prefix, self.dictionary, self.cfg.dataset_impl)
+        if tokens is None:
+            raise DataError(f"{prefix}.bin / {prefix}.idx not found: split {split!r} was not binarised "
+                            "(fairseq-preprocess --only-source --trainpref/--validpref/--testpref)")
+        data_file = prefix + ".bin"
+        sizes = np.asarray(tokens.sizes)
+        empty = (sizes <= 1).nonzero()[0]  # only </s>: an empty line before binarisation
+        if len(empty):
+            lines = ", ".join(str(i + 1) for i in empty[:10])
+            raise DataError(f"{data_file}: {len(empty)} empty sentence(s), line(s) {lines}{' ...' if len(empty) > 10 else ''}; "
+                            "an insertion model needs at least one word per sentence: remove empty lines before "
+                            "fairseq-preprocess (prepare_lm.py does)")
+        keyword_path = f"{prefix}.{KEYWORD_SUFFIX}"
+        eos = torch.tensor([self.dictionary.eos()])
+        if os.path.isfile(keyword_path):
+            keywords = [torch.cat([k, eos]) for k in read_keywords(keyword_path, self.dictionary, len(tokens), data_file)]
+            source = ListDataset(keywords, np.array([len(k) for k in keywords]))
+            found, missing = keyword_path, None
+        else:  # no keywords (training): the source is </s> alone
+            source = ListDataset([eos] * len(tokens), np.ones(len(tokens), dtype=np.int64))
+            found, missing = None, keyword_path
+        pairs = LanguagePairDataset(source, source.sizes, self.dictionary, tokens, sizes, self.dictionary,
+                                    left_pad_source=self.cfg.left_pad_source, left_pad_target=False)
+        self.datasets[split] = LMDataset(pairs, self.cfg.insertion_order, self.dictionary.bos(), self.cfg.seed,
+                                         self.cfg.anchor_depth, keyword_file=found, missing_keywords=missing)
+        logger.info(f"{split}: {len(tokens):,} sentences from {data_file}"
+                    + (f", keywords from {found}" if found else " (no keyword file)"))
+
+    def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
+        """fairseq-interactive: every input line is a sentence's keywords (its source side)."""
+        return LanguagePairDataset(src_tokens, src_lengths, self.source_dictionary, tgt_dict=self.target_dictionary,
+                                   constraints=constraints)
+
+    def screen_inference_lines(self, lines, first_id, encode_fn, max_positions, constrained=False, max_tokens=None):
+        """Lines of keywords (fairseq-interactive): the translation checks, then a line holding a word that
+        is not in the dictionary is refused (empty output, one warning naming the line)."""
+        lines = super().screen_inference_lines(lines, first_id, encode_fn, max_positions, constrained, max_tokens)
+        if self.cfg.no_keywords:
+            return lines
+        unk = self.dictionary.unk()
+        for i, line in enumerate(lines):
+            sid = first_id + i
+            if sid in self.refused_inputs:
+                continue
+            source = line.split("\t")[0] if constrained else line
+            try:
+                words = encode_fn(source).split()
+            except Exception:  # noqa: BLE001 - the translation screening has reported tokeniser failures
+                continue
+            unknown = [w for w in words if self.dictionary.index(w) == unk]
+            if unknown:
+                reason = (f"keyword(s) not in the dictionary {getattr(self.dictionary, 'path', 'dict.txt')}: "
+                          f"{_short(unknown)}")
+                logger.warning(f"{line_label(sid)}: {reason}; not generated, output is empty")
+                self.refused_inputs[sid] = reason
+                lines[i] = ""
+        return lines
+
+    def check_keywords(self):
+        """Before decoding: every loaded split to generate from has its keyword file (unless --no-keywords)."""
+        if self.cfg.no_keywords:
+            return
+        for split, dataset in self.datasets.items():
+            missing = getattr(dataset, "missing_keywords", None)
+            if missing:
+                raise DataError(f"{missing} not found: insertion_lm generates split {split!r} from each sentence's "
+                                "keywords, one line per sentence (make lm-multi30k / lm-custom write them, "
+                                "recipes/prepare_lm.py), or pass --no-keywords for unconstrained generation")
+
+    def build_generator(self, models, args, **unused):
+        from .model import InsNetLMModel
+
+        for model in models:
+            if not isinstance(model, InsNetLMModel):
+                raise ValueError(f"--task insertion_lm decodes InsNet language models (--arch insnet_lm_*), not "
+                                 f"{type(model).__name__}")
+        self.check_keywords()
+        return InsertionGenerator(
+            self.target_dictionary,
+            mode=self.cfg.insertion_mode,
+            slot_top_p=self.cfg.slot_top_p,
+            max_steps=self.cfg.max_insertion_steps,
+            max_steps_a=0.0,
+            max_steps_b=self.cfg.max_output_words,
+            use_cache=not self.cfg.no_insertion_cache,
+            sampling=getattr(args, "sampling", False),
+            sampling_topk=getattr(args, "sampling_topk", -1),
+            retain_history=getattr(args, "retain_iter_history", False),
+            skip_repeats=self.cfg.skip_repeats,
+            conditional=False,
+            keywords_from_source=not self.cfg.no_keywords,
+        )

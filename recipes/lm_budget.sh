@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The paper's first experiment (section 4.1, Table 2, Figure 6) and its ablations (Table 6) at equal
+# wall-clock budgets: every row trains MINUTES (60) on THREADS (1) CPU thread(s), 3 layers, d=256 (recipes/train.sh:
+# insnet-lm = insnet_lm_small, ar = fairseq transformer 3+3), MAX_TOKENS 4096, lr 1e-3, inverse_sqrt after 400
+# warm-up updates. One command per row:
+#
+#   bash recipes/lm_budget.sh train ROW [fairseq-train flags...]   # train one row (extra flags are appended)
+#   bash recipes/lm_budget.sh eval [ROW...]                        # score the rows that exist (all by default)
+#   bash recipes/lm_budget.sh rows                                 # list the rows
+#
+# Lexically constrained generation on LM_DATA (data-bin/lm_multi30k, `make lm-multi30k`; the AR row reads
+# LM_DATA-ar, the keywords->sentence bitext the same recipe builds from the keyword files):
+#   seq-random, seq-binary        InsNet, sequential training, random / binary (middle word first) order
+#   dinic-10 dinic-3 dinic-1 dinic-0.3
+#                                 InsNet-Dinic at that tau: the BASE row's checkpoint (seq-binary) fine-tuned with
+#                                 --dinic-tau for FT_MINUTES (20) more at a fixed lr of 5e-4 (the paper's
+#                                 "parallelization fine-tuning" after sequential training)
+#   uniform                       InsNet-uniform (the binary tree's levels), fine-tuned from BASE the same way
+#   ar                            autoregressive transformer, keywords -> sentence (Plan-And-Write static)
+#   truncated, noglobal           ablations (Table 6): BASE's setting with --offset-clip 1 / --no-global-slot
+# Multi30k En->De translation (MT_DATA, data-bin/multi30k_en_de, `make multi30k`; order MT_ORDER, l2r):
+#   mt-insnet, mt-truncated, mt-noglobal
+#
+# Scoring: recipes/evaluate_lm.py on LM_DATA's test set: BLEU-2/4, NIST-2/4, steps, sequential ratio, keyword
+# coverage, held-out token / position / termination NLL; InsNet rows decode as the paper (--paper-sampling: parallel,
+# 70% of the slot mass, top-k sampling k = 1, 1, 3, 3, 5 for tau = 10, 3, 1, 0.3, -inf; sequential rows are tau = -inf;
+# the uniform row greedy), averaged over SEEDS ("1 2 3"); sequential rows also greedy sequential decoding; AR greedy
+# and beam 5. MT rows: recipes/evaluate.py (sacreBLEU, tokenised BLEU, greedy sequential) with --nll.
+# Output: OUT_DIR/lm_table.{md,csv}, OUT_DIR/lm_ablation_mt.{md,csv} (OUT_DIR: results).
+# Environment: MINUTES, FT_MINUTES, THREADS, UPDATES (0: no update limit; set it for a quick check), BASE (seq-binary),
+# CKPT_DIR (checkpoints: rows train into CKPT_DIR/lm_<row>), LM_DATA, MT_DATA, MT_RAW (../shared/data/multi30k),
+# MT_TOK_REF (work/multi30k_en_de/test.clean.de, for tokenised BLEU when present),
+# SEEDS, OUT_DIR, GEN_ARGS (more fairseq-generate flags for every InsNet row, e.g. --max-insertion-steps 20).
+set -euo pipefail
+export MINUTES=${MINUTES:-60} THREADS=${THREADS:-1} UPDATES=${UPDATES:-0}
+ft_minutes=${FT_MINUTES:-20}
+lm=${LM_DATA:-data-bin/lm_multi30k}; mt=${MT_DATA:-data-bin/multi30k_en_de}
+mt_raw=${MT_RAW:-../shared/data/multi30k}; mt_order=${MT_ORDER:-l2r}
+mt_tok_ref=${MT_TOK_REF:-work/multi30k_en_de/test.clean.de}; tok_ref=(); [ -f "$mt_tok_ref" ] && tok_ref=(--tok-ref "$mt_tok_ref")
+base=${BASE:-seq-binary}; ckpts=${CKPT_DIR:-checkpoints}; out_dir=${OUT_DIR:-results}
+seeds=${SEEDS:-1 2 3}
+read -r -a gen_extra <<<"${GEN_ARGS:-}"
+ROWS=(seq-random seq-binary dinic-10 dinic-3 dinic-1 dinic-0.3 uniform ar truncated noglobal mt-insnet mt-truncated mt-noglobal)
+
+order_of() {  # sequential row -> its insertion order
+  case $1 in seq-random) echo random ;; seq-binary) echo binary ;;
+    *) echo "lm_budget.sh: BASE must be seq-random or seq-binary, not '$1'" >&2; exit 2 ;; esac
+}
+
+# ROW -> "KIND DATA [train flags...]" (checkpoints: $ckpts/lm_ROW)
+spec() {
+  local o; o=$(order_of "$base")
+  case $1 in
+    seq-random) echo "insnet-lm $lm --insertion-order random" ;;
+    seq-binary) echo "insnet-lm $lm --insertion-order binary" ;;
+    dinic-*)    echo "insnet-lm $lm --insertion-order $o --dinic-tau=${1#dinic-} --finetune-from-model $ckpts/lm_$base/checkpoint_last.pt" ;;
+    uniform)    echo "insnet-lm $lm --insertion-order $o --layerization uniform --finetune-from-model $ckpts/lm_$base/checkpoint_last.pt" ;;
+    ar)         echo "ar $lm-ar" ;;
+    truncated)  echo "insnet-lm $lm --insertion-order $o --offset-clip 1" ;;
+    noglobal)   echo "insnet-lm $lm --insertion-order $o --no-global-slot" ;;
+    mt-insnet)  echo "insnet $mt --insertion-order $mt_order" ;;
+    mt-truncated) echo "insnet $mt --insertion-order $mt_order --offset-clip 1" ;;
+    mt-noglobal)  echo "insnet $mt --insertion-order $mt_order --no-global-slot" ;;
+    *) echo "lm_budget.sh: unknown row '$1' (bash recipes/lm_budget.sh rows)" >&2; exit 2 ;;
+  esac
+}
+
+train_row() {
+  local row=$1; shift
+  spec "$row" >/dev/null  # an unknown row stops here
+  read -r kind d flags <<<"$(spec "$row")"
+  [ -d "$d" ] || { echo "lm_budget.sh: $d missing (make lm-multi30k, or make multi30k for the mt-* rows)" >&2; exit 2; }
+  case $row in
+    dinic-*|uniform)
+      [ -f "$ckpts/lm_$base/checkpoint_last.pt" ] || { echo "lm_budget.sh: train the base first: bash recipes/lm_budget.sh train $base" >&2; exit 2; }
+      # the fine-tuning inherits the base's training time (fairseq keeps it through --finetune-from-model)
+      export SCHEDULER=fixed LR=5e-4 MINUTES=$((MINUTES + ft_minutes)) ;;
+  esac
+  # shellcheck disable=SC2086
+  bash recipes/train.sh "$kind" "$d" "$ckpts/lm_$row" $flags "$@"
+}
+
+checkpoint_of() {  # SAVE_DIR -> the checkpoint with the best valid loss, else the last one
+  if [ -f "$1/checkpoint_best.pt" ]; then echo "$1/checkpoint_best.pt"; else echo "$1/checkpoint_last.pt"; fi
+}
+
+lm_eval() {  # NAME CHECKPOINT DATA evaluate_lm flags... -- fairseq-generate flags
+  local name=$1 ckpt=$2 d=$3; shift 3
+  python recipes/evaluate_lm.py --data "$d" --path "$ckpt" --name "$name" --csv "$out_dir/lm_table.csv" \
+    --markdown "$out_dir/lm_table.md" "$@"
+}
+
+eval_rows() {
+  mkdir -p "$out_dir"; rm -f "$out_dir"/lm_table.{md,csv} "$out_dir"/lm_ablation_mt.{md,csv}
+  local rows=("$@"); [ ${#rows[@]} -gt 0 ] || rows=("${ROWS[@]}")
+  local insnet=(--user-dir insnet_fairseq --task insertion_lm "${gen_extra[@]}")
+  for r in "${rows[@]}"; do spec "$r" >/dev/null; done  # unknown rows stop before anything runs
+  for r in "${rows[@]}"; do
+    read -r kind d flags <<<"$(spec "$r")"
+    ckpt=$(checkpoint_of "$ckpts/lm_$r")
+    [ -f "$ckpt" ] || { echo "skip $r: no $ckpt"; continue; }
+    # shellcheck disable=SC2086
+    case $r in
+      seq-*|truncated|noglobal)
+        lm_eval "$r (tau -inf, paper sampling)" "$ckpt" "$d" --paper-sampling=-inf --seeds $seeds --nll -- "${insnet[@]}"
+        lm_eval "$r (sequential, greedy)" "$ckpt" "$d" -- "${insnet[@]}" --insertion-mode sequential ;;
+      dinic-*)
+        lm_eval "$r (paper sampling)" "$ckpt" "$d" --paper-sampling="${r#dinic-}" --seeds $seeds --nll -- "${insnet[@]}" ;;
+      uniform)
+        lm_eval "$r (parallel, 70% slot mass, greedy)" "$ckpt" "$d" --nll -- "${insnet[@]}" --insertion-mode parallel \
+          --slot-top-p 0.7 ;;
+      ar)
+        lm_eval "$r (greedy)" "$ckpt" "$d" --nll -- --user-dir insnet_fairseq --task translation --beam 1
+        lm_eval "$r (beam 5)" "$ckpt" "$d" -- --user-dir insnet_fairseq --task translation --beam 5 ;;
+      mt-*)
+        python recipes/evaluate.py --data "$d" --path "$ckpt" --src en --tgt de --name "$r (sequential, greedy)" --nll \
+          --raw-ref "$mt_raw/test.de" "${tok_ref[@]}" --csv "$out_dir/lm_ablation_mt.csv" --markdown "$out_dir/lm_ablation_mt.md" \
+          -- --user-dir insnet_fairseq --task insertion_translation --insertion-mode sequential "${gen_extra[@]}" ;;
+    esac
+  done
+  for f in "$out_dir"/lm_table.md "$out_dir"/lm_ablation_mt.md; do [ -f "$f" ] && cat "$f"; done
+  return 0
+}
+
+case ${1:-} in
+  train) shift; row=${1:?ROW}; shift; train_row "$row" "$@" ;;
+  eval) shift; eval_rows "$@" ;;
+  rows) printf '%s\n' "${ROWS[@]}" ;;
+  *) echo "usage: bash recipes/lm_budget.sh train ROW [fairseq-train flags] | eval [ROW...] | rows" >&2; exit 2 ;;
+esac

@@ -1,0 +1,312 @@
+"""Task ``insertion_lm`` (paper section 4.1): the keyword rule and data recipe (recipes/prepare_lm.py),
+keyword preservation in every decoding mode on 100 random keyword sets, one-pass exactness of the
+source-free model, fairseq-train / -generate / -interactive on a 300-line Multi30k slice, scoring
+with recipes/evaluate_lm.py, and one-line errors for bad keyword files and mismatched checkpoints."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import (BIN, ROOT, SHARED_DATA, FakeLMTask, FakeTask, build_tiny_lm_model, make_dictionary, random_batch,
+                      run, step_logprobs, tiny_args)
+from insnet_fairseq.checkpoint_checks import CheckpointError, check_model_fits_task
+from insnet_fairseq.generator import InsertionGenerator
+from insnet_fairseq.layerization import trajectory, uniform_layers
+from insnet_fairseq.lm_task import InsertionLMConfig, InsertionLMTask
+from insnet_fairseq.model import InsNetLMModel, InsNetModel
+from insnet_fairseq.orders import make_order
+from insnet_fairseq.reference import naive_layered_logprobs, naive_trajectory_logprobs
+from insnet_fairseq.task import DataError
+
+sys.path.insert(0, os.path.join(ROOT, "recipes"))
+import evaluate_lm  # noqa: E402
+import prepare_lm  # noqa: E402
+
+N = 300
+TINY_LM = ["--arch", "insnet_lm_small", "--decoder-layers", "1", "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim",
+           "128", "--decoder-attention-heads", "2"]
+LM = ["--user-dir", "insnet_fairseq", "--task", "insertion_lm"]
+
+
+def in_order(keywords, words) -> bool:
+    """``keywords`` occur in ``words`` in their order (a subsequence)."""
+    return evaluate_lm.lcs(keywords, words) == len(keywords)
+
+
+def lines(path):
+    with open(path, encoding="utf-8") as f:
+        return [l.rstrip("\n") for l in f]
+
+
+# ---------------------------------------------------------------------------------------- the keyword rule
+def test_keyword_rule():
+    yake = prepare_lm.keyword_extractor("en")
+    sentence = "a boston terrier is running on lush green grass in front of a white fence .".split()
+    vocab = set(sentence)
+    # YAKE ranks fence, then boston, terrier, running (ties in text order); written in sentence order
+    assert prepare_lm.sentence_keywords(sentence, yake, vocab) == ["boston", "terrier", "running", "fence"]
+    assert prepare_lm.sentence_keywords(sentence, yake, vocab - {"boston"}) == ["terrier", "running", "lush", "fence"]
+    assert prepare_lm.sentence_keywords(sentence, yake, vocab, max_keywords=2) == ["boston", "fence"]
+    # YAKE finds nothing (stopwords only): the longest dictionary word with a letter or digit
+    assert prepare_lm.sentence_keywords("the the .".split(), yake, {"the", "."}) == ["the"]
+    assert prepare_lm.sentence_keywords(". ,".split(), yake, {".", ","}) == ["."]
+    assert prepare_lm.sentence_keywords("the .".split(), yake, set()) == []
+    # case-insensitive match, the sentence's spelling kept; every keyword once
+    assert prepare_lm.sentence_keywords("two Dogs and two dogs play .".split(), yake, {"Dogs", "dogs", "play"}) == \
+        ["Dogs", "play"]
+
+
+@pytest.fixture(scope="module")
+def lm_data(tmp_path_factory):
+    """data-bin of the first 300 English lines of every Multi30k split, with keywords and the AR bitext."""
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip("../shared/data/multi30k not present")
+    tmp = tmp_path_factory.mktemp("lm")
+    out = run([sys.executable, "recipes/prepare_lm.py", "--name", "lm_small", "--raw-dir", SHARED_DATA, "--ext", "en",
+               "--max-lines", str(N), "--work-dir", str(tmp / "work"), "--dest-dir", str(tmp / "bin"), "--workers", "1"],
+              timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "keywords per sentence" in out.stdout
+    return str(tmp / "bin" / "lm_small")
+
+
+def test_prepared_data_and_keyword_files(lm_data):
+    from fairseq.data.indexed_dataset import MMapIndexedDataset
+
+    vocab = prepare_lm.read_vocab(os.path.join(lm_data, "dict.txt"))
+    for split in ("valid", "test"):
+        keywords, refs = lines(f"{lm_data}/{split}.keywords"), lines(f"{lm_data}/{split}.ref")
+        assert len(keywords) == len(refs) == len(MMapIndexedDataset(f"{lm_data}/{split}")) == N
+        for kw, ref in zip(keywords, refs):
+            kw, ref = kw.split(), ref.split()
+            assert 1 <= len(kw) <= 4 and all(w in vocab for w in kw)
+            first = [ref.index(w) for w in kw]
+            assert first == sorted(first) and len(set(kw)) == len(kw)  # sentence order, each once
+        assert all(r == r.lower() for r in refs)
+    ar = lm_data + "-ar"
+    for split in ("train", "valid", "test"):
+        assert len(MMapIndexedDataset(f"{ar}/{split}.kw-sent.kw")) == len(MMapIndexedDataset(f"{ar}/{split}.kw-sent.sent")) == N
+    assert lines(f"{ar}/test.keywords") == lines(f"{lm_data}/test.keywords")
+
+
+# ---------------------------------------------------------------------------------------- decoding keeps the keywords
+def keyword_batch(d, sets):
+    """Source side of an insertion_lm batch: keywords + </s>, left-padded."""
+    width = max(len(s) for s in sets) + 1
+    src = torch.full((len(sets), width), d.pad(), dtype=torch.long)
+    for b, s in enumerate(sets):
+        src[b, width - len(s) - 1 :] = torch.tensor(s + [d.eos()])
+    return {"id": torch.arange(len(sets)), "net_input": {"src_tokens": src,
+                                                         "src_lengths": torch.tensor([len(s) + 1 for s in sets])}}
+
+
+@pytest.mark.parametrize("mode,sampling,skip_repeats", [("sequential", False, False), ("parallel", False, False),
+                                                        ("parallel", True, False), ("sequential", True, False),
+                                                        ("parallel", False, True)])
+def test_keywords_kept_in_order_on_100_random_sets(mode, sampling, skip_repeats):
+    model, d = build_tiny_lm_model(seed=5, vocab=30, slot_query_stream=mode == "parallel")
+    with torch.no_grad():
+        model.decoder.heads.termination_proj.bias.fill_(-30.0)  # never stops: every sentence runs to its cap
+    g = torch.Generator().manual_seed(11)
+    sets = [torch.randint(d.nspecial, len(d), (int(torch.randint(1, 5, (1,), generator=g)),), generator=g).tolist()
+            for _ in range(100)]
+    torch.manual_seed(0)
+    gen = InsertionGenerator(d, mode=mode, max_steps=5, max_steps_a=0.0, max_steps_b=30, sampling=sampling,
+                             sampling_topk=3, retain_history=True, skip_repeats=skip_repeats, conditional=False,
+                             keywords_from_source=True)
+    hyps = gen.generate([model], keyword_batch(d, sets))
+    assert len(hyps) == 100  # one output per keyword set, in order
+    for kw, (hyp,) in zip(sets, hyps):
+        out = hyp["tokens"][:-1].tolist()
+        assert hyp["tokens"][-1] == d.eos() and len(out) > len(kw) and 1 <= hyp["steps"] <= 5
+        assert in_order(kw, out), (kw, out)
+        history = [h["tokens"][:-1].tolist() for h in hyp["history"]]
+        assert history[0] == kw  # the start is exactly the keywords
+        for before, after in zip(history, history[1:]):  # every step only inserts: nothing deleted or reordered
+            assert len(after) > len(before) and in_order(before, after)
+
+
+# ---------------------------------------------------------------------------------------- the source-free model
+@pytest.mark.parametrize("slot_query", [False, True])
+def test_lm_model_one_pass_and_layered_exactness(slot_query):
+    model, d = build_tiny_lm_model(seed=2, slot_query_stream=slot_query, decoder_normalize_before=True)
+    assert not any("cross_attn" in name or "encoder" in name for name, _ in model.named_parameters())
+    lengths = [9, 3, 12, 6]
+    src, src_lengths, target = random_batch(d, lengths, seed=3)
+    n_tok = target.ne(d.pad()).sum(1)
+    order = make_order("binary", n_tok, target.size(1))
+    with torch.no_grad():
+        out = model(src, src_lengths, target, order)
+        other_source = model(src.flip(0), src_lengths.flip(0), target, order)  # the source is never read
+    torch.testing.assert_close(out["token"]["logits"], other_source["token"]["logits"], atol=0, rtol=0)
+    tok_lp, pos_lp, term_lp = step_logprobs(out)
+    naive = naive_trajectory_logprobs(model, src, src_lengths, target, order)
+    for b in range(len(lengths)):
+        m = out["position"]["mask"][b]
+        torch.testing.assert_close(tok_lp[b][m], torch.tensor(naive[b]["token"]), atol=1e-5, rtol=0)
+        torch.testing.assert_close(pos_lp[b][m], torch.tensor(naive[b]["position"]), atol=1e-5, rtol=0)
+        torch.testing.assert_close(term_lp[b][out["termination"]["mask"][b]], torch.tensor(naive[b]["termination"]),
+                                   atol=1e-5, rtol=0)
+    layers = uniform_layers(n_tok, target.size(1))
+    order_l, context = trajectory(layers)
+    with torch.no_grad():
+        out = model(src, src_lengths, target, order_l, context=context)
+    tok_lp, pos_lp, _ = step_logprobs(out)
+    naive = naive_layered_logprobs(model, src, src_lengths, target, layers)
+    for b in range(len(lengths)):
+        m = out["position"]["mask"][b]
+        torch.testing.assert_close(tok_lp[b][m], torch.tensor(naive[b]["token"]), atol=1e-5, rtol=0)
+        torch.testing.assert_close(pos_lp[b][m], torch.tensor(naive[b]["position"]), atol=1e-5, rtol=0)
+
+
+def test_models_and_tasks_do_not_mix(tmp_path):
+    d = make_dictionary(20)
+    lm_state = {"cfg": {"model": {"arch": "insnet_lm_small"}, "task": {"_name": "insertion_lm"}}}
+    mt_state = {"cfg": {"model": {"arch": "insnet_small"}, "task": {"_name": "insertion_translation"}}}
+    lm_task = FakeLMTask(d)
+    with pytest.raises(CheckpointError, match="is an InsNet language model .* only the task insertion_lm"):
+        check_model_fits_task("lm.pt", lm_state, FakeTask(d, d))
+    with pytest.raises(CheckpointError, match="is an InsNet translation model .* --task insertion_translation"):
+        check_model_fits_task("mt.pt", mt_state, lm_task)
+    check_model_fits_task("lm.pt", lm_state, lm_task)
+    check_model_fits_task("mt.pt", mt_state, FakeTask(d, d))
+    with pytest.raises(ValueError, match="only the task insertion_lm"):
+        InsNetLMModel.build_model(tiny_args(), FakeTask(d, d))
+    with pytest.raises(ValueError, match="insnet_lm_"):
+        InsNetModel.build_model(tiny_args(), lm_task)
+
+
+# ---------------------------------------------------------------------------------------- bad data: one line each
+def copy_data(lm_data, dest):
+    os.makedirs(dest)
+    for f in ("dict.txt", "test.bin", "test.idx", "test.keywords"):
+        shutil.copy(os.path.join(lm_data, f), dest)
+    return dest
+
+
+def lm_task(data, **cfg):
+    # the interpolations fairseq resolves from its other config groups, given here
+    return InsertionLMTask.setup_task(InsertionLMConfig(data=str(data), seed=1, dataset_impl=None, train_subset="train",
+                                                        required_seq_len_multiple=1, **cfg))
+
+
+def test_bad_keyword_files_are_named(lm_data, tmp_path):
+    data = copy_data(lm_data, str(tmp_path / "bin"))
+    path = os.path.join(data, "test.keywords")
+    keywords = lines(path)
+    task = lm_task(data)
+    task.load_dataset("test")
+    item = task.datasets["test"][7]
+    assert item["source"].tolist() == [task.dictionary.index(w) for w in keywords[7].split()] + [task.dictionary.eos()]
+    task.check_keywords()
+    with open(path, "w") as f:
+        f.write("".join(k + "\n" for k in keywords[:-1]))
+    with pytest.raises(DataError, match=f"{path}: 299 lines of keywords, but .*test.bin holds 300 sentences"):
+        lm_task(data).load_dataset("test")
+    with open(path, "w") as f:
+        f.write("".join((k if i != 4 else k + " zzzqqq") + "\n" for i, k in enumerate(keywords)))
+    with pytest.raises(DataError, match=f"{path}:5: keyword 'zzzqqq' is not a word of the dictionary"):
+        lm_task(data).load_dataset("test")
+    os.remove(path)
+    task = lm_task(data)
+    task.load_dataset("test")
+    with pytest.raises(DataError, match=f"{path} not found: .* or pass --no-keywords"):
+        task.check_keywords()
+    task = lm_task(data, no_keywords=True)
+    task.load_dataset("test")
+    task.check_keywords()
+    os.remove(os.path.join(data, "dict.txt"))
+    with pytest.raises(DataError, match="dict.txt not found"):
+        lm_task(data)
+
+
+@pytest.mark.parametrize("training", [dict(), dict(dinic_tau=1.0, insertion_order="binary"),
+                                      dict(layerization="uniform", insertion_order="random")])
+def test_sequential_dinic_and_uniform_training_batches(lm_data, tmp_path, training):
+    from insnet_fairseq.criterion import InsNetLoss
+
+    task = lm_task(copy_data(lm_data, str(tmp_path / "bin")), **training)
+    task.load_dataset("test")
+    dataset = task.datasets["test"]
+    sample = dataset.collater([dataset[i] for i in range(16)])
+    torch.manual_seed(0)
+    model = InsNetLMModel.build_model(tiny_args(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=1),
+                                      task)
+    class Backward:  # the part of fairseq's optimizer wrapper that train_step uses
+        def backward(self, loss):
+            loss.backward()
+
+    loss, size, log = task.train_step(sample, model, InsNetLoss(task), Backward(), 0)
+    words = int(sample["ntokens"])
+    assert size == words and torch.isfinite(loss)
+    if training:  # layered: fewer parallel steps than words
+        assert 16 <= int(log["layers"]) < words
+    else:
+        assert "layers" not in log
+
+
+# ---------------------------------------------------------------------------------------- command line
+@pytest.fixture(scope="module")
+def lm_checkpoint(lm_data, tmp_path_factory):
+    save = str(tmp_path_factory.mktemp("lm_ckpt"))
+    out = run([os.path.join(BIN, "fairseq-train"), lm_data, *LM, "--criterion", "insnet_loss", *TINY_LM,
+               "--share-all-embeddings", "--optimizer", "adam", "--lr", "2e-3", "--lr-scheduler", "inverse_sqrt",
+               "--warmup-updates", "10", "--max-tokens", "512", "--save-dir", save, "--no-epoch-checkpoints",
+               "--log-format", "simple", "--log-interval", "5", "--num-workers", "0", "--seed", "3",
+               "--max-update", "20", "--insertion-order", "binary", "--disable-validation"], timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return os.path.join(save, "checkpoint_last.pt")
+
+
+def test_generate_starts_from_the_keywords_and_scores(lm_data, lm_checkpoint):
+    out = run([os.path.join(BIN, "fairseq-generate"), lm_data, *LM, "--path", lm_checkpoint, "--gen-subset", "test",
+               "--batch-size", "64", "--max-insertion-steps", "6", "--print-step"], timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [l.split("\t") for l in out.stdout.splitlines()]
+    sources = {int(r[0][2:]): r[1] for r in rows if r[0].startswith("S-")}
+    hyps = {int(r[0][2:]): r[2] for r in rows if r[0].startswith("H-")}
+    keywords = lines(f"{lm_data}/test.keywords")
+    assert sorted(hyps) == list(range(N)) and sources == dict(enumerate(keywords))  # the source side: the keywords
+    assert all(in_order(keywords[i].split(), hyps[i].split()) for i in range(N))
+    # the paper's decoding (tau 1: parallel, 70% of the slot mass, top-3 sampling), scored by recipes/evaluate_lm.py
+    score = run([sys.executable, "recipes/evaluate_lm.py", "--data", lm_data, "--path", lm_checkpoint,
+                 "--paper-sampling", "1", "--nll", "--name", "tiny", "--", *LM, "--max-insertion-steps", "6"], timeout=600)
+    assert score.returncode == 0, score.stderr[-3000:]
+    row = dict(kv.rsplit(" ", 1) for kv in score.stdout.strip().splitlines()[-1].split(": ", 1)[1].split(", "))
+    assert row["kw_coverage"] == "100.0" and row["kw_sentences"] == "100.0"
+    assert 0 < float(row["steps"]) <= 6 and float(row["termination_nll"]) > 0 and float(row["token_nll"]) > 0
+    # a missing keyword file: one line naming it, no traceback
+    moved = f"{lm_data}/test.keywords.moved"
+    os.rename(f"{lm_data}/test.keywords", moved)
+    try:
+        missing = run([os.path.join(BIN, "fairseq-generate"), lm_data, *LM, "--path", lm_checkpoint,
+                       "--gen-subset", "test", "--max-insertion-steps", "2"], timeout=600)
+    finally:
+        os.rename(moved, f"{lm_data}/test.keywords")
+    assert missing.returncode != 0 and "Traceback" not in missing.stderr
+    assert f"fairseq-generate: error: {lm_data}/test.keywords not found" in missing.stderr
+
+
+def test_interactive_lines_are_keywords(lm_data, lm_checkpoint):
+    out = run([os.path.join(BIN, "fairseq-interactive"), lm_data, *LM, "--path", lm_checkpoint,
+               "--max-insertion-steps", "3", "--insertion-mode", "parallel"],
+              input="man hat\n\nzzzqqq dog\ndog\n", timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    hyps = [l.split("\t") for l in out.stdout.splitlines() if l.startswith("H-")]
+    assert [h[0] for h in hyps] == ["H-0", "H-1", "H-2", "H-3"]  # one output per line, in order
+    assert in_order(["man", "hat"], hyps[0][2].split()) and in_order(["dog"], hyps[3][2].split())
+    assert hyps[1][2] != "" and hyps[2][2] == ""  # an empty line: no keywords; an unknown keyword: refused
+    assert "input line 3 (sample id 2): keyword(s) not in the dictionary" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_lm_budget_rows():
+    out = subprocess.run(["bash", "recipes/lm_budget.sh", "rows"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.split() == [
+        "seq-random", "seq-binary", "dinic-10", "dinic-3", "dinic-1", "dinic-0.3", "uniform", "ar", "truncated",
+        "noglobal", "mt-insnet", "mt-truncated", "mt-noglobal"]
+    out = subprocess.run(["bash", "recipes/lm_budget.sh", "train", "nope"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and "unknown row 'nope'" in out.stderr
