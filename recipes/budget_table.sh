@@ -8,7 +8,8 @@
 #
 #   bash recipes/budget_table.sh train ROW     # train one row (resumes an interrupted run)
 #   bash recipes/budget_table.sh eval [ROW...] # score the rows that exist -> results/budget_table.{md,csv}
-#                                              # (BATCH1=0: skip the batch-1 timing; OUT=name: results/name.*)
+#                                              # (BATCH1=0: skip the batch-1 timing; OUT=name: results/name.*;
+#                                              #  MODES: InsNet decodings, "sequential parallel skip-repeats")
 #   bash recipes/budget_table.sh tune ROW      # InsNet parallel decoding on the valid set, --slot-top-p 0.5..0.95
 #   bash recipes/budget_table.sh rows          # list the rows
 #
@@ -25,6 +26,7 @@ export MINUTES=${MINUTES:-60} THREADS=${THREADS:-1} UPDATES=0
 data=data-bin/multi30k_en_de; kd=data-bin/multi30k_en_de-distill
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/multi30k_en_de/raw
 top_p=${TOP_P:-0.9}
+modes=${MODES:-sequential parallel skip-repeats}  # InsNet decodings that eval scores
 tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
 batch1=--batch1; [ "${BATCH1:-1}" = 0 ] && batch1=  # BATCH1=0: no batch-1 timing (while other jobs run)
 out=results/${OUT:-budget_table}
@@ -104,12 +106,18 @@ eval_rows() {
     case $kind in
       ar) eval_row "$r" "$r greedy" "$ckpt" --user-dir insnet_fairseq --beam 1
           eval_row "$r" "$r beam 5" "$ckpt" --user-dir insnet_fairseq --beam 5 ;;
-      insnet) eval_row "$r" "$r sequential" "$ckpt" --user-dir insnet_fairseq --task insertion_translation \
-                --insertion-mode sequential
-              eval_row "$r" "$r parallel (top-p $top_p)" "$ckpt" --user-dir insnet_fairseq \
-                --task insertion_translation --insertion-mode parallel --slot-top-p "$top_p"
-              eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats)" "$ckpt" --user-dir insnet_fairseq \
-                --task insertion_translation --insertion-mode parallel --slot-top-p "$top_p" --skip-repeats ;;
+      insnet) if [[ " $modes " = *" sequential "* ]]; then
+                eval_row "$r" "$r sequential" "$ckpt" --user-dir insnet_fairseq --task insertion_translation \
+                  --insertion-mode sequential
+              fi
+              if [[ " $modes " = *" parallel "* ]]; then
+                eval_row "$r" "$r parallel (top-p $top_p)" "$ckpt" --user-dir insnet_fairseq \
+                  --task insertion_translation --insertion-mode parallel --slot-top-p "$top_p"
+              fi
+              if [[ " $modes " = *" skip-repeats "* ]]; then
+                eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats)" "$ckpt" --user-dir insnet_fairseq \
+                  --task insertion_translation --insertion-mode parallel --slot-top-p "$top_p" --skip-repeats
+              fi ;;
       levt|inst) eval_row "$r" "$r" "$ckpt" --user-dir insnet_fairseq --task translation_lev \
                    --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1 ;;
     esac

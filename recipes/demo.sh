@@ -2,9 +2,9 @@
 # make demo: Multi30k En->De end to end on CPU, sequential and parallel insertion.
 #   DEMO_MINUTES (15): training time in all;  MULTI30K_DIR: raw corpus (default ../shared/data/multi30k)
 # Two thirds of the time train insnet_small left to right (decoded sequentially: one word per step);
-# the rest fine-tunes that model to the anchored order's parallel layers (InsNet-uniform, the
-# `curriculum-kd` row of recipes/budget_table.sh without distillation), decoded in parallel:
-# several words per step, fewer steps than words.
+# the rest fine-tunes that model to the anchored order's parallel layers with the slot query stream
+# (InsNet-uniform, the `curriculum-query-kd` row of recipes/budget_table.sh without distillation),
+# decoded in parallel: several words per step, fewer steps than words.
 set -euo pipefail
 minutes=${DEMO_MINUTES:-15}
 seq_minutes=$(python -c "print(round(${minutes} * 2 / 3, 2))")
@@ -36,8 +36,8 @@ evaluate "insnet l2r, sequential" checkpoints/demo/checkpoint_last.pt --insertio
 echo "== 2/2: fine-tuning it to parallel insertion (anchored order, InsNet-uniform layers) until ${minutes} minutes in all"
 # the fine-tuning run inherits the first run's training time, so its time limit is the total
 MINUTES=$minutes UPDATES=0 SCHEDULER=fixed LR=5e-4 bash recipes/train.sh insnet "$data" checkpoints/demo-parallel \
-  --insertion-order anchored --layerization uniform --finetune-from-model checkpoints/demo/checkpoint_last.pt \
-  --log-interval 20
+  --insertion-order anchored --layerization uniform --slot-query-stream \
+  --finetune-from-model checkpoints/demo/checkpoint_last.pt --log-interval 20
 echo "== decoding the test set, parallel insertion (several words per step)"
 evaluate "insnet anchored, parallel" checkpoints/demo-parallel/checkpoint_last.pt --insertion-mode parallel \
   --slot-top-p 0.9 --skip-repeats

@@ -43,9 +43,7 @@ def parse_generate(stdout: str):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
+    argv, extra = split_extra(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True)
     p.add_argument("--path", required=True)
@@ -77,21 +75,34 @@ def main(argv=None):
     row["wall_s"] = round(wall, 1)
     print(f"{row['model']}: sacreBLEU {row['sacrebleu']} ({row['signature']})"
           + "".join(f", {k} {v}" for k, v in row.items() if k not in ("model", "sacrebleu", "signature")))
-    if args.csv:
-        new = not os.path.exists(args.csv)
-        with open(args.csv, "a", newline="") as f:
+    append_row(row, args.csv, args.markdown, [k for k in row if k not in ("signature", "wall_s")])
+    return row
+
+
+def append_row(row: dict, csv_path=None, markdown_path=None, cols=None):
+    """Append ``row`` to a CSV file and/or a Markdown table (``cols`` of it; header when the file is new)."""
+    if csv_path:
+        new = not os.path.exists(csv_path)
+        with open(csv_path, "a", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(row))
             if new:
                 w.writeheader()
             w.writerow(row)
-    if args.markdown:
-        cols = [k for k in row if k not in ("signature", "wall_s")]
-        new = not os.path.exists(args.markdown)
-        with open(args.markdown, "a", encoding="utf-8") as f:
+    if markdown_path:
+        cols = list(row) if cols is None else cols
+        new = not os.path.exists(markdown_path)
+        with open(markdown_path, "a", encoding="utf-8") as f:
             if new:
                 f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
             f.write("| " + " | ".join(str(row[c]) for c in cols) + " |\n")
-    return row
+
+
+def split_extra(argv):
+    """``[own args] -- [fairseq args]`` -> (own args, fairseq args)."""
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1 :]
 
 
 def ms_per_sentence(stderr: str):

@@ -33,7 +33,6 @@ tau = 10, 3, 1, 0.3, -inf (flags after ``--`` still win). Output counts must equ
 and keyword counts, else the script stops naming the files.
 """
 import argparse
-import csv
 import math
 import os
 import subprocess
@@ -42,7 +41,7 @@ import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from evaluate import ms_per_sentence, parse_generate  # noqa: E402
+from evaluate import append_row, ms_per_sentence, parse_generate, split_extra  # noqa: E402
 from validate_nll import validate_nll  # noqa: E402
 
 PAPER_TOPK = {10.0: 1, 3.0: 1, 1.0: 3, 0.3: 3, -math.inf: 5}  # paper 4.1: top-{1,1,3,3,5} for tau {10,3,1,0.3,-inf}
@@ -147,9 +146,7 @@ ROUND = {"bleu2": 2, "bleu4": 2, "nist2": 3, "nist4": 3, "steps": 2, "seq_ratio"
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
+    argv, extra = split_extra(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True)
     p.add_argument("--path", required=True)
@@ -193,19 +190,7 @@ def main(argv=None):
         for key, value in validate_nll(args.data, args.path, args.gen_subset, keep).items():
             row[key] = round(value, ROUND.get(key, 3))
     print(f"{row['model']}: " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "model"))
-    if args.csv:
-        new = not os.path.exists(args.csv)
-        with open(args.csv, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(row))
-            if new:
-                w.writeheader()
-            w.writerow(row)
-    if args.markdown:
-        new = not os.path.exists(args.markdown)
-        with open(args.markdown, "a", encoding="utf-8") as f:
-            if new:
-                f.write("| " + " | ".join(row) + " |\n|" + "---|" * len(row) + "\n")
-            f.write("| " + " | ".join(str(v) for v in row.values()) + " |\n")
+    append_row(row, args.csv, args.markdown)
     return row
 
 

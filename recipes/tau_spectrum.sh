@@ -6,6 +6,8 @@
 #   bash recipes/tau_spectrum.sh BASE_CHECKPOINT [UPDATES=30]
 # BASE must be trained with a parallelisable order, ORDER (anchored by default; binary, random), which
 # the fine-tuning keeps (e.g. ORDER=anchored bash recipes/train.sh insnet ...); uniform layers are ORDER's levels.
+# DATA: the data-bin (e.g. data-bin/multi30k_en_de-distill for a +KD base); MODEL_FLAGS: the base's model flags
+# (e.g. "--slot-query-stream").
 set -euo pipefail
 base=${1:?BASE_CHECKPOINT}; updates=${2:-30}
 order=${ORDER:-anchored}
@@ -16,7 +18,7 @@ for setting in -inf 0.3 1 3 10 uniform; do
   save=checkpoints/spectrum_$setting
   if [ "$setting" = uniform ]; then flags=(--layerization uniform); else flags=("--dinic-tau=$setting"); fi
   [ -f "$save/checkpoint_last.pt" ] || UPDATES=$updates SCHEDULER=fixed LR=5e-4 bash recipes/train.sh insnet "$data" "$save" \
-    --insertion-order "$order" "${flags[@]}" --finetune-from-model "$base" \
+    --insertion-order "$order" "${flags[@]}" ${MODEL_FLAGS:-} --finetune-from-model "$base" \
     --disable-validation --log-interval 10
   modes=(parallel); [ "$setting" = -inf ] && modes=(sequential parallel)
   for mode in "${modes[@]}"; do

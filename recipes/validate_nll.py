@@ -11,9 +11,13 @@ checkpoint), as in training. Other models report what their criterion logs (``nl
 Everything after ``--`` goes to fairseq-validate (the task and its flags).
 """
 import argparse
+import os
 import re
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from evaluate import split_extra  # noqa: E402
 
 KEYS = ("loss", "nll_loss", "token_nll", "position_nll", "termination_nll")
 
@@ -38,9 +42,7 @@ def validate_nll(data, path, subset="test", fairseq_args=(), batch_size=64):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
-    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
-    argv = argv[: argv.index("--")] if "--" in argv else argv
+    argv, extra = split_extra(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True)
     p.add_argument("--path", required=True)
