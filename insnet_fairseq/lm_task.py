@@ -34,7 +34,7 @@ from fairseq.tasks import register_task
 from .data import InsertionPairDataset
 from .generator import InsertionGenerator
 from .inputs import _short, line_label
-from .task import DataError, InsertionTranslationConfig, InsertionTranslationTask
+from .task import DataError, InsertionTranslationConfig, InsertionTranslationTask, data_paths
 
 logger = logging.getLogger(__name__)
 
@@ -104,13 +104,8 @@ class InsertionLMTask(InsertionTranslationTask):
 
     @classmethod
     def setup_task(cls, cfg: InsertionLMConfig, **kwargs):
-        paths = utils.split_paths(cfg.data) if cfg.data else []
-        if not paths:
-            raise DataError("insertion_lm needs a data directory (the positional DATA argument)")
-        for path in paths:
-            if not os.path.isdir(path):
-                raise DataError(f"data directory {path!r} does not exist: binarise the corpus first "
-                                "(make lm-multi30k, make lm-custom, or fairseq-preprocess --only-source --destdir " + path + ")")
+        paths = data_paths(cfg.data, "insertion_lm",
+                           "make lm-multi30k, make lm-custom, or fairseq-preprocess --only-source --destdir")
         dict_path = os.path.join(paths[0], "dict.txt")
         if not os.path.isfile(dict_path):
             raise DataError(f"{dict_path} not found: insertion_lm reads fairseq monolingual data "

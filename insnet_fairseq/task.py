@@ -85,21 +85,25 @@ class DataError(ValueError):
     """Bad or missing data, with the file or directory it concerns."""
 
 
+def data_paths(data: str, task_name: str, how: str):
+    """The task's data directories (``DATA``, ``:``-separated), each checked to exist; ``how`` says
+    how to make one (the directory is appended)."""
+    paths = utils.split_paths(data) if data else []
+    if not paths:
+        raise DataError(f"{task_name} needs a data directory (the positional DATA argument)")
+    for path in paths:
+        if not os.path.isdir(path):
+            raise DataError(f"data directory {path!r} does not exist: binarise the corpus first ({how} {path})")
+    return paths
+
+
 @register_task("insertion_translation", dataclass=InsertionTranslationConfig)
 class InsertionTranslationTask(TranslationTask):
     cfg: InsertionTranslationConfig
 
     @classmethod
     def setup_task(cls, cfg: InsertionTranslationConfig, **kwargs):
-        paths = utils.split_paths(cfg.data) if cfg.data else []
-        if not paths:
-            raise DataError("insertion_translation needs a data directory (the positional DATA argument)")
-        for path in paths:
-            if not os.path.isdir(path):
-                raise DataError(
-                    f"data directory {path!r} does not exist: binarise the corpus first "
-                    "(e.g. `make multi30k`, or fairseq-preprocess --destdir " + path + ")"
-                )
+        paths = data_paths(cfg.data, "insertion_translation", "e.g. `make multi30k`, or fairseq-preprocess --destdir")
         task = super().setup_task(cfg, **kwargs)
         if task.src_dict.bos() != task.tgt_dict.bos():
             raise DataError(f"{paths[0]}: source and target dictionaries disagree on <s>")
