@@ -30,30 +30,35 @@ modes=${MODES:-sequential parallel skip-repeats}  # InsNet decodings that eval s
 tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
 batch1=--batch1; [ "${BATCH1:-1}" = 0 ] && batch1=  # BATCH1=0: no batch-1 timing (while other jobs run)
 out=results/${OUT:-budget_table}
+# Save directories are checkpoints/t${MINUTES}_ROW. A longer budget (MINUTES > 60) starts from a copy of the
+# 60-minute run when it exists and continues it: the lr schedules do not depend on the budget and fairseq
+# resumes data order and time from checkpoint_last.pt, so this is the same run as training from scratch.
+t=t$MINUTES
 
 # ROW -> "KIND DATA SAVE_DIR [train flags...]"
 spec() {
   case $1 in
-    ar)                 echo "ar $data checkpoints/multi30k_en_de-teacher" ;;
-    ar-kd)              echo "ar $kd checkpoints/t60_ar_kd" ;;
-    insnet-l2r)         echo "insnet $data checkpoints/t60_insnet_l2r --insertion-order l2r" ;;
-    insnet-l2r-kd)      echo "insnet $kd checkpoints/t60_insnet_l2r_kd --insertion-order l2r" ;;
-    insnet-r2l)         echo "insnet $data checkpoints/t60_insnet_r2l --insertion-order r2l" ;;
-    insnet-binary)      echo "insnet $data checkpoints/t60_insnet_binary --insertion-order binary" ;;
-    insnet-random)      echo "insnet $data checkpoints/t60_insnet_random --insertion-order random" ;;
-    insnet-anchored)    echo "insnet $data checkpoints/t60_insnet_anchored --insertion-order anchored --layerization uniform" ;;
-    insnet-anchored-kd) echo "insnet $kd checkpoints/t60_insnet_anchored_kd --insertion-order anchored --layerization uniform" ;;
-    anchored-kd-query)  echo "insnet $kd checkpoints/t60_anchored_kd_query --insertion-order anchored --layerization uniform" \
+    ar)                 if [ "$MINUTES" = 60 ]; then echo "ar $data checkpoints/multi30k_en_de-teacher"
+                        else echo "ar $data checkpoints/${t}_ar"; fi ;;
+    ar-kd)              echo "ar $kd checkpoints/${t}_ar_kd" ;;
+    insnet-l2r)         echo "insnet $data checkpoints/${t}_insnet_l2r --insertion-order l2r" ;;
+    insnet-l2r-kd)      echo "insnet $kd checkpoints/${t}_insnet_l2r_kd --insertion-order l2r" ;;
+    insnet-r2l)         echo "insnet $data checkpoints/${t}_insnet_r2l --insertion-order r2l" ;;
+    insnet-binary)      echo "insnet $data checkpoints/${t}_insnet_binary --insertion-order binary" ;;
+    insnet-random)      echo "insnet $data checkpoints/${t}_insnet_random --insertion-order random" ;;
+    insnet-anchored)    echo "insnet $data checkpoints/${t}_insnet_anchored --insertion-order anchored --layerization uniform" ;;
+    insnet-anchored-kd) echo "insnet $kd checkpoints/${t}_insnet_anchored_kd --insertion-order anchored --layerization uniform" ;;
+    anchored-kd-query)  echo "insnet $kd checkpoints/${t}_anchored_kd_query --insertion-order anchored --layerization uniform" \
                           "--slot-query-stream" ;;
-    anchored-seq-kd)    echo "insnet $kd checkpoints/t60_anchored_seq_kd --insertion-order anchored" ;;
-    dinic-kd)           echo "insnet $kd checkpoints/t60_dinic_kd --insertion-order anchored --dinic-tau=$tau" \
-                          "--finetune-from-model checkpoints/t60_anchored_seq_kd/checkpoint_last.pt" ;;
-    curriculum-kd)      echo "insnet $kd checkpoints/t60_curriculum_kd --insertion-order anchored --layerization uniform" \
-                          "--finetune-from-model checkpoints/t60_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt" ;;
-    curriculum-query-kd) echo "insnet $kd checkpoints/t60_curriculum_query_kd --insertion-order anchored --layerization uniform" \
-                          "--slot-query-stream --finetune-from-model checkpoints/t60_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt" ;;
-    levt-kd)            echo "levt $kd checkpoints/t60_levt_kd" ;;
-    inst-kd)            echo "inst $kd checkpoints/t60_inst_kd --label-tau 1.0" ;;
+    anchored-seq-kd)    echo "insnet $kd checkpoints/${t}_anchored_seq_kd --insertion-order anchored" ;;
+    dinic-kd)           echo "insnet $kd checkpoints/${t}_dinic_kd --insertion-order anchored --dinic-tau=$tau" \
+                          "--finetune-from-model checkpoints/${t}_anchored_seq_kd/checkpoint_last.pt" ;;
+    curriculum-kd)      echo "insnet $kd checkpoints/${t}_curriculum_kd --insertion-order anchored --layerization uniform" \
+                          "--finetune-from-model checkpoints/${t}_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt" ;;
+    curriculum-query-kd) echo "insnet $kd checkpoints/${t}_curriculum_query_kd --insertion-order anchored --layerization uniform" \
+                          "--slot-query-stream --finetune-from-model checkpoints/${t}_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt" ;;
+    levt-kd)            echo "levt $kd checkpoints/${t}_levt_kd" ;;
+    inst-kd)            echo "inst $kd checkpoints/${t}_inst_kd --label-tau 1.0" ;;
     *) echo "budget_table.sh: unknown row '$1' (bash recipes/budget_table.sh rows)" >&2; exit 2 ;;
   esac
 }
@@ -62,7 +67,11 @@ ROWS=(ar ar-kd insnet-l2r insnet-l2r-kd insnet-r2l insnet-binary insnet-random i
 
 train_row() {
   read -r kind d save flags <<<"$(spec "$1")"
-  if [ "$1" = ar ]; then  # the teacher, then the distilled corpus
+  local t60=${save/\/$t\_//t60_}; [ "$1" = ar ] && t60=checkpoints/multi30k_en_de-teacher
+  if [ "$MINUTES" -gt 60 ] && [ ! -f "$save/checkpoint_last.pt" ] && [ -f "$t60/checkpoint_last.pt" ]; then
+    echo "budget_table.sh: $save continues the 60-minute run $t60"; mkdir -p "$save"; cp "$t60"/checkpoint_last.pt "$save"/
+  fi
+  if [ "$1" = ar ] && [ "$MINUTES" = 60 ]; then  # the teacher, then the distilled corpus
     PATH=$PWD/.venv/bin:$PATH python recipes/distill.py multi30k_en_de
   else
     [ -d "$d" ] || { echo "budget_table.sh: $d missing (bash recipes/budget_table.sh train ar first)" >&2; exit 2; }
@@ -76,10 +85,10 @@ train_row() {
       anchored-seq-kd) export MINUTES=$base_minutes ;;
       dinic-kd|curriculum-kd|curriculum-query-kd) export SCHEDULER=fixed LR=5e-4 ;;
     esac
-    local snap=checkpoints/t60_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt
-    if [[ $1 = curriculum* ]] && [ ! -f "$snap" ]; then
+    local snap=checkpoints/${t}_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt
+    if [[ $1 = curriculum* ]] && [ ! -f "$save/checkpoint_last.pt" ] && [ ! -f "$snap" ]; then
       (export MINUTES=$base_minutes_l2r SCHEDULER=inverse_sqrt LR=1e-3; train_row insnet-l2r-kd)
-      cp checkpoints/t60_insnet_l2r_kd/checkpoint_last.pt "$snap"
+      cp checkpoints/${t}_insnet_l2r_kd/checkpoint_last.pt "$snap"
     fi
     # shellcheck disable=SC2086
     bash recipes/train.sh "$kind" "$d" "$save" $flags
