@@ -52,11 +52,13 @@ def main(argv=None):
         opt.step()
         opt.zero_grad()
 
-    def layer(sample, tau, start=None):
+    def layer(sample, tau, start=None, ladder=False):
         ni = sample["net_input"]
-        return layerize(model, ni["src_tokens"], ni["src_lengths"], ni["target"], ni["order"], tau, start=start)
+        return layerize(model, ni["src_tokens"], ni["src_lengths"], ni["target"], ni["order"], tau, start=start,
+                        ladder=ladder)
 
-    times = {k: [] for k in ["train step"] + [f"tau {t}" for t in args.taus] + [f"tau {t}, continued" for t in args.taus]}
+    kinds = ["", ", ladder", ", continued"]
+    times = {k: [] for k in ["train step"] + [f"tau {t}{kind}" for t in args.taus for kind in kinds]}
     stats = {}
     for s in samples:  # warm-up
         train_step(s)
@@ -70,10 +72,13 @@ def main(argv=None):
                 layers, rounds = layer(s, tau)
                 times[f"tau {tau}"].append(time.perf_counter() - t)
                 t = time.perf_counter()
+                laddered, rounds1 = layer(s, tau, ladder=True)
+                times[f"tau {tau}, ladder"].append(time.perf_counter() - t)
+                t = time.perf_counter()
                 _, rounds2 = layer(s, tau, start=layers)
                 times[f"tau {tau}, continued"].append(time.perf_counter() - t)
-                stats.setdefault(f"tau {tau}", []).append((rounds, float(num_layers(layers).float().mean())))
-                stats.setdefault(f"tau {tau}, continued", []).append((rounds2, float(num_layers(layers).float().mean())))
+                for kind, r, lay in [("", rounds, layers), (", ladder", rounds1, laddered), (", continued", rounds2, layers)]:
+                    stats.setdefault(f"tau {tau}{kind}", []).append((r, float(num_layers(lay).float().mean())))
     words = statistics.mean(float((s["net_input"]["target"].ne(1).sum(1) - 2).float().mean()) for s in samples)
     base = statistics.median(times["train step"])
     print(f"\n{args.batches} Multi30k valid batches of <= {args.max_tokens} tokens ({words:.1f} words/sentence), "

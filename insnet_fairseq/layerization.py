@@ -22,9 +22,11 @@ the context encoder under the current layering (over the sentences that changed 
 previous round), then every token of every layer is tested at
 once (a Jacobi sweep): candidates that would land in the same slot of the same layer are
 resolved left-most first, and a layer left empty is removed. Rounds are vectorised over the
-batch and all tokens; the Python loop is over rounds only. Starting from the sequential
-layering, the fixpoint is reached at each tolerance of :data:`LADDER` below ``tau`` first, then at
-``tau`` (see :func:`layerize`).
+batch and all tokens; the Python loop is over rounds only. By default the rounds run at ``tau``
+until nothing moves; with ``ladder=True`` a layering that starts from the sequential one reaches
+the fixpoint at each tolerance of :data:`LADDER` below ``tau`` first, then at ``tau`` (see
+:func:`layerize`), which makes the number of layers non-increasing in ``tau`` at about three times
+the rounds.
 
 Simultaneous promotions keep every layering valid: a promotion only adds tokens to earlier
 contexts, which splits slots and never merges them, so tokens of one layer stay in distinct
@@ -194,6 +196,7 @@ def layerize(
     tau: float,
     start: Optional[Tensor] = None,
     max_rounds: int = 0,
+    ladder: bool = False,
 ) -> Tuple[Tensor, int]:
     """InsNet-Dinic: learned layers for a batch under the current model (no gradient).
 
@@ -206,6 +209,9 @@ def layerize(
             the slot is free.
         start: optional [B, n] layering to continue from (e.g. the previous one of these sentences).
         max_rounds: at most this many rounds in all (0: until no token moves).
+        ladder: from the sequential start (``start`` None), reach the fixpoint at every tolerance
+            of :data:`LADDER` below ``tau`` before ``tau``: the number of layers then never grows
+            with ``tau`` (for tolerances on the ladder), at about three times the rounds.
 
     Returns:
         (layers [B, n] by position, rounds run).
@@ -221,12 +227,12 @@ def layerize(
         source_kv, source_pad = decoder.encode_source(model.encoder(src_tokens, src_lengths=src_lengths))
         limit = max_rounds if max_rounds > 0 else target.size(1) * (len(LADDER) + 1)
         rounds = 0
-        # from the sequential layering, climb the ladder: the fixpoint at every tolerance below tau,
-        # then at tau. The greedy rule is path-dependent (an early promotion can take the slot of
-        # a later one); climbing makes a larger tau continue from a smaller one's result, so the
-        # number of layers never grows with tau (for tolerances on the ladder).
-        ladder = [g for g in LADDER if g < tau] + [tau] if start is None else [tau]
-        for tolerance in ladder:
+        # the ladder: the fixpoint at every tolerance below tau, then at tau. The greedy rule is
+        # path-dependent (an early promotion can take the slot of a later one); climbing makes a
+        # larger tau continue from a smaller one's result, so the number of layers never grows
+        # with tau (for tolerances on the ladder).
+        tolerances = [g for g in LADDER if g < tau] + [tau] if ladder and start is None else [tau]
+        for tolerance in tolerances:
             active = torch.arange(target.size(0), device=target.device)  # sentences still changing
             while rounds < limit and len(active):
                 kv = [(k[active], v[active]) for k, v in source_kv]

@@ -78,6 +78,11 @@ class InsertionTranslationConfig(TranslationConfig):
     dinic_max_rounds: int = field(
         default=0, metadata={"help": "at most this many promotion rounds per layerization (0: until nothing moves)"}
     )
+    dinic_ladder: bool = field(
+        default=False, metadata={"help": "lay out a sentence seen for the first time by reaching the fixpoint at "
+                                 "0, 0.3, 1, 3, 10 (those below --dinic-tau) before --dinic-tau: the number of layers "
+                                 "then never grows with tau, at about three times the promotion rounds"},
+    )
     seed: int = II("common.seed")
 
 
@@ -128,7 +133,7 @@ class InsertionTranslationTask(TranslationTask):
                            "one-directional trajectory can be promoted (every earlier slot is taken); train with "
                            "anchored, binary or random")
         self.layerization, self.dinic_tau = mode, tau
-        self.layer_store = torch.full((0, 0), -1, dtype=torch.int32)  # last layering of each training sentence
+        self.layer_stores = {}  # split -> [sentences, width] the last layering of each sentence (-1: none)
         self.decode_tally = [0, 0, 0]  # sentences, insertion steps, output words decoded so far
         # raw-text decoding (fairseq-interactive, the hub interface): lines refused by the input
         # screening ({sample id: reason}) and the sample ids of the next batch (see interactive_fix)
@@ -157,19 +162,28 @@ class InsertionTranslationTask(TranslationTask):
         )
 
     # -- layered (parallel) training: InsNet-Dinic / InsNet-uniform ----------------------------------
-    def _stored_layers(self, ids, n):
-        N, W = self.layer_store.shape
+    # The last layering of every sentence is kept by sample id, one store for training and one for
+    # validation; a sentence seen again continues from it (a few promotion rounds instead of the
+    # climb from the sequential layering). Both travel with the checkpoint (fairseq's extra_state),
+    # so a resumed InsNet-Dinic run continues from its layerings instead of restarting from sequential.
+    def _stored_layers(self, split, ids, lengths, n):
+        """The stored layerings of sentences ``ids`` [B] of ``lengths`` [B], [B, n], or None where a
+        sentence has none (never laid out, or stored with another length: a layering is valid
+        for any sentence of its length, so a store shared by two subsets only costs rounds)."""
+        store = self.layer_stores.get(split, torch.full((0, 0), -1, dtype=torch.int32))
+        N, W = store.shape
         if int(ids.max()) >= N or n > W:  # grow the store
             grown = torch.full((max(N, int(ids.max()) + 1), max(W, n)), -1, dtype=torch.int32)
-            grown[:N, :W] = self.layer_store
-            self.layer_store = grown
-        return self.layer_store[ids.cpu(), :n].long()
+            grown[:N, :W] = store
+            self.layer_stores[split] = store = grown
+        stored = store[ids.cpu()].long().to(lengths.device)  # [B, W]
+        known = stored[:, 0].eq(0) & stored.ge(0).logical_and(stored.lt(PAD_LAYER)).sum(1).eq(lengths)
+        beyond = torch.arange(n, device=lengths.device).unsqueeze(0) >= lengths.unsqueeze(1)
+        return stored[:, :n].masked_fill(beyond, PAD_LAYER), known  # this batch may be padded wider
 
     def layer_batch(self, sample, model, update_num=None):
         """Replace the batch's sequential trajectories by layered ones (no-op when sequential).
-
-        ``update_num`` None: a validation batch, layered from scratch and not stored.
-        """
+        ``update_num`` None: a validation batch."""
         if self.layerization == "sequential" or sample is None or "target" not in sample.get("net_input", {}):
             return
         net_input = sample["net_input"]
@@ -179,35 +193,32 @@ class InsertionTranslationTask(TranslationTask):
             policy = self.cfg.insertion_order if self.cfg.insertion_order in LEVEL_POLICIES else "binary"
             layers = uniform_layers(lengths, target.size(1), policy, self.cfg.anchor_depth)
         else:
-            train = update_num is not None
+            split = "valid" if update_num is None else "train"
+            stored, known = self._stored_layers(split, sample["id"], lengths, target.size(1))
             start = None
-            if train:
-                stored = self._stored_layers(sample["id"], target.size(1)).to(target.device)
-                beyond = torch.arange(target.size(1), device=target.device).unsqueeze(0) >= lengths.unsqueeze(1)
-                stored = stored.masked_fill(beyond, PAD_LAYER)  # this batch may be padded wider
-                known = stored[:, 0].eq(0)  # <s> is layer 0 once a sentence has been layered
-                if bool(known.any()):
-                    start = torch.where(known.unsqueeze(1), stored, sequential_layers(order, lengths))
-            if not train or update_num % self.cfg.dinic_interval == 0:
+            if bool(known.any()):
+                start = torch.where(known.unsqueeze(1), stored, sequential_layers(order, lengths))
+            if update_num is None or update_num % self.cfg.dinic_interval == 0:
                 layers, _ = layerize(model, net_input["src_tokens"], net_input["src_lengths"], target, order,
-                                     self.dinic_tau, start=start, max_rounds=self.cfg.dinic_max_rounds)
+                                     self.dinic_tau, start=start, max_rounds=self.cfg.dinic_max_rounds,
+                                     ladder=self.cfg.dinic_ladder)
             else:
                 layers = start if start is not None else sequential_layers(order, lengths)
-            if train:
-                self.layer_store[sample["id"].cpu(), : target.size(1)] = layers.int().cpu()
+            self.layer_stores[split][sample["id"].cpu(), : target.size(1)] = layers.int().cpu()
         net_input["order"], net_input["context"] = trajectory(layers)
         sample["layers"] = num_layers(layers)
 
-    # -- the layer store travels with the checkpoint (fairseq's extra_state), so a resumed
-    #    InsNet-Dinic run continues from its layerings instead of restarting from sequential
     def get_checkpoint_dict(self):
-        return {type(self).__name__: {"layer_store": self.layer_store}}
+        return {type(self).__name__: {f"layer_store{'' if k == 'train' else '_' + k}": v
+                                      for k, v in self.layer_stores.items()}}
 
     def set_checkpoint_dict(self, state):
-        store = state.get("layer_store")
-        if store is not None and store.numel():
-            self.layer_store = store.to(torch.int32)
-            logger.info(f"restored the layerings of {int(store[:, 0].eq(0).sum())} training sentences")
+        for split in ("train", "valid"):
+            store = state.get("layer_store" if split == "train" else f"layer_store_{split}")
+            if store is not None and store.numel():
+                self.layer_stores[split] = store.to(torch.int32)
+                name = "training" if split == "train" else "validation"
+                logger.info(f"restored the layerings of {int(store[:, 0].eq(0).sum())} {name} sentences")
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         self.layer_batch(sample, model, update_num)

@@ -80,12 +80,25 @@ def test_layers_never_grow_with_tau():
     order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(0))
     previous = None
     for tau in [-math.inf, *LADDER, math.inf]:  # tolerances on the ladder
-        layers, _ = layerize(model, src, src_lengths, target, order, tau)
+        layers, _ = layerize(model, src, src_lengths, target, order, tau, ladder=True)
         check_valid(layers, n_tok.tolist())
         count = num_layers(layers)
         if previous is not None:
             assert (count <= previous).all(), f"tau={tau}: {count.tolist()} vs {previous.tolist()}"
         previous = count
+
+
+def test_direct_and_ladder_layerings_are_fixpoints():
+    """Without the ladder the rounds run at tau only; either way the result is a fixpoint at tau:
+    continuing from it moves nothing (one round)."""
+    model, d, src, src_lengths, target, n_tok = batch(seed=5, lengths=(14, 9, 17, 12, 6, 15, 10, 16))
+    order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(0))
+    for ladder in (False, True):
+        layers, rounds = layerize(model, src, src_lengths, target, order, 1.0, ladder=ladder)
+        check_valid(layers, n_tok.tolist())
+        again, rounds_again = layerize(model, src, src_lengths, target, order, 1.0, start=layers)
+        assert torch.equal(again, layers) and rounds_again == 1
+    assert num_layers(layers).float().mean() < n_tok.float().mean() - 2  # something was promoted
 
 
 def test_max_rounds_and_continuing_from_a_layering():

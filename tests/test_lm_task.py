@@ -14,7 +14,7 @@ from conftest import (BIN, ROOT, SHARED_DATA, FakeLMTask, FakeTask, build_tiny_l
                       run, step_logprobs, tiny_args)
 from insnet_fairseq.checkpoint_checks import CheckpointError, check_model_fits_task
 from insnet_fairseq.generator import InsertionGenerator
-from insnet_fairseq.layerization import trajectory, uniform_layers
+from insnet_fairseq.layerization import sequential_layers, trajectory, uniform_layers
 from insnet_fairseq.lm_task import InsertionLMConfig, InsertionLMTask
 from insnet_fairseq.model import InsNetLMModel, InsNetModel
 from insnet_fairseq.orders import make_order
@@ -246,6 +246,47 @@ def test_sequential_dinic_and_uniform_training_batches(lm_data, tmp_path, traini
         assert 16 <= int(log["layers"]) < words
     else:
         assert "layers" not in log
+
+
+def test_validation_layerings_are_kept_per_sentence(lm_data, tmp_path, monkeypatch):
+    """InsNet-Dinic validation continues from each sentence's last layering (one round when the model
+    has not changed) and never from a layering stored for a sentence of another length."""
+    import insnet_fairseq.task as task_module
+
+    calls = []
+    real = task_module.layerize
+
+    def spy(*args, **kwargs):
+        layers, rounds = real(*args, **kwargs)
+        calls.append((kwargs.get("start"), rounds, layers.clone()))
+        return layers, rounds
+
+    monkeypatch.setattr(task_module, "layerize", spy)
+    task = lm_task(copy_data(lm_data, str(tmp_path / "bin")), dinic_tau=1.0, insertion_order="binary")
+    task.load_dataset("test")
+    dataset = task.datasets["test"]
+    torch.manual_seed(0)
+    model = InsNetLMModel.build_model(tiny_args(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=1),
+                                      task)
+    sample = lambda: dataset.collater([dataset[i] for i in range(16)])  # noqa: E731
+    first, second = sample(), sample()
+    task.layer_batch(first, model)
+    task.layer_batch(second, model)
+    (start0, rounds0, layers0), (start1, rounds1, layers1) = calls
+    assert start0 is None and rounds0 > 1
+    assert torch.equal(start1, layers0) and rounds1 == 1 and torch.equal(layers1, layers0)
+    assert torch.equal(first["net_input"]["context"], second["net_input"]["context"])
+    assert "valid" in task.layer_stores and "train" not in task.layer_stores
+    # a stored layering of another length is not a start: that sentence starts sequential again
+    ids = second["id"]
+    task.layer_stores["valid"][ids[0], :] = 0
+    third = sample()
+    order = third["net_input"]["order"].clone()  # layer_batch replaces it by the layered trajectory
+    task.layer_batch(third, model)
+    start2 = calls[-1][0]
+    lengths = third["net_input"]["target"].ne(task.tgt_dict.pad()).sum(1)
+    assert torch.equal(start2[0], sequential_layers(order[:1], lengths[:1])[0])
+    assert torch.equal(start2[1:], layers0[1:])
 
 
 # ---------------------------------------------------------------------------------------- command line
