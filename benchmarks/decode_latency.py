@@ -31,7 +31,7 @@ import insnet_fairseq  # noqa: E402,F401  (registers the task/model and the fair
 from fairseq import checkpoint_utils  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
-from insnet_fairseq.generator import InsertionGenerator  # noqa: E402
+from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
 
 
 def load(path, data):

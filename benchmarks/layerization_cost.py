@@ -23,8 +23,8 @@ sys.path.insert(0, ROOT)
 import insnet_fairseq  # noqa: E402,F401
 from fairseq import checkpoint_utils  # noqa: E402
 
-from insnet_fairseq.criterion import term_losses  # noqa: E402
-from insnet_fairseq.layerization import layerize, num_layers  # noqa: E402
+from insnet_fairseq.tasks.criterion import term_losses  # noqa: E402
+from insnet_fairseq.data.layerization import layerize, num_layers  # noqa: E402
 
 
 def main(argv=None):

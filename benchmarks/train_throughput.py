@@ -22,19 +22,22 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import insnet_fairseq  # noqa: E402,F401
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel  # noqa: E402
-from insnet_fairseq.criterion import term_losses  # noqa: E402
-from insnet_fairseq.model import InsNetModel  # noqa: E402
-from insnet_fairseq.orders import make_order  # noqa: E402
+from insnet_fairseq.tasks.criterion import term_losses  # noqa: E402
+from insnet_fairseq.models.insnet import InsNetModel  # noqa: E402
+from insnet_fairseq.data.orders import make_order  # noqa: E402
 from insnet_fairseq.reference import reencode_prefixes  # noqa: E402
+from insnet_fairseq.tasks.translation import InsertionTranslationTask  # noqa: E402
 
 SIZE = dict(encoder_layers=3, decoder_layers=3, encoder_embed_dim=256, encoder_ffn_embed_dim=1024,
             encoder_attention_heads=4, decoder_attention_heads=4, dropout=0.1, share_all_embeddings=True,
             max_source_positions=256, max_target_positions=256)
 
 
-class Task:
+class Task(InsertionTranslationTask):
+    """The task's dictionaries and nothing else (InsNet models are built for insertion_translation only)."""
+
     def __init__(self, d):
-        self.source_dictionary = self.target_dictionary = d
+        self.src_dict = self.tgt_dict = d
 
 
 def build(kind, d):

@@ -1,18 +1,34 @@
 """InsNet for fairseq: import (or pass as ``--user-dir``) to register the tasks
 ``insertion_translation`` and ``insertion_lm``, the criterion ``insnet_loss`` and the ``insnet_*``
 and ``insnet_lm_*`` architectures.
-Importing also lets fairseq load its checkpoints under torch >= 2.6 (:mod:`.checkpoint_compat`),
-refuses checkpoints that do not fit their dictionaries, task or model with an error naming the file
-(:mod:`.checkpoint_checks`), stops fairseq's batching from dropping the last sentences of a split
-(:mod:`.batching_fix`) and keeps fairseq-interactive from aborting on, or silently dropping, a bad
-input line (:mod:`.interactive_fix`)."""
-from . import batching_fix, checkpoint_checks, checkpoint_compat, interactive_fix
+
+The package, by role:
+
+* ``models``: the InsNet model (:mod:`.models.insnet`), its context encoder (:mod:`.models.decoder`),
+  offset attention (:mod:`.models.attention`), offsets (:mod:`.models.offsets`) and slot heads
+  (:mod:`.models.slots`);
+* ``data``: the fairseq dataset (:mod:`.data.dataset`), insertion orders (:mod:`.data.orders`) and
+  InsNet-Dinic / uniform layerings (:mod:`.data.layerization`);
+* ``tasks``: ``insertion_translation`` (:mod:`.tasks.translation`), ``insertion_lm``
+  (:mod:`.tasks.lm`), the criterion (:mod:`.tasks.criterion`) and the checks that refuse a
+  checkpoint that does not fit its dictionaries, task or model (:mod:`.tasks.checkpoint_checks`);
+* ``decoding``: the iterative generator (:mod:`.decoding.generator`), raw-line screening
+  (:mod:`.decoding.inputs`) and the hub interface (:mod:`.decoding.hub`);
+* ``fairseq_fixes``: patches to fairseq 0.12 installed on import: loading its checkpoints under
+  torch >= 2.6 (:mod:`.fairseq_fixes.checkpoint_compat`), batching that drops the last sentences of
+  a split (:mod:`.fairseq_fixes.batching`), and fairseq-interactive aborting on, or silently dropping,
+  a bad input line (:mod:`.fairseq_fixes.interactive`);
+* :mod:`.reference`: naive per-prefix implementations the tests check the one-pass code against.
+"""
+from insnet_fairseq.fairseq_fixes import batching, checkpoint_compat, interactive
+from insnet_fairseq.tasks import checkpoint_checks
 
 checkpoint_compat.install()
 checkpoint_checks.install()
-batching_fix.install()
-interactive_fix.install()
+batching.install()
+interactive.install()
 
-from . import criterion, lm_task, model, task  # noqa: E402,F401  (registration side effects)
+from insnet_fairseq.models import insnet  # noqa: E402,F401  (registration side effects)
+from insnet_fairseq.tasks import criterion, lm, translation  # noqa: E402,F401
 
 __version__ = "0.1.0"

@@ -11,6 +11,7 @@
 #                                              # (BATCH1=0: skip the batch-1 timing; OUT=name: results/name.*;
 #                                              #  MODES: InsNet decodings, "sequential parallel skip-repeats")
 #   bash recipes/budget_table.sh tune ROW      # InsNet parallel decoding on the valid set, --slot-top-p 0.5..0.95
+#                                              # (GRID: ';'-separated decoding flag sets; TUNE_OUT: results/NAME.csv)
 #   bash recipes/budget_table.sh rows          # list the rows
 #
 # Rows: ar (the teacher), ar-kd, insnet-l2r, insnet-l2r-kd, insnet-r2l, insnet-binary, insnet-random,
@@ -134,14 +135,18 @@ eval_rows() {
   cat $out.md
 }
 
-tune_row() {  # the valid set, never the test set, picks --slot-top-p
+tune_row() {  # the valid set, never the test set, picks the parallel decoding flags
   read -r kind d save flags <<<"$(spec "$1")"
   [ "$kind" = insnet ] || { echo "budget_table.sh: tune is for InsNet rows, not $1" >&2; exit 2; }
   ckpt=$(checkpoint_of "$save")
-  for p in 0.5 0.7 0.8 0.9 0.95; do
-    python recipes/evaluate.py --data "$data" --path "$ckpt" --src en --tgt de --name "$1 valid top-p $p" \
-      --gen-subset valid --raw-ref "$raw/valid.de" --csv results/top_p_valid.csv -- --user-dir insnet_fairseq \
-      --task insertion_translation --insertion-mode parallel --slot-top-p $p
+  # GRID: ';'-separated sets of decoding flags (default: --slot-top-p 0.5..0.95)
+  local grid=${GRID:-"--slot-top-p 0.5;--slot-top-p 0.7;--slot-top-p 0.8;--slot-top-p 0.9;--slot-top-p 0.95"}
+  IFS=';' read -r -a sets <<<"$grid"
+  for set in "${sets[@]}"; do
+    # shellcheck disable=SC2086
+    python recipes/evaluate.py --data "$data" --path "$ckpt" --src en --tgt de --name "$1 valid $set" \
+      --gen-subset valid --raw-ref "$raw/valid.de" --csv results/${TUNE_OUT:-top_p_valid}.csv -- --user-dir insnet_fairseq \
+      --task insertion_translation --insertion-mode parallel $set
   done
 }
 

@@ -138,6 +138,9 @@ def score(args, hyp, tok_hyp, steps, ntok):
     bleu = sacrebleu.metrics.BLEU()
     detok = bleu.corpus_score(hyps, [raw])
     row = {"model": args.name or args.path, "sacrebleu": round(detok.score, 2), "signature": str(bleu.get_signature())}
+    words = [h.split() for h in hyps]
+    repeats = sum(a == b for w in words for a, b in zip(w, w[1:])) / max(1, sum(len(w) for w in words))
+    print(f"{row['model']}: {detok} | adjacent repeated words {100 * repeats:.2f}%")
     if args.tok_ref:
         with open(args.tok_ref, encoding="utf-8") as f:
             tok_ref = [l.rstrip("\n") for l in f]

@@ -73,7 +73,7 @@ def main():
 
     import insnet_fairseq  # noqa: F401  (registers the task)
     from fairseq import checkpoint_utils
-    from insnet_fairseq.layerization import trajectory, sequential_layers
+    from insnet_fairseq.data.layerization import trajectory, sequential_layers
 
     overrides = {"data": args.data}
     if args.insertion_order:

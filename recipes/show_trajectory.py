@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import insnet_fairseq  # noqa: E402,F401
 from fairseq import checkpoint_utils  # noqa: E402
-from insnet_fairseq.generator import InsertionGenerator  # noqa: E402
+from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
 
 
 def main():

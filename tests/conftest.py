@@ -12,9 +12,9 @@ sys.path.insert(0, ROOT)
 
 import insnet_fairseq  # noqa: E402,F401
 from fairseq.data import Dictionary  # noqa: E402
-from insnet_fairseq.lm_task import InsertionLMTask  # noqa: E402
-from insnet_fairseq.model import InsNetLMModel, InsNetModel, insnet_small  # noqa: E402
-from insnet_fairseq.task import InsertionTranslationTask  # noqa: E402
+from insnet_fairseq.tasks.lm import InsertionLMTask  # noqa: E402
+from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel, insnet_small  # noqa: E402
+from insnet_fairseq.tasks.translation import InsertionTranslationTask  # noqa: E402
 
 SHARED_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "multi30k")
 

@@ -9,12 +9,12 @@ import argparse
 import pytest
 import torch
 
-from insnet_fairseq.attention import OffsetSelfAttention
-from insnet_fairseq.generator import InsertionGenerator
-from insnet_fairseq.layerization import layerize, num_layers, trajectory, uniform_layers
-from insnet_fairseq.model import InsNetModel
-from insnet_fairseq.offsets import offset_matrix
-from insnet_fairseq.orders import make_order
+from insnet_fairseq.models.attention import OffsetSelfAttention
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.data.layerization import layerize, num_layers, trajectory, uniform_layers
+from insnet_fairseq.models.insnet import InsNetModel
+from insnet_fairseq.models.offsets import offset_matrix
+from insnet_fairseq.data.orders import make_order
 from insnet_fairseq.reference import naive_layered_logprobs, naive_trajectory_logprobs
 
 from conftest import build_tiny_lm_model, build_tiny_model, random_batch, step_logprobs

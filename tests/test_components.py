@@ -3,11 +3,11 @@ position head vs materialised slot representations."""
 import pytest
 import torch
 
-from insnet_fairseq.attention import OffsetSelfAttention, sinusoidal_offset_table
-from insnet_fairseq.model import causal_mask
-from insnet_fairseq.offsets import offset_matrix, rank_matrix, slot_neighbours
-from insnet_fairseq.orders import uniform_random
-from insnet_fairseq.slots import SlotHeads, gather_steps
+from insnet_fairseq.models.attention import OffsetSelfAttention, sinusoidal_offset_table
+from insnet_fairseq.models.insnet import causal_mask
+from insnet_fairseq.models.offsets import offset_matrix, rank_matrix, slot_neighbours
+from insnet_fairseq.data.orders import uniform_random
+from insnet_fairseq.models.slots import SlotHeads, gather_steps
 
 
 def test_offset_attention_matches_materialised_positions():

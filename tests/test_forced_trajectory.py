@@ -12,9 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from insnet_fairseq.generator import InsertionGenerator
-from insnet_fairseq.layerization import layerize, num_layers, sequential_layers, trajectory, uniform_layers
-from insnet_fairseq.orders import make_order
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.data.layerization import layerize, num_layers, sequential_layers, trajectory, uniform_layers
+from insnet_fairseq.data.orders import make_order
 
 from conftest import build_tiny_model, random_batch, step_logprobs
 

@@ -16,8 +16,8 @@ from conftest import ROOT, build_tiny_model, random_batch
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import fuzz_input  # noqa: E402
 
-from insnet_fairseq import generator as generator_module  # noqa: E402
-from insnet_fairseq.generator import InsertionGenerator  # noqa: E402
+from insnet_fairseq.decoding import generator as generator_module  # noqa: E402
+from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
 
 N_LINES = 4 * len(fuzz_input.CATEGORIES)  # every category 4 times
 

@@ -3,7 +3,7 @@ step, parallel steps never fill one slot twice, constrained starts keep their to
 import pytest
 import torch
 
-from insnet_fairseq.generator import InsertionGenerator, group_offsets
+from insnet_fairseq.decoding.generator import InsertionGenerator, group_offsets
 from insnet_fairseq.reference import naive_offsets
 
 from conftest import build_tiny_model, make_dictionary, random_batch
@@ -185,3 +185,33 @@ def test_slot_query_model_cached_uncached_and_batched_agree(mode):
         alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], mode=mode, slot_top_p=0.9, max_steps=25)[0]
         assert alone["tokens"].tolist() == cached[b]["tokens"].tolist()
     assert len({tuple(h["tokens"].tolist()) for h in cached}) > 1
+
+
+def test_drop_unsure_docstring_example():
+    gen = InsertionGenerator(make_dictionary(10), mode="parallel", min_token_prob=0.5)
+    chosen = torch.tensor([[True, True, True, False], [True, False, True, False]])
+    tokens = torch.tensor([4, 5, 6, 7, 8])
+    tok_lprobs = torch.tensor([0.9, 0.2, 0.6, 0.3, 0.2]).log()
+    pos_lprobs = torch.tensor([[0.3, 0.3, 0.3, 0.1], [0.5, 0.1, 0.4, 0.0]]).log()
+    keep, kept_tokens, kept_lprobs = gen.drop_unsure(chosen, tokens, tok_lprobs, pos_lprobs)
+    assert keep.tolist() == [[True, False, True, False], [True, False, False, False]]
+    assert kept_tokens.tolist() == [4, 6, 7]
+    torch.testing.assert_close(kept_lprobs, tok_lprobs[[0, 2, 3]])
+
+
+def test_min_token_prob_leaves_unsure_slots_for_later_steps(model_and_batch):
+    """A tiny random model is never sure of a word: with --min-token-prob 0.99 every parallel step
+    inserts one token (its most likely insertion), and batched == one by one still holds."""
+    model, d, src, src_lengths = model_and_batch
+    kw = dict(mode="parallel", slot_top_p=0.9, max_steps=25, retain_history=True)
+    plain = decode(model, d, src, src_lengths, **kw)
+    assert any(h["steps"] < len(h["tokens"]) - 1 for h in plain)  # without it, steps insert several tokens
+    sure = decode(model, d, src, src_lengths, min_token_prob=0.99, **kw)
+    for b, h in enumerate(sure):
+        sizes = [len(x["tokens"]) for x in h["history"]]
+        assert sizes == list(range(sizes[0], sizes[0] + len(sizes)))
+        keep = src[b].ne(d.pad())
+        alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], min_token_prob=0.99, **kw)[0]
+        assert alone["tokens"].tolist() == h["tokens"].tolist()
+    with pytest.raises(ValueError, match=r"--min-token-prob must be in \[0, 1\), got 1.0"):
+        InsertionGenerator(d, mode="parallel", min_token_prob=1.0)

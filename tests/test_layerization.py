@@ -4,12 +4,12 @@ import math
 import pytest
 import torch
 
-from insnet_fairseq.criterion import term_losses
-from insnet_fairseq.layerization import (
+from insnet_fairseq.tasks.criterion import term_losses
+from insnet_fairseq.data.layerization import (
     LADDER, PAD_LAYER, compact, context_steps, encoding_order, layerize, num_layers, sequential_layers,
     trajectory, uniform_layers,
 )
-from insnet_fairseq.orders import make_order
+from insnet_fairseq.data.orders import make_order
 from insnet_fairseq.reference import naive_layered_logprobs
 
 from conftest import build_tiny_model, random_batch, step_logprobs

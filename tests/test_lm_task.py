@@ -12,14 +12,14 @@ import torch
 
 from conftest import (BIN, ROOT, SHARED_DATA, FakeLMTask, FakeTask, build_tiny_lm_model, make_dictionary, random_batch,
                       run, step_logprobs, tiny_args)
-from insnet_fairseq.checkpoint_checks import CheckpointError, check_model_fits_task
-from insnet_fairseq.generator import InsertionGenerator
-from insnet_fairseq.layerization import sequential_layers, trajectory, uniform_layers
-from insnet_fairseq.lm_task import InsertionLMConfig, InsertionLMTask
-from insnet_fairseq.model import InsNetLMModel, InsNetModel
-from insnet_fairseq.orders import make_order
+from insnet_fairseq.tasks.checkpoint_checks import CheckpointError, check_model_fits_task
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.data.layerization import sequential_layers, trajectory, uniform_layers
+from insnet_fairseq.tasks.lm import InsertionLMConfig, InsertionLMTask
+from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel
+from insnet_fairseq.data.orders import make_order
 from insnet_fairseq.reference import naive_layered_logprobs, naive_trajectory_logprobs
-from insnet_fairseq.task import DataError
+from insnet_fairseq.tasks.translation import DataError
 
 sys.path.insert(0, os.path.join(ROOT, "recipes"))
 import evaluate_lm  # noqa: E402
@@ -226,7 +226,7 @@ def test_bad_keyword_files_are_named(lm_data, tmp_path):
 @pytest.mark.parametrize("training", [dict(), dict(dinic_tau=1.0, insertion_order="binary"),
                                       dict(layerization="uniform", insertion_order="random")])
 def test_sequential_dinic_and_uniform_training_batches(lm_data, tmp_path, training):
-    from insnet_fairseq.criterion import InsNetLoss
+    from insnet_fairseq.tasks.criterion import InsNetLoss
 
     task = lm_task(copy_data(lm_data, str(tmp_path / "bin")), **training)
     task.load_dataset("test")
@@ -251,7 +251,7 @@ def test_sequential_dinic_and_uniform_training_batches(lm_data, tmp_path, traini
 def test_validation_layerings_are_kept_per_sentence(lm_data, tmp_path, monkeypatch):
     """InsNet-Dinic validation continues from each sentence's last layering (one round when the model
     has not changed) and never from a layering stored for a sentence of another length."""
-    import insnet_fairseq.task as task_module
+    import insnet_fairseq.tasks.translation as task_module
 
     calls = []
     real = task_module.layerize

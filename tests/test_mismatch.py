@@ -1,4 +1,4 @@
-"""Checkpoint and dictionary mismatches (insnet_fairseq/checkpoint_checks.py): each is refused
+"""Checkpoint and dictionary mismatches (insnet_fairseq/tasks/checkpoint_checks.py): each is refused
 with one line naming the file, never a traceback, a bare unpickling error or silent garbage."""
 import os
 import shutil
@@ -11,7 +11,7 @@ from conftest import BIN, generate_cmd, run, train_cmd
 import insnet_fairseq  # noqa: F401  (installs the checks)
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
-from insnet_fairseq.checkpoint_checks import CheckpointError
+from insnet_fairseq.tasks.checkpoint_checks import CheckpointError
 
 AR_TINY = ["--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
            "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",

@@ -5,8 +5,8 @@ import sys
 
 import torch
 
-from insnet_fairseq.layerization import sequential_layers, trajectory, uniform_layers
-from insnet_fairseq.orders import make_order
+from insnet_fairseq.data.layerization import sequential_layers, trajectory, uniform_layers
+from insnet_fairseq.data.orders import make_order
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "recipes"))

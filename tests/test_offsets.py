@@ -3,7 +3,7 @@ import random
 import pytest
 import torch
 
-from insnet_fairseq.offsets import offset_matrix, rank_matrix, slot_neighbours, target_slots
+from insnet_fairseq.models.offsets import offset_matrix, rank_matrix, slot_neighbours, target_slots
 from insnet_fairseq.reference import naive_offsets
 
 PAPER_ORDER = [0, 6, 2, 4, 1, 3, 5]  # "(BOS) (EOS) have pen I a ." for "(BOS) I have a pen . (EOS)"

@@ -3,8 +3,8 @@ log-probabilities as re-encoding every prefix from scratch."""
 import pytest
 import torch
 
-from insnet_fairseq.criterion import term_losses
-from insnet_fairseq.orders import make_order
+from insnet_fairseq.tasks.criterion import term_losses
+from insnet_fairseq.data.orders import make_order
 from insnet_fairseq.reference import naive_trajectory_logprobs, reencode_prefixes
 
 from conftest import build_tiny_model, random_batch, step_logprobs

@@ -1,6 +1,6 @@
 import torch
 
-from insnet_fairseq.orders import (
+from insnet_fairseq.data.orders import (
     anchored_levels, balanced_binary, left_to_right, make_order, right_to_left, tree_depth, uniform_random,
 )
 import pytest

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from fairseq.data import Dictionary
-from insnet_fairseq.criterion import term_losses
-from insnet_fairseq.generator import InsertionGenerator
-from insnet_fairseq.layerization import trajectory, uniform_layers
-from insnet_fairseq.model import InsNetModel
-from insnet_fairseq.orders import make_order
+from insnet_fairseq.tasks.criterion import term_losses
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.data.layerization import trajectory, uniform_layers
+from insnet_fairseq.models.insnet import InsNetModel
+from insnet_fairseq.data.orders import make_order
 
 from conftest import SHARED_DATA, FakeTask, tiny_args
 

@@ -1,5 +1,5 @@
 """The InsNet model: fairseq's Transformer source encoder + the insertion context encoder
-(:mod:`.decoder`) + slot heads (:mod:`.slots`), registered as ``insnet`` with the architectures
+(:mod:`insnet_fairseq.models.decoder`) + slot heads (:mod:`insnet_fairseq.models.slots`), registered as ``insnet`` with the architectures
 ``insnet_base``, ``insnet_big_paper`` and ``insnet_small``; and the same decoder without a
 source, ``insnet_lm`` (``insnet_lm_base``, ``insnet_lm_big_paper``, ``insnet_lm_small``), for the
 task ``insertion_lm`` (see :class:`InsNetLMModel`).
@@ -29,9 +29,9 @@ from fairseq.models.transformer import Embedding, TransformerEncoder, Transforme
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
 from torch import Tensor
 
-from .decoder import InsNetContextEncoder
-from .offsets import offsets_from_rank, rank_matrix, slot_neighbours
-from .slots import SlotHeads
+from insnet_fairseq.models.decoder import InsNetContextEncoder
+from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix, slot_neighbours
+from insnet_fairseq.models.slots import SlotHeads
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class InsNetDecoder(FairseqDecoder):
             target: [B, n] ``<s> y </s>`` in final-position order, right-padded.
             order: [B, n] final position inserted at each step (padded steps after real ones).
             encoder_out: fairseq encoder output.
-            context: optional [B, n] (see :mod:`.layerization`): ``context[b, t]`` is the last step
+            context: optional [B, n] (see :mod:`insnet_fairseq.data.layerization`): ``context[b, t]`` is the last step
                 of the context that step ``t``'s token is inserted into (``t - 1`` when sequential,
                 the default). In a layered trajectory every token of a layer shares its context
                 (the earlier layers), so the layer's tokens are predicted in parallel: token and
@@ -220,8 +220,8 @@ class InsNetModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, args, task):
-        from .lm_task import InsertionLMTask
-        from .task import InsertionTranslationTask
+        from insnet_fairseq.tasks.lm import InsertionLMTask
+        from insnet_fairseq.tasks.translation import InsertionTranslationTask
 
         if not isinstance(task, InsertionTranslationTask) or isinstance(task, InsertionLMTask):
             raise ValueError(
@@ -268,11 +268,11 @@ class InsNetModel(FairseqEncoderDecoderModel):
     @classmethod
     def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", **kwargs):
         """fairseq's hub loading (``kwargs`` override the checkpoint's settings, e.g.
-        ``insertion_mode="parallel"``); returns an :class:`.hub.InsNetHubInterface`, whose
+        ``insertion_mode="parallel"``); returns an :class:`insnet_fairseq.decoding.hub.InsNetHubInterface`, whose
         ``translate(lines)`` gives one output per line, in order, whatever the lines hold."""
         from fairseq import hub_utils
 
-        from .hub import InsNetHubInterface
+        from insnet_fairseq.decoding.hub import InsNetHubInterface
 
         x = hub_utils.from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
                                       archive_map=cls.hub_models(), **kwargs)
@@ -316,7 +316,7 @@ class InsNetLMModel(InsNetModel):
 
     @classmethod
     def build_model(cls, args, task):
-        from .lm_task import InsertionLMTask
+        from insnet_fairseq.tasks.lm import InsertionLMTask
 
         if not isinstance(task, InsertionLMTask):
             raise ValueError(

@@ -9,10 +9,10 @@ A layering fixes the trajectory that training encodes in its single pass:
 
 * :func:`encoding_order`: positions sorted by (layer, position): a layer's tokens are encoded
   one after another, left to right, which is the rule decoding uses for the tokens of one
-  parallel step (:func:`.generator.group_offsets`), so training and decoding see the same offsets;
+  parallel step (:func:`insnet_fairseq.decoding.generator.group_offsets`), so training and decoding see the same offsets;
 * :func:`context_steps`: for every step, the last step of the earlier layers: the context its
   token is inserted into (``t - 1`` for a sequential trajectory). The model takes it as
-  ``context`` and scores each token at its slot in that context (:class:`.model.InsNetDecoder`).
+  ``context`` and scores each token at its slot in that context (:class:`insnet_fairseq.models.insnet.InsNetDecoder`).
 
 :func:`layerize` is InsNet-Dinic: start from a given layering (fully sequential by default) and
 promote a token from layer ``l`` to ``l - 1`` when (1) its slot in the context of layer ``l - 1``
@@ -39,9 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .model import causal_mask, slot_query_geometry
-from .offsets import offsets_from_rank, rank_matrix, slot_neighbours
-from .orders import DEFAULT_ANCHOR_DEPTH, order_levels
+from insnet_fairseq.models.insnet import causal_mask, slot_query_geometry
+from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix, slot_neighbours
+from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH, order_levels
 
 PAD_LAYER = 1 << 20
 # Tolerances passed on the way up to tau when a layering starts from the sequential one.
@@ -56,7 +56,7 @@ def _positions(B: int, n: int, device) -> Tensor:
 def sequential_layers(order: Tensor, lengths: Tensor) -> Tensor:
     """One word per layer, in insertion order.
 
-    order [B, n] (an insertion order, see :mod:`.orders`), lengths [B] -> layers [B, n] by position.
+    order [B, n] (an insertion order, see :mod:`insnet_fairseq.data.orders`), lengths [B] -> layers [B, n] by position.
 
     Example: order [0, 6, 2, 4, 1, 3, 5] ("I have a pen ." with <s>, </s>) -> layers by position
     [0, 3, 1, 4, 2, 5, 0]: "have" (position 2) is layer 1, "pen" layer 2, "I" layer 3, ...
@@ -68,7 +68,7 @@ def sequential_layers(order: Tensor, lengths: Tensor) -> Tensor:
 
 
 def uniform_layers(lengths: Tensor, n: int, policy: str = "binary", anchor_depth: int = DEFAULT_ANCHOR_DEPTH) -> Tensor:
-    """InsNet-uniform: layer l + 1 holds the level-l words of a level order (:func:`.orders.order_levels`).
+    """InsNet-uniform: layer l + 1 holds the level-l words of a level order (:func:`insnet_fairseq.data.orders.order_levels`).
     The paper's InsNet-uniform is the balanced binary tree (``binary``: every gap's middle word,
     about log2(len) layers); ``anchored`` gives depth + about len / 2**depth layers.
     lengths [B] -> layers [B, n].
@@ -84,7 +84,7 @@ def uniform_layers(lengths: Tensor, n: int, policy: str = "binary", anchor_depth
 def encoding_order(layers: Tensor) -> Tensor:
     """Insertion order of a layering: by layer, then left to right.  [B, n] -> order [B, n].
 
-    Padding (``PAD_LAYER``) comes last, in position order, as in :mod:`.orders`.
+    Padding (``PAD_LAYER``) comes last, in position order, as in :mod:`insnet_fairseq.data.orders`.
     Example: layers [0, 2, 1, 2, 0] -> order [0, 4, 2, 1, 3].
     """
     n = layers.size(1)

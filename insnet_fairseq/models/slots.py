@@ -8,7 +8,7 @@ For the context after step ``t`` and its slot ``k`` between the tokens inserted 
 with ``h`` the last decoder layer's outputs in insertion order and ``h_t`` the token inserted at
 step ``t`` (the global vector; ``--no-global-slot``, the paper's InsNet-noglobal ablation, drops it:
 ``e = LayerNorm(concat(f_l(h_l), f_r(h_r)))``, everywhere slots are scored). Heads: token ``log_softmax(W_p e + b)`` (with
-``--slot-query-stream``, ``W_p LayerNorm(e + z) + b``, z the slot's query, see :mod:`.decoder`); position ``w_o . e``,
+``--slot-query-stream``, ``W_p LayerNorm(e + z) + b``, z the slot's query, see :mod:`insnet_fairseq.models.decoder`); position ``w_o . e``,
 log-softmax over the ``t`` slots of a step; termination ``q(stop | h_t)`` (which keeps ``h_t`` under
 ``--no-global-slot``: the ablation removes it from the slot representation only).
 

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import CrossAttention, OffsetSelfAttention, sinusoidal_offset_table
+from insnet_fairseq.models.attention import CrossAttention, OffsetSelfAttention, sinusoidal_offset_table
 
 
 class InsNetDecoderLayer(nn.Module):

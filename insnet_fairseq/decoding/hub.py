@@ -1,6 +1,6 @@
 """The Python interface: ``InsNetModel.from_pretrained(...)`` returns an :class:`InsNetHubInterface`.
 
-    from insnet_fairseq.model import InsNetModel
+    from insnet_fairseq.models.insnet import InsNetModel
     ins = InsNetModel.from_pretrained("checkpoints/demo", checkpoint_file="checkpoint_last.pt",
                                       data_name_or_path="data-bin/multi30k_en_de", insertion_mode="parallel")
     ins.translate(["a man rides a horse ."])                        # -> one string per line
@@ -8,7 +8,7 @@
 
 fairseq's ``GeneratorHubInterface``, with fairseq-interactive's guarantees: one output per
 input, in order, and no exception for a bad line. Lines are screened first
-(:func:`.inputs.screen_lines`): a refused line (too long, unusable constraints, not text) gets
+(:func:`insnet_fairseq.decoding.inputs.screen_lines`): a refused line (too long, unusable constraints, not text) gets
 an empty output and one warning naming it (``input line N (sample id N-1)``, N counted from 1
 in the list given). Bytes are decoded as UTF-8 (invalid bytes replaced, with a warning).
 ``constraints=...`` reads ``source<TAB>phrase<TAB>...`` lines as fairseq-interactive's
@@ -26,7 +26,7 @@ from fairseq.hub_utils import GeneratorHubInterface
 from fairseq.token_generation_constraints import pack_constraints
 from omegaconf import open_dict
 
-from .inputs import as_text, clean_line, line_label
+from insnet_fairseq.decoding.inputs import as_text, clean_line, line_label
 
 logger = logging.getLogger(__name__)
 

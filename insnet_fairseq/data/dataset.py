@@ -8,7 +8,7 @@ insertion order drawn by the task's ``--insertion-order`` policy. Random orders 
 import torch
 from fairseq.data import BaseWrapperDataset
 
-from .orders import DEFAULT_ANCHOR_DEPTH, make_order
+from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH, make_order
 
 
 class InsertionPairDataset(BaseWrapperDataset):

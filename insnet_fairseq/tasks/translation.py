@@ -12,11 +12,11 @@ from omegaconf import II
 from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-from .data import InsertionPairDataset
-from .generator import MODES, InsertionGenerator, check_decoding_flags
-from .inputs import screen_lines
-from .layerization import LAYERIZATIONS, PAD_LAYER, layerize, num_layers, sequential_layers, trajectory, uniform_layers
-from .orders import DEFAULT_ANCHOR_DEPTH, LEVEL_POLICIES, ORDER_POLICIES
+from insnet_fairseq.data.dataset import InsertionPairDataset
+from insnet_fairseq.decoding.generator import MODES, InsertionGenerator, check_decoding_flags
+from insnet_fairseq.decoding.inputs import screen_lines
+from insnet_fairseq.data.layerization import LAYERIZATIONS, PAD_LAYER, layerize, num_layers, sequential_layers, trajectory, uniform_layers
+from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH, LEVEL_POLICIES, ORDER_POLICIES
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,11 @@ class InsertionTranslationConfig(TranslationConfig):
         default=False,
         metadata={"help": "do not insert a token equal to a neighbour of its slot (the slot stays open): removes "
                   "the duplicated words of parallel decoding"},
+    )
+    min_token_prob: float = field(
+        default=0.0,
+        metadata={"help": "parallel decoding: leave a slot open for a later step when its token's probability is "
+                  "below this (every step keeps each sentence's most likely insertion); 0: off"},
     )
     no_insertion_cache: bool = field(
         default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
@@ -123,7 +128,7 @@ class InsertionTranslationTask(TranslationTask):
             tau = 2.0
         if mode != "dinic" and tau is not None:
             raise ValueError(f"--dinic-tau {tau} only applies to --layerization dinic, not {mode}")
-        check_decoding_flags(cfg.insertion_mode, cfg.slot_top_p, cfg.max_insertion_steps)
+        check_decoding_flags(cfg.insertion_mode, cfg.slot_top_p, cfg.max_insertion_steps, cfg.min_token_prob)
         if cfg.anchor_depth < 0:
             raise ValueError(f"--anchor-depth must be >= 0, got {cfg.anchor_depth}")
         if cfg.dinic_interval < 1:
@@ -229,7 +234,7 @@ class InsertionTranslationTask(TranslationTask):
         return super().valid_step(sample, model, criterion)
 
     def screen_inference_lines(self, lines, first_id, encode_fn, max_positions, constrained=False, max_tokens=None):
-        """Check raw lines ``first_id``, ... before batching (:func:`.inputs.screen_lines`): returns the lines
+        """Check raw lines ``first_id``, ... before batching (:func:`insnet_fairseq.decoding.inputs.screen_lines`): returns the lines
         to batch; refused ones become empty and are remembered, to be answered with an empty output."""
         lines, self.refused_inputs = screen_lines(lines, first_id, encode_fn, self.source_dictionary,
                                                   self.target_dictionary, max_positions, constrained, max_tokens)
@@ -271,7 +276,7 @@ class InsertionTranslationTask(TranslationTask):
         return hyps
 
     def build_generator(self, models, args, **unused):
-        from .model import InsNetLMModel, InsNetModel
+        from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel
 
         for model in models:
             if not isinstance(model, InsNetModel) or isinstance(model, InsNetLMModel):
@@ -289,4 +294,5 @@ class InsertionTranslationTask(TranslationTask):
             sampling_topk=getattr(args, "sampling_topk", -1),
             retain_history=getattr(args, "retain_iter_history", False),
             skip_repeats=self.cfg.skip_repeats,
+            min_token_prob=self.cfg.min_token_prob,
         )

@@ -8,9 +8,9 @@ order they must appear (``make lm-multi30k`` / ``make lm-custom`` write them wit
 ``recipes/prepare_lm.py``). Every keyword must be a word of ``dict.txt``.
 
 Batches are those of ``insertion_translation`` (fairseq's ``LanguagePairDataset`` + insertion
-orders, :mod:`.data`) whose *source* side holds each sentence's keywords and ``</s>`` (``</s>``
+orders, :mod:`insnet_fairseq.data.dataset`) whose *source* side holds each sentence's keywords and ``</s>`` (``</s>``
 alone without a keyword file, e.g. for training). The model (``--arch insnet_lm_*``,
-:class:`.model.InsNetLMModel`) has no source encoder and no cross-attention: it never reads the
+:class:`insnet_fairseq.models.insnet.InsNetLMModel`) has no source encoder and no cross-attention: it never reads the
 source. Decoding (fairseq-generate, fairseq-interactive, whose input lines are keywords) starts from
 ``<s> keywords </s>`` (the generator's constrained start), which insertion never deletes or
 reorders; ``--no-keywords`` decodes from ``<s> </s>`` instead. Sequential, Dinic and uniform
@@ -31,10 +31,10 @@ from fairseq import utils
 from fairseq.data import Dictionary, LanguagePairDataset, ListDataset, data_utils
 from fairseq.tasks import register_task
 
-from .data import InsertionPairDataset
-from .generator import InsertionGenerator
-from .inputs import _short, line_label
-from .task import DataError, InsertionTranslationConfig, InsertionTranslationTask, data_paths
+from insnet_fairseq.data.dataset import InsertionPairDataset
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.decoding.inputs import _short, line_label
+from insnet_fairseq.tasks.translation import DataError, InsertionTranslationConfig, InsertionTranslationTask, data_paths
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def read_keywords(path: str, dictionary: Dictionary, n_sentences: int, data_file
 
     One line per sentence of ``data_file`` (``n_sentences``); words separated by whitespace, each a
     word of ``dictionary`` (not a special symbol). An empty line is a sentence without keywords.
-    Raises :class:`.task.DataError` naming the file and line."""
+    Raises :class:`insnet_fairseq.tasks.translation.DataError` naming the file and line."""
     with open(path, encoding="utf-8", newline="\n") as f:
         text = f.read()
     lines = text.split("\n")
@@ -198,7 +198,7 @@ class InsertionLMTask(InsertionTranslationTask):
                                 "recipes/prepare_lm.py), or pass --no-keywords for unconstrained generation")
 
     def build_generator(self, models, args, **unused):
-        from .model import InsNetLMModel
+        from insnet_fairseq.models.insnet import InsNetLMModel
 
         for model in models:
             if not isinstance(model, InsNetLMModel):
@@ -217,6 +217,7 @@ class InsertionLMTask(InsertionTranslationTask):
             sampling_topk=getattr(args, "sampling_topk", -1),
             retain_history=getattr(args, "retain_iter_history", False),
             skip_repeats=self.cfg.skip_repeats,
+            min_token_prob=self.cfg.min_token_prob,
             conditional=False,
             keywords_from_source=not self.cfg.no_keywords,
         )

@@ -20,7 +20,7 @@ Installed when ``insnet_fairseq`` is imported (``--user-dir``), for our models a
   checkpoint is named with what is wrong with it.
 
 Each raises :class:`CheckpointError`, which the command-line tools print as one line, without a
-traceback (as they print the tasks' :class:`.task.DataError`: bad or missing data, named).
+traceback (as they print the tasks' :class:`insnet_fairseq.tasks.translation.DataError`: bad or missing data, named).
 """
 import hashlib
 import os
@@ -156,15 +156,15 @@ def _model_class(arch):
 
 
 def _is_insnet(cls):
-    from .model import InsNetModel
+    from insnet_fairseq.models.insnet import InsNetModel
 
     return cls is not None and issubclass(cls, InsNetModel)
 
 
 def check_model_fits_task(path, state, task):
-    from .lm_task import InsertionLMTask
-    from .model import InsNetLMModel
-    from .task import InsertionTranslationTask
+    from insnet_fairseq.tasks.lm import InsertionLMTask
+    from insnet_fairseq.models.insnet import InsNetLMModel
+    from insnet_fairseq.tasks.translation import InsertionTranslationTask
 
     arch, trained_task = checkpoint_arch(state)
     cls = _model_class(arch)
@@ -352,7 +352,7 @@ def _wrap_trainer_state_dict(original):
 
 def _excepthook(previous):
     def hook(kind, value, tb):
-        from .task import DataError
+        from insnet_fairseq.tasks.translation import DataError
 
         if isinstance(value, (CheckpointError, DataError)):
             print(f"{os.path.basename(sys.argv[0]) or 'python'}: error: {value}", file=sys.stderr)

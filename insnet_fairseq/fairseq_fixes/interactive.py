@@ -16,7 +16,7 @@ fairseq-fixed 0.12.3.1's ``fairseq_cli.interactive``:
   its buffer), and the generator's warnings named batch rows. The wrapper numbers the lines from
   the start of the input, lets the task screen them first (``task.screen_inference_lines``; the
   InsNet task refuses a bad line with a reason and answers it with an empty output, see
-  :mod:`.inputs`) and tells the task each batch's sample ids (``task.pending_sample_ids``),
+  :mod:`insnet_fairseq.decoding.inputs`) and tells the task each batch's sample ids (``task.pending_sample_ids``),
   which are the ``H-<id>`` of the output.
 
 Installed when ``insnet_fairseq`` is imported (``--user-dir``). Only a module the
@@ -26,7 +26,7 @@ logging for every program that merely imports this package.
 import logging
 import sys
 
-from .inputs import clean_line, decode_line
+from insnet_fairseq.decoding.inputs import clean_line, decode_line
 
 logger = logging.getLogger(__name__)
 

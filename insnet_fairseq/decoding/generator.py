@@ -11,7 +11,9 @@ inserts:
 Tokens are greedy (or top-k sampled). With ``skip_repeats``, a token equal to a neighbour of its
 slot is not inserted (the slot stays open for a later step), the usual cure for the duplicated
 words of parallel decoding; a sentence whose every choice repeats a neighbour takes, at those
-slots, its best token that does not. A sentence stops when the termination head says stop
+slots, its best token that does not. With ``min_token_prob``, a parallel step also leaves open
+the slots whose token is less likely than that (each sentence keeps its best insertion): unsure
+words wait for more context, at the cost of more steps. A sentence stops when the termination head says stop
 (q(stop | h_last) > 0.5) or at its step cap, and leaves the batch.
 
 Cached context: a token's states never change once inserted, so every layer's keys/values
@@ -35,14 +37,15 @@ so that one long constraint phrase neither slows its batch nor exhausts memory.
 """
 import dataclasses
 import logging
+import math
 from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .offsets import offsets_from_rank, rank_matrix
-from .slots import gather_steps
+from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
+from insnet_fairseq.models.slots import gather_steps
 
 logger = logging.getLogger(__name__)
 
@@ -122,12 +125,14 @@ def compact(chosen: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     return slot_of, real, count
 
 
-def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int) -> None:
+def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int, min_token_prob: float = 0.0) -> None:
     """Refuse flag values decoding cannot use, naming the flag (the task checks them before a model loads)."""
     if mode not in MODES:
         raise ValueError(f"--insertion-mode must be one of {', '.join(MODES)}, not {mode!r}")
     if mode == "parallel" and not 0.0 < slot_top_p <= 1.0:  # sequential decoding ignores it
         raise ValueError(f"--slot-top-p must be in (0, 1], got {slot_top_p}")
+    if not 0.0 <= min_token_prob < 1.0:
+        raise ValueError(f"--min-token-prob must be in [0, 1), got {min_token_prob}")
     if max_steps < 0:
         raise ValueError(f"--max-insertion-steps must be >= 0 (0: 2 x source length + 10), got {max_steps}")
 
@@ -146,10 +151,11 @@ class InsertionGenerator:
         sampling_topk: int = -1,
         retain_history: bool = False,
         skip_repeats: bool = False,
+        min_token_prob: float = 0.0,
         conditional: bool = True,
         keywords_from_source: bool = False,
     ):
-        check_decoding_flags(mode, slot_top_p, max_steps)
+        check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob)
         self.tgt_dict = tgt_dict
         self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
         self.mode = mode
@@ -159,6 +165,7 @@ class InsertionGenerator:
         self.sampling, self.sampling_topk = sampling, sampling_topk
         self.retain_history = retain_history
         self.skip_repeats = skip_repeats
+        self.min_token_prob = min_token_prob
         self.conditional = conditional  # False: no source (insertion_lm), no empty-source rule
         self.keywords_from_source = keywords_from_source
         self.symbols_to_strip_from_output = {self.bos, self.eos}
@@ -427,6 +434,8 @@ class InsertionGenerator:
         tokens, tok_lprobs = self.choose_tokens(logits)  # [N]
         if self.skip_repeats:
             chosen, tokens, tok_lprobs = self.drop_repeats(state, chosen, logits, tokens, tok_lprobs)
+        if self.min_token_prob > 0 and self.mode == "parallel":
+            chosen, tokens, tok_lprobs = self.drop_unsure(chosen, tokens, tok_lprobs, pos_lprobs)
         return self.insert(decoder, state, chosen, tokens, tok_lprobs + pos_lprobs[chosen], source_kv, source_pad)
 
     @staticmethod
@@ -470,6 +479,26 @@ class InsertionGenerator:
             keep[chosen] = ~repeat | stuck
         taken = keep[chosen]
         return keep, tokens[taken], tok_lprobs[taken]
+
+    def drop_unsure(self, chosen: Tensor, tokens: Tensor, tok_lprobs: Tensor, pos_lprobs: Tensor):
+        """Leave the slots whose token has probability below ``min_token_prob`` open for a later step,
+        when the sentence has more context; a sentence always keeps its most likely insertion
+        (slot and token).
+
+        chosen bool [B, K] with N True; tokens, tok_lprobs [N]; pos_lprobs [B, K].
+        Returns (chosen' [B, K], tokens' [N'], tok_lprobs' [N']).
+        Example: chosen slots with token probabilities 0.9, 0.2, 0.6 and min_token_prob 0.5 insert
+        the first and third tokens; with probabilities 0.3 and 0.2 only the insertion of higher
+        slot x token probability.
+        """
+        row = chosen.nonzero()[:, 0]  # [N] sentence of each insertion
+        joint = tok_lprobs + pos_lprobs[chosen]  # [N]
+        best = torch.full((chosen.size(0),), float("-inf"), device=joint.device).scatter_reduce(
+            0, row, joint, reduce="amax")  # [B]
+        sure = (tok_lprobs >= math.log(self.min_token_prob)) | (joint == best[row])  # [N]
+        keep = chosen.clone()
+        keep[chosen] = sure
+        return keep, tokens[sure], tok_lprobs[sure]
 
     def insert(self, decoder, state: DecoderState, chosen: Tensor, tokens: Tensor, scores: Tensor,
                source_kv, source_pad) -> DecoderState:

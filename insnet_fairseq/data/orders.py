@@ -9,7 +9,7 @@ about log2(n) iterations, never over tokens).
 Level orders (``binary``, ``anchored``) also give every word a
 *level* (:func:`order_levels`): the order inserts level by level, left to right inside a level,
 and the words of one level lie in distinct gaps of the earlier levels, so a level can be
-inserted in one parallel step (InsNet-uniform layers, :func:`.layerization.uniform_layers`).
+inserted in one parallel step (InsNet-uniform layers, :func:`insnet_fairseq.data.layerization.uniform_layers`).
 """
 from typing import Optional
 

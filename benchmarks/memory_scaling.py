@@ -1,0 +1,128 @@
+#!/usr/bin/env python
+"""Peak memory against target length: InsNet vs fairseq's autoregressive ``transformer`` of the same
+size (3+3 layers, d=256, the results table's), side by side in one run.
+
+    python benchmarks/memory_scaling.py [--lengths 64 128 256 512 1024] [--decode]
+
+For every length L and model, a fresh subprocess builds the model, warms up on a length-16 batch
+(thread pools, parameter gradients, Adam state), then runs one training step (forward + backward
++ Adam) on one sentence pair whose source and target both have L tokens, and reports the peak
+memory it added: on CPU the growth of the process's peak resident set (``ru_maxrss``), on a GPU
+``torch.cuda.max_memory_allocated``. InsNet trains with a random insertion order (the one-pass
+objective over all L steps). With ``--decode``, InsNet also decodes L words sequentially and in
+parallel (the termination head is switched off so the output reaches L words; the AR model is
+not decoded: fairseq's beam search is not this package's). The last columns give the growth
+exponent between consecutive lengths, log(mem ratio) / log(length ratio): 1 is linear, 2 quadratic.
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def peak_mb(device) -> float:
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+
+
+def child(kind: str, length: int, data: str, device: str) -> dict:
+    import argparse as ap
+
+    import torch
+
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    sys.path.insert(0, ROOT)
+    import train_throughput as tt
+    from fairseq.data import Dictionary
+
+    d = Dictionary.load(os.path.join(data, "dict.en.txt"))
+    tt.SIZE.update(max_source_positions=length + 2, max_target_positions=length + 2)
+    model = tt.build("insnet" if kind.startswith("insnet") else "ar", d).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    to = lambda b: {k: (to(v) if isinstance(v, dict) else v.to(device)) for k, v in b.items()}  # noqa: E731
+
+    def train_step(batch):
+        model.train()
+        opt.zero_grad()
+        tt.step_fn("ar" if kind == "ar" else "insnet", model, to(batch), d).backward()
+        opt.step()
+
+    def decode(batch, words):  # insnet-sequential / insnet-parallel decoding of `words` words
+        from insnet_fairseq.decoding.generator import InsertionGenerator
+
+        model.eval()
+        model.decoder.heads.termination_proj.bias.data.fill_(-1e4)  # never stop before the cap
+        gen = InsertionGenerator(d, mode=kind.split("-")[1], slot_top_p=0.9, max_steps=words)
+        ni = to(batch)["net_input"]
+        with torch.no_grad():
+            hyp = gen.generate([model], {"id": torch.arange(1), "net_input": {
+                "src_tokens": ni["src_tokens"], "src_lengths": ni["src_lengths"]}})[0][0]
+        assert len(hyp["tokens"]) >= min(words, 8), len(hyp["tokens"])
+
+    work = train_step if kind in ("ar", "insnet") else lambda b: decode(b, b["target"].size(1) - 1)
+    work(tt.synthetic_batches(d, 16, 16, 1)[0])  # warm-up: gradients and Adam state (training) exist
+    batch = tt.synthetic_batches(d, length, length, 1)[0]
+    if device == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    before = peak_mb(device)
+    work(batch)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return {"kind": kind, "length": length, "added_mb": peak_mb(device) - before}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="data-bin/multi30k_en_de")
+    p.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
+    p.add_argument("--decode", action="store_true", help="also InsNet sequential and parallel decoding")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--child", nargs=2, metavar=("KIND", "LENGTH"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    import torch
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.child:
+        print(json.dumps(child(args.child[0], int(args.child[1]), args.data, device)))
+        return
+    if not os.path.exists(os.path.join(args.data, "dict.en.txt")):
+        sys.exit(f"{args.data}/dict.en.txt not found: run `make multi30k` first")
+    kinds = ["ar", "insnet"] + (["insnet-sequential", "insnet-parallel"] if args.decode else [])
+    print(f"peak memory added by one training step (one sentence pair, source = target = L tokens), {device}, "
+          f"torch threads {torch.get_num_threads()}\n")
+    table = {}
+    for length in args.lengths:
+        for kind in kinds:
+            cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, str(length), "--data", args.data,
+                   "--device", device]
+            out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            if out.returncode != 0:
+                sys.exit(f"{kind} at length {length} failed:\n{out.stderr[-3000:]}")
+            table[kind, length] = json.loads(out.stdout.strip().splitlines()[-1])["added_mb"]
+            print(f"L={length:5d} {kind:18s} +{table[kind, length]:8.1f} MB", flush=True)
+    head = " | ".join(f"{k} MB" for k in kinds)
+    print(f"\n| target length | {head} | InsNet/AR | growth AR | growth InsNet |")
+    print("|---" * (len(kinds) + 4) + "|")
+    prev = None
+    for length in args.lengths:
+        mems = " | ".join(f"{table[k, length]:.1f}" for k in kinds)
+        growth = ["", ""]
+        if prev is not None:
+            growth = [f"{math.log(max(table[k, length], 1e-3) / max(table[k, prev], 1e-3)) / math.log(length / prev):.2f}"
+                      for k in ("ar", "insnet")]
+        print(f"| {length} | {mems} | {table['insnet', length] / max(table['ar', length], 1e-3):.2f}x | "
+              f"{growth[0]} | {growth[1]} |")
+        prev = length
+
+
+if __name__ == "__main__":
+    main()
