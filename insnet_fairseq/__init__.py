@@ -16,17 +16,19 @@ The package, by role:
   (:mod:`.decoding.inputs`) and the hub interface (:mod:`.decoding.hub`);
 * ``fairseq_fixes``: patches to fairseq 0.12 installed on import: loading its checkpoints under
   torch >= 2.6 (:mod:`.fairseq_fixes.checkpoint_compat`), batching that drops the last sentences of
-  a split (:mod:`.fairseq_fixes.batching`), and fairseq-interactive aborting on, or silently dropping,
-  a bad input line (:mod:`.fairseq_fixes.interactive`);
+  a split (:mod:`.fairseq_fixes.batching`), fairseq-interactive aborting on, or silently dropping,
+  a bad input line (:mod:`.fairseq_fixes.interactive`), and distributed training that needs CUDA
+  (:mod:`.fairseq_fixes.distributed_cpu`);
 * :mod:`.reference`: naive per-prefix implementations the tests check the one-pass code against.
 """
-from insnet_fairseq.fairseq_fixes import batching, checkpoint_compat, interactive
+from insnet_fairseq.fairseq_fixes import batching, checkpoint_compat, distributed_cpu, interactive
 from insnet_fairseq.tasks import checkpoint_checks
 
 checkpoint_compat.install()
 checkpoint_checks.install()
 batching.install()
 interactive.install()
+distributed_cpu.install()
 
 from insnet_fairseq.models import insnet  # noqa: E402,F401  (registration side effects)
 from insnet_fairseq.tasks import criterion, lm, translation  # noqa: E402,F401

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -204,3 +205,42 @@ def test_bad_layerization_flags_are_refused(small_data, tmp_path):
     assert out.returncode != 0 and "--dinic-tau 2.0 only applies to --layerization dinic" in out.stderr
     out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "1", "--layerization", "tree"))
     assert out.returncode != 0 and "--layerization" in out.stderr and "invalid choice" in out.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def test_two_workers_equal_one_worker_with_twice_the_batch(small_data, tmp_path):
+    """fairseq's distributed engine on CPU (gloo): 2 workers, spawned by fairseq or by torchrun,
+    train exactly as 1 worker accumulating their 2 batches (--update-freq 2), InsNet-Dinic
+    layering included, and every worker keeps every sentence's layering."""
+    flags = ["--dinic-tau", "1.0", "--insertion-order", "binary", "--dropout", "0", "--max-update", "4"]
+    one = run(train_cmd(small_data, str(tmp_path / "one"), *flags, "--update-freq", "2"))
+    assert one.returncode == 0, one.stderr[-3000:]
+    spawned = run(train_cmd(small_data, str(tmp_path / "spawn"), *flags, "--distributed-world-size", "2",
+                            "--distributed-port", str(free_port())))
+    assert spawned.returncode == 0, spawned.stderr[-3000:]
+    cmd = train_cmd(small_data, str(tmp_path / "torchrun"), *flags, "--distributed-world-size", "2")
+    launched = run([os.path.join(BIN, "torchrun"), "--nproc_per_node", "2", "--master_port", str(free_port()),
+                    "-m", "fairseq_cli.train", *cmd[1:]])
+    assert launched.returncode == 0, launched.stderr[-3000:]
+
+    def state(name):
+        ckpt = torch.load(tmp_path / name / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+        return ckpt["model"], ckpt["extra_state"]["InsertionTranslationTask"]["layer_store"]
+
+    ref_losses, (ref_model, ref_store) = losses(one.stdout + one.stderr), state("one")
+    assert [u for u, _ in ref_losses] == [1, 2, 3, 4]
+    for name, out in (("spawn", spawned), ("torchrun", launched)):
+        log = out.stdout + out.stderr
+        assert "training on 2 devices" in log and "--distributed-backend gloo" in log
+        for (u, a), (v, b) in zip(ref_losses, losses(log), strict=True):
+            assert u == v and abs(a - b) <= 1e-3 * abs(a), (name, u, a, b)  # the log prints 3 decimals
+        model, store = state(name)
+        for k in ref_model:
+            torch.testing.assert_close(model[k], ref_model[k], atol=1e-5, rtol=1e-4)
+        assert torch.equal(store, ref_store)  # rank 0 saved the layerings of both workers' sentences
+    assert int(ref_store[:, 0].eq(0).sum()) > 0

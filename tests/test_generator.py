@@ -1,5 +1,7 @@
 """Decoding invariants: cached == uncached, batched == one by one, one token per sequential
 step, parallel steps never fill one slot twice, constrained starts keep their tokens."""
+import copy
+
 import pytest
 import torch
 
@@ -215,3 +217,20 @@ def test_min_token_prob_leaves_unsure_slots_for_later_steps(model_and_batch):
         assert alone["tokens"].tolist() == h["tokens"].tolist()
     with pytest.raises(ValueError, match=r"--min-token-prob must be in \[0, 1\), got 1.0"):
         InsertionGenerator(d, mode="parallel", min_token_prob=1.0)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_stop_threshold_only_lengthens(model_and_batch, mode):
+    """Decoding is deterministic: with a higher --stop-threshold a sentence follows the same steps
+    and stops later, so every output contains the default one's words, in order."""
+    model, d, src, src_lengths = model_and_batch
+    model = copy.deepcopy(model)
+    model.decoder.heads.termination_proj.bias.data.fill_(0.0)  # q(stop) near 0.5: stops early, by the row
+    kw = dict(mode=mode, slot_top_p=0.9, max_steps=25)
+    default = decode(model, d, src, src_lengths, **kw)
+    longer = decode(model, d, src, src_lengths, stop_threshold=0.8, **kw)
+    for a, b in zip(default, longer):
+        assert is_subsequence(a["tokens"].tolist(), b["tokens"].tolist()) and b["steps"] >= a["steps"]
+    assert sum(len(b["tokens"]) for b in longer) > sum(len(a["tokens"]) for a in default)
+    with pytest.raises(ValueError, match=r"--stop-threshold must be in \(0, 1\), got 1.0"):
+        InsertionGenerator(d, stop_threshold=1.0)

@@ -14,7 +14,7 @@ words of parallel decoding; a sentence whose every choice repeats a neighbour ta
 slots, its best token that does not. With ``min_token_prob``, a parallel step also leaves open
 the slots whose token is less likely than that (each sentence keeps its best insertion): unsure
 words wait for more context, at the cost of more steps. A sentence stops when the termination head says stop
-(q(stop | h_last) > 0.5) or at its step cap, and leaves the batch.
+(q(stop | h_last) > ``stop_threshold``, 0.5 by default) or at its step cap, and leaves the batch.
 
 Cached context: a token's states never change once inserted, so every layer's keys/values
 are kept and a step encodes only the new tokens; their offset rows are computed directly from
@@ -125,12 +125,15 @@ def compact(chosen: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     return slot_of, real, count
 
 
-def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int, min_token_prob: float = 0.0) -> None:
+def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int, min_token_prob: float = 0.0,
+                         stop_threshold: float = 0.5) -> None:
     """Refuse flag values decoding cannot use, naming the flag (the task checks them before a model loads)."""
     if mode not in MODES:
         raise ValueError(f"--insertion-mode must be one of {', '.join(MODES)}, not {mode!r}")
     if mode == "parallel" and not 0.0 < slot_top_p <= 1.0:  # sequential decoding ignores it
         raise ValueError(f"--slot-top-p must be in (0, 1], got {slot_top_p}")
+    if not 0.0 < stop_threshold < 1.0:
+        raise ValueError(f"--stop-threshold must be in (0, 1), got {stop_threshold}")
     if not 0.0 <= min_token_prob < 1.0:
         raise ValueError(f"--min-token-prob must be in [0, 1), got {min_token_prob}")
     if max_steps < 0:
@@ -152,10 +155,11 @@ class InsertionGenerator:
         retain_history: bool = False,
         skip_repeats: bool = False,
         min_token_prob: float = 0.0,
+        stop_threshold: float = 0.5,
         conditional: bool = True,
         keywords_from_source: bool = False,
     ):
-        check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob)
+        check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold)
         self.tgt_dict = tgt_dict
         self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
         self.mode = mode
@@ -166,6 +170,7 @@ class InsertionGenerator:
         self.retain_history = retain_history
         self.skip_repeats = skip_repeats
         self.min_token_prob = min_token_prob
+        self.stop_logit = math.log(stop_threshold / (1 - stop_threshold))  # q(stop) > threshold
         self.conditional = conditional  # False: no source (insertion_lm), no empty-source rule
         self.keywords_from_source = keywords_from_source
         self.symbols_to_strip_from_output = {self.bos, self.eos}
@@ -253,7 +258,7 @@ class InsertionGenerator:
         history = {b: [] for b in todo}
         self._record(history, state, ids)
         while True:
-            stop = self.termination_logit(decoder, state) > 0  # q(stop) > 0.5
+            stop = self.termination_logit(decoder, state) > self.stop_logit  # q(stop) > stop_threshold
             stop = stop | (state.steps >= cap) | (state.lengths >= max_len)
             if bool(stop.any()):
                 for row in stop.nonzero().view(-1).tolist():

@@ -218,6 +218,7 @@ class InsertionLMTask(InsertionTranslationTask):
             retain_history=getattr(args, "retain_iter_history", False),
             skip_repeats=self.cfg.skip_repeats,
             min_token_prob=self.cfg.min_token_prob,
+            stop_threshold=self.cfg.stop_threshold,
             conditional=False,
             keywords_from_source=not self.cfg.no_keywords,
         )

@@ -7,6 +7,7 @@ from typing import Optional
 import torch
 
 from fairseq import utils
+from fairseq.distributed import utils as distributed_utils
 from fairseq.dataclass import ChoiceEnum
 from omegaconf import II
 from fairseq.tasks import register_task
@@ -60,6 +61,10 @@ class InsertionTranslationConfig(TranslationConfig):
         default=0.0,
         metadata={"help": "parallel decoding: leave a slot open for a later step when its token's probability is "
                   "below this (every step keeps each sentence's most likely insertion); 0: off"},
+    )
+    stop_threshold: float = field(
+        default=0.5,
+        metadata={"help": "a sentence stops when the termination head's q(stop) exceeds this (higher: longer outputs)"},
     )
     no_insertion_cache: bool = field(
         default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
@@ -128,7 +133,8 @@ class InsertionTranslationTask(TranslationTask):
             tau = 2.0
         if mode != "dinic" and tau is not None:
             raise ValueError(f"--dinic-tau {tau} only applies to --layerization dinic, not {mode}")
-        check_decoding_flags(cfg.insertion_mode, cfg.slot_top_p, cfg.max_insertion_steps, cfg.min_token_prob)
+        check_decoding_flags(cfg.insertion_mode, cfg.slot_top_p, cfg.max_insertion_steps, cfg.min_token_prob,
+                             cfg.stop_threshold)
         if cfg.anchor_depth < 0:
             raise ValueError(f"--anchor-depth must be >= 0, got {cfg.anchor_depth}")
         if cfg.dinic_interval < 1:
@@ -209,9 +215,23 @@ class InsertionTranslationTask(TranslationTask):
                                      ladder=self.cfg.dinic_ladder)
             else:
                 layers = start if start is not None else sequential_layers(order, lengths)
-            self.layer_stores[split][sample["id"].cpu(), : target.size(1)] = layers.int().cpu()
+            for ids, rows in self._gather_layers(sample["id"].cpu(), layers.int().cpu()):
+                self._stored_layers(split, ids, rows.ne(PAD_LAYER).sum(1), rows.size(1))  # grows the store
+                self.layer_stores[split][ids, : rows.size(1)] = rows
         net_input["order"], net_input["context"] = trajectory(layers)
         sample["layers"] = num_layers(layers)
+
+    @staticmethod
+    def _gather_layers(ids, layers):
+        """[(ids [B], layers [B, n])] of every data-parallel worker (this one's alone when training is
+        not distributed), so that every worker's store holds every sentence's last layering: a
+        sentence laid out by one worker in one epoch continues from it on another in the next."""
+        world = distributed_utils.get_data_parallel_world_size() if torch.distributed.is_initialized() else 1
+        if world == 1:
+            return [(ids, layers)]
+        parts = [None] * world
+        torch.distributed.all_gather_object(parts, (ids, layers), group=distributed_utils.get_data_parallel_group())
+        return parts
 
     def get_checkpoint_dict(self):
         return {type(self).__name__: {f"layer_store{'' if k == 'train' else '_' + k}": v
@@ -295,4 +315,5 @@ class InsertionTranslationTask(TranslationTask):
             retain_history=getattr(args, "retain_iter_history", False),
             skip_repeats=self.cfg.skip_repeats,
             min_token_prob=self.cfg.min_token_prob,
+            stop_threshold=self.cfg.stop_threshold,
         )
