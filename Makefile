@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 SHARED_MULTI30K := $(abspath ../shared/data/multi30k)
 MULTI30K_DIR ?= $(SHARED_MULTI30K)
 
-.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom bench-train fuzz clean
+.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom bench-train bench-memory kill-campaign fuzz clean
 
 install: $(INSTALLED)
 
@@ -86,6 +86,15 @@ demo: multi30k
 
 bench-train: install
 	$(BIN)/python benchmarks/train_throughput.py
+
+# Peak memory against target length (64..1024), InsNet vs the autoregressive model (and InsNet decoding)
+bench-memory: install multi30k
+	$(BIN)/python benchmarks/memory_scaling.py --decode
+
+# SIGKILL the trainer KILLS (20) times, at random moments and during checkpoint writes, resuming each time
+KILLS ?= 20
+kill-campaign: install multi30k
+	PATH=$(BIN):$$PATH $(BIN)/python benchmarks/kill_campaign.py --kills $(KILLS)
 
 # Fuzzed input: LINES (1000) hostile lines through fairseq-interactive (plain, --constraints) and the Python
 # interface of checkpoint CKPT: make fuzz CKPT=checkpoints/demo/checkpoint_last.pt [DATA=data-bin/multi30k_en_de]

@@ -17,11 +17,12 @@ The package, by role:
 * ``fairseq_fixes``: patches to fairseq 0.12 installed on import: loading its checkpoints under
   torch >= 2.6 (:mod:`.fairseq_fixes.checkpoint_compat`), batching that drops the last sentences of
   a split (:mod:`.fairseq_fixes.batching`), fairseq-interactive aborting on, or silently dropping,
-  a bad input line (:mod:`.fairseq_fixes.interactive`), and distributed training that needs CUDA
-  (:mod:`.fairseq_fixes.distributed_cpu`);
+  a bad input line (:mod:`.fairseq_fixes.interactive`), distributed training that needs CUDA
+  (:mod:`.fairseq_fixes.distributed_cpu`), and checkpoint copies that a kill can leave truncated
+  (:mod:`.fairseq_fixes.atomic_checkpoints`);
 * :mod:`.reference`: naive per-prefix implementations the tests check the one-pass code against.
 """
-from insnet_fairseq.fairseq_fixes import batching, checkpoint_compat, distributed_cpu, interactive
+from insnet_fairseq.fairseq_fixes import atomic_checkpoints, batching, checkpoint_compat, distributed_cpu, interactive
 from insnet_fairseq.tasks import checkpoint_checks
 
 checkpoint_compat.install()
@@ -29,6 +30,7 @@ checkpoint_checks.install()
 batching.install()
 interactive.install()
 distributed_cpu.install()
+atomic_checkpoints.install()
 
 from insnet_fairseq.models import insnet  # noqa: E402,F401  (registration side effects)
 from insnet_fairseq.tasks import criterion, lm, translation  # noqa: E402,F401

@@ -258,12 +258,18 @@ class InsertionGenerator:
         history = {b: [] for b in todo}
         self._record(history, state, ids)
         while True:
-            stop = self.termination_logit(decoder, state) > self.stop_logit  # q(stop) > stop_threshold
-            stop = stop | (state.steps >= cap) | (state.lengths >= max_len)
+            done = self.termination_logit(decoder, state) > self.stop_logit  # q(stop) > stop_threshold
+            at_limit = ~done & (state.lengths >= decoder.max_target_positions)  # [B]
+            stop = done | (state.steps >= cap) | (state.lengths >= max_len)
             if bool(stop.any()):
                 for row in stop.nonzero().view(-1).tolist():
                     b = int(ids[row])
                     finalized[b] = self._finalize(state, row, history[b])
+                    if at_limit[row]:  # cut by the model's limit, not by the model: say so
+                        sid = int(sample["id"][b]) if sample.get("id") is not None else b
+                        logger.warning(f"sample id {sid}: output reached the model's limit of "
+                                       f"{decoder.max_target_positions - 2} words before the model stopped "
+                                       "(train with a larger --max-target-positions for longer outputs)")
                 keep = (~stop).nonzero().view(-1)
                 if len(keep) == 0:
                     break
