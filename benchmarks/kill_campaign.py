@@ -13,7 +13,8 @@ Kills alternate between two kinds:
 * ``random``: after a random delay (start-up, checkpoint loading and training all get hit);
 * ``write``: the moment a checkpoint file is being written (a ``*.tmp`` file appears in the save
   directory: fairseq writes ``NAME.tmp`` then renames it, and with ``insnet_fairseq`` every copy to
-  checkpoint_last.pt / checkpoint_best.pt is made the same way).
+  checkpoint_last.pt / checkpoint_best.pt is made the same way), at the run's second save, so that
+  every run gets somewhere.
 
 After every kill every ``*.pt`` of the save directory is loaded with ``torch.load``. The run is
 then resumed by the same command, until --kills kills have been made and it finishes. The loss of
@@ -88,7 +89,7 @@ def main():
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--updates", type=int, default=60)
     p.add_argument("--save-every", type=int, default=3)
-    p.add_argument("--max-delay", type=float, default=30.0, help="random kills: at most this many seconds after start")
+    p.add_argument("--max-delay", type=float, default=40.0, help="random kills: at most this many seconds after start")
     p.add_argument("--seed", type=int, default=0, help="seed of the kill moments")
     args = p.parse_args()
     if not os.path.isdir(args.data):
@@ -126,8 +127,11 @@ def main():
             if kills < args.kills:
                 kind = "write" if kills % 2 else "random"
                 deadline = time.time() + (rng.uniform(1.0, args.max_delay) if kind == "random" else 600)
+                last = os.path.join(save, "checkpoint_last.pt")
                 while proc.poll() is None and time.time() < deadline:
-                    if kind == "write" and writing():
+                    # a write kill waits for this run's second save: every run makes some progress
+                    saved = os.path.exists(last) and os.path.getmtime(last) >= started
+                    if kind == "write" and saved and writing():
                         break
                     time.sleep(0.002 if kind == "write" else 0.05)
                 hit_write = writing()

@@ -244,3 +244,30 @@ def test_two_workers_equal_one_worker_with_twice_the_batch(small_data, tmp_path)
             torch.testing.assert_close(model[k], ref_model[k], atol=1e-5, rtol=1e-4)
         assert torch.equal(store, ref_store)  # rank 0 saved the layerings of both workers' sentences
     assert int(ref_store[:, 0].eq(0).sum()) > 0
+
+
+def test_checkpoint_copies_are_atomic(tmp_path, monkeypatch):
+    """fairseq copies checkpoint_NN.pt to checkpoint_last.pt; a copy cut short (here: an exception
+    half way, as a SIGKILL would) leaves the previous checkpoint_last.pt whole."""
+    import shutil
+
+    import insnet_fairseq  # noqa: F401  (installs the fix)
+    from fairseq.file_io import PathManager
+
+    src, dst = tmp_path / "checkpoint_1_6.pt", tmp_path / "checkpoint_last.pt"
+    src.write_bytes(b"new" * 1000)
+    dst.write_bytes(b"old" * 500)
+    real_copy = shutil.copyfile
+
+    def cut_short(a, b, *args, **kwargs):
+        with open(b, "wb") as f:
+            f.write(b"new" * 10)  # part of the file, then the process "dies"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "copyfile", cut_short)
+    with pytest.raises(KeyboardInterrupt):
+        PathManager.copy(str(src), str(dst), overwrite=True)
+    assert dst.read_bytes() == b"old" * 500
+    monkeypatch.setattr(shutil, "copyfile", real_copy)
+    assert PathManager.copy(str(src), str(dst), overwrite=True)
+    assert dst.read_bytes() == b"new" * 1000 and not (tmp_path / "checkpoint_last.pt.tmp").exists()
