@@ -234,3 +234,16 @@ def test_stop_threshold_only_lengthens(model_and_batch, mode):
     assert sum(len(b["tokens"]) for b in longer) > sum(len(a["tokens"]) for a in default)
     with pytest.raises(ValueError, match=r"--stop-threshold must be in \(0, 1\), got 1.0"):
         InsertionGenerator(d, stop_threshold=1.0)
+
+
+def test_dedupe_removes_exactly_the_adjacent_repeats(model_and_batch):
+    model, d, src, src_lengths = model_and_batch
+    kw = dict(mode="parallel", slot_top_p=0.9, max_steps=25)
+    plain = decode(model, d, src, src_lengths, **kw)
+    assert sum(adjacent_repeats(h["tokens"].tolist()) for h in plain) > 0
+    deduped = decode(model, d, src, src_lengths, dedupe=True, **kw)
+    for a, b in zip(plain, deduped):
+        tokens = a["tokens"].tolist()
+        expected = [t for i, t in enumerate(tokens) if i == 0 or t != tokens[i - 1]]
+        assert b["tokens"].tolist() == expected and b["steps"] == a["steps"]
+        assert len(b["positional_scores"]) == len(expected)

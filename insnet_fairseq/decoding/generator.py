@@ -156,6 +156,7 @@ class InsertionGenerator:
         skip_repeats: bool = False,
         min_token_prob: float = 0.0,
         stop_threshold: float = 0.5,
+        dedupe: bool = False,
         conditional: bool = True,
         keywords_from_source: bool = False,
     ):
@@ -171,6 +172,7 @@ class InsertionGenerator:
         self.skip_repeats = skip_repeats
         self.min_token_prob = min_token_prob
         self.stop_logit = math.log(stop_threshold / (1 - stop_threshold))  # q(stop) > threshold
+        self.dedupe = dedupe
         self.conditional = conditional  # False: no source (insertion_lm), no empty-source rule
         self.keywords_from_source = keywords_from_source
         self.symbols_to_strip_from_output = {self.bos, self.eos}
@@ -575,4 +577,8 @@ class InsertionGenerator:
 
     def _finalize(self, state: DecoderState, row: int, history) -> dict:
         tokens, scores = self._sequence(state, row)
+        if self.dedupe:  # a token equal to its left neighbour is dropped (<s>, </s> never repeat)
+            keep = torch.ones_like(tokens, dtype=torch.bool)
+            keep[1:] = tokens[1:] != tokens[:-1]
+            tokens, scores = tokens[keep], scores[keep]
         return self._hypothesis(tokens[1:].cpu(), scores[1:].cpu(), int(state.steps[row]), history)

@@ -219,6 +219,7 @@ class InsertionLMTask(InsertionTranslationTask):
             skip_repeats=self.cfg.skip_repeats,
             min_token_prob=self.cfg.min_token_prob,
             stop_threshold=self.cfg.stop_threshold,
+            dedupe=self.cfg.dedupe,
             conditional=False,
             keywords_from_source=not self.cfg.no_keywords,
         )

@@ -66,6 +66,10 @@ class InsertionTranslationConfig(TranslationConfig):
         default=0.5,
         metadata={"help": "a sentence stops when the termination head's q(stop) exceeds this (higher: longer outputs)"},
     )
+    dedupe: bool = field(
+        default=False,
+        metadata={"help": "drop every output token equal to its left neighbour once a sentence is finished"},
+    )
     no_insertion_cache: bool = field(
         default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
     )
@@ -316,4 +320,5 @@ class InsertionTranslationTask(TranslationTask):
             skip_repeats=self.cfg.skip_repeats,
             min_token_prob=self.cfg.min_token_prob,
             stop_threshold=self.cfg.stop_threshold,
+            dedupe=self.cfg.dedupe,
         )
