@@ -563,10 +563,14 @@ class InsertionGenerator:
         return state.tokens[row, idx], state.scores[row, idx]
 
     def _record(self, history, state, ids):
+        """--retain-iter-history: every sentence's partial output after this step, with one device-to-host
+        copy for the batch (not one per sentence)."""
         if not self.retain_history:
             return
-        for row in range(len(ids)):
-            history[int(ids[row])].append({"tokens": self._sequence(state, row)[0][1:].cpu()})
+        seq = state.tokens.gather(1, state.sequence_order()).cpu()  # [B, S] left to right, holes last
+        lengths, rows = state.lengths.cpu().tolist(), ids.cpu().tolist()
+        for row, b in enumerate(rows):
+            history[b].append({"tokens": seq[row, 1 : lengths[row]]})
 
     def _hypothesis(self, tokens, scores, steps, history):
         inserted = scores[:-1]
