@@ -8,6 +8,7 @@
 #
 #   bash recipes/budget_table.sh train ROW     # train one row (resumes an interrupted run)
 #   bash recipes/budget_table.sh eval [ROW...] # score the rows that exist -> results/budget_table.{md,csv}
+#                                              # (the model at the end of its budget; CKPT=best: best valid loss)
 #                                              # (BATCH1=0: skip the batch-1 timing; OUT=name: results/name.*;
 #                                              #  MODES: InsNet decodings, "sequential parallel skip-repeats")
 #   bash recipes/budget_table.sh tune ROW      # InsNet parallel decoding on the valid set, --slot-top-p 0.5..0.95
@@ -96,8 +97,9 @@ train_row() {
   fi
 }
 
-checkpoint_of() {  # SAVE_DIR -> the checkpoint with the best valid loss, else the last one
-  if [ -f "$1/checkpoint_best.pt" ]; then echo "$1/checkpoint_best.pt"; else echo "$1/checkpoint_last.pt"; fi
+checkpoint_of() {  # SAVE_DIR -> CKPT=last (default): the model at the end of its budget; CKPT=best: best valid loss
+  if [ "${CKPT:-last}" = best ] && [ -f "$1/checkpoint_best.pt" ]; then echo "$1/checkpoint_best.pt"
+  else echo "$1/checkpoint_last.pt"; fi
 }
 
 eval_row() {  # ROW NAME CHECKPOINT fairseq-generate flags...
