@@ -6,13 +6,14 @@ The package, by role:
 
 * ``models``: the InsNet model (:mod:`.models.insnet`), its context encoder (:mod:`.models.decoder`),
   offset attention (:mod:`.models.attention`), offsets (:mod:`.models.offsets`) and slot heads
-  (:mod:`.models.slots`);
+  (:mod:`.models.slots`); InDIGO on the same machinery (:mod:`.models.indigo`);
 * ``data``: the fairseq dataset (:mod:`.data.dataset`), insertion orders (:mod:`.data.orders`) and
   InsNet-Dinic / uniform layerings (:mod:`.data.layerization`);
 * ``tasks``: ``insertion_translation`` (:mod:`.tasks.translation`), ``insertion_lm``
   (:mod:`.tasks.lm`), the criterion (:mod:`.tasks.criterion`) and the checks that refuse a
   checkpoint that does not fit its dictionaries, task or model (:mod:`.tasks.checkpoint_checks`);
-* ``decoding``: the iterative generator (:mod:`.decoding.generator`), raw-line screening
+* ``decoding``: the iterative generator (:mod:`.decoding.generator`; InDIGO's step:
+  :mod:`.decoding.indigo_generator`), raw-line screening
   (:mod:`.decoding.inputs`) and the hub interface (:mod:`.decoding.hub`);
 * ``fairseq_fixes``: patches to fairseq 0.12 installed on import: loading its checkpoints under
   torch >= 2.6 (:mod:`.fairseq_fixes.checkpoint_compat`), batching that drops the last sentences of
@@ -32,7 +33,7 @@ interactive.install()
 distributed_cpu.install()
 atomic_checkpoints.install()
 
-from insnet_fairseq.models import insnet  # noqa: E402,F401  (registration side effects)
+from insnet_fairseq.models import indigo, insnet  # noqa: E402,F401  (registration side effects)
 from insnet_fairseq.tasks import criterion, lm, translation  # noqa: E402,F401
 
 __version__ = "0.1.0"

@@ -176,3 +176,43 @@ def _naive_layered(model, src_tokens, src_lengths, target, layers: List[List[int
                     out["token"].append(float(torch.log_softmax(heads.token_logits(e[k], z), -1)[toks[step]]))
             results.append(out)
     return results
+
+
+@torch.no_grad()
+def naive_indigo_logprobs(model, src_tokens, src_lengths, target, order) -> List[Dict[str, List[float]]]:
+    """InDIGO by its definition (paper eqs. 8, 9, 11), re-encoding every prefix of every sentence.
+
+    Returns one dict per sentence: ``word`` (t = 1..len-1: log p of the next word, <eod> last) and
+    ``position`` (t = 1..len-2: log p of the next word's slot, the sum of the pointer probabilities
+    of the two keys that name it, softmax over the 2(t + 1) keys without left-of-<s> and right-of-</s>).
+    """
+    decoder, heads = model.decoder, model.decoder.heads
+    pad = decoder.padding_idx
+    out = []
+    for b in range(target.size(0)):
+        L = int(target[b].ne(pad).sum())
+        steps = order[b, :L].tolist()
+        tokens = target[b, :L][order[b, :L]]
+        enc = model.encoder(src_tokens[b : b + 1], src_lengths=src_lengths[b : b + 1])
+        source_kv, source_pad = decoder.encode_source(enc)
+        offsets = torch.tensor(naive_offsets(steps)).unsqueeze(0)
+        words, positions = [], []
+        for t in range(1, L):
+            h, _ = decoder.context(tokens[None, : t + 1], offsets[:, : t + 1, : t + 1],
+                                   causal_mask(t + 1, target.device), source_kv, source_pad)
+            word = heads.eod_index if t == L - 1 else int(tokens[t + 1])
+            words.append(float(torch.log_softmax(heads.word_logits(h[0, t]), -1)[word]))
+            if t == L - 1:
+                break
+            left_key, right_key = heads.pointer_logits(h[:, t : t + 1], tokens[None, t + 1 : t + 2], h)
+            keys = torch.cat([left_key[0, 0], right_key[0, 0]])  # [2(t + 1)]: left of j, then right of j
+            by_pos = sorted(range(t + 1), key=lambda j: steps[j])
+            keys[by_pos[0]] = float("-inf")  # left of <s>
+            keys[t + 1 + by_pos[-1]] = float("-inf")  # right of </s>
+            p = torch.softmax(keys, -1)
+            final = steps[t + 1]
+            left = max((j for j in range(t + 1) if steps[j] < final), key=lambda j: steps[j])
+            right = min((j for j in range(t + 1) if steps[j] > final), key=lambda j: steps[j])
+            positions.append(float(torch.log(p[t + 1 + left] + p[right])))
+        out.append({"word": words, "position": positions})
+    return out

@@ -20,7 +20,8 @@
 # (the same with --slot-query-stream), anchored-seq-kd then
 # dinic-kd (InsNet-Dinic: sequential anchored base, then Dinic fine-tuning, one budget), curriculum-kd
 # (a curriculum: CURRICULUM_MINUTES (30) of insnet-l2r-kd, then anchored InsNet-uniform, one budget),
-# curriculum-query-kd (the same, the second part with --slot-query-stream), levt-kd, inst-kd.
+# curriculum-query-kd (the same, the second part with --slot-query-stream), levt-kd, inst-kd, indigo-l2r and
+# indigo-random (InDIGO, --arch indigo_small, no KD as in the InsNet paper's Table 4).
 # Decoding: AR greedy and beam 5; InsNet sequential and parallel (--slot-top-p TOP_P, 0.9: chosen
 # on the valid set, see README), parallel also with --skip-repeats; LevT/InsT fairseq's iterative refinement (9 iterations).
 set -euo pipefail
@@ -60,12 +61,14 @@ spec() {
     curriculum-query-kd) echo "insnet $kd checkpoints/${t}_curriculum_query_kd --insertion-order anchored --layerization uniform" \
                           "--slot-query-stream --finetune-from-model checkpoints/${t}_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt" ;;
     levt-kd)            echo "levt $kd checkpoints/${t}_levt_kd" ;;
+    indigo-l2r)         echo "indigo $data checkpoints/${t}_indigo_l2r --insertion-order l2r" ;;
+    indigo-random)      echo "indigo $data checkpoints/${t}_indigo_random --insertion-order random" ;;
     inst-kd)            echo "inst $kd checkpoints/${t}_inst_kd --label-tau 1.0" ;;
     *) echo "budget_table.sh: unknown row '$1' (bash recipes/budget_table.sh rows)" >&2; exit 2 ;;
   esac
 }
 ROWS=(ar ar-kd insnet-l2r insnet-l2r-kd insnet-r2l insnet-binary insnet-random insnet-anchored insnet-anchored-kd anchored-kd-query
-      anchored-seq-kd dinic-kd curriculum-kd curriculum-query-kd levt-kd inst-kd)
+      anchored-seq-kd dinic-kd curriculum-kd curriculum-query-kd levt-kd inst-kd indigo-l2r indigo-random)
 
 train_row() {
   read -r kind d save flags <<<"$(spec "$1")"
@@ -130,6 +133,8 @@ eval_rows() {
                 eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats)" "$ckpt" --user-dir insnet_fairseq \
                   --task insertion_translation --insertion-mode parallel --slot-top-p "$top_p" --skip-repeats
               fi ;;
+      indigo) eval_row "$r" "$r" "$ckpt" --user-dir insnet_fairseq --task insertion_translation \
+                --insertion-mode sequential ;;
       levt|inst) eval_row "$r" "$r" "$ckpt" --user-dir insnet_fairseq --task translation_lev \
                    --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1 ;;
     esac

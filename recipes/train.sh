@@ -5,7 +5,7 @@
 #
 #   recipes/train.sh KIND DATA_BIN SAVE_DIR [extra fairseq-train flags...]
 #
-# KIND: insnet (task insertion_translation, insnet_small), insnet-lm (task insertion_lm, insnet_lm_small: the
+# KIND: insnet (task insertion_translation, insnet_small), indigo (the same task, indigo_small: InDIGO), insnet-lm (task insertion_lm, insnet_lm_small: the
 #       same decoder without source or cross-attention; DATA from recipes/prepare_lm.py), ar (fairseq `transformer`),
 #       levt (fairseq `levenshtein_transformer`, task translation_lev, criterion nat_loss),
 #       inst (fairseq `insertion_transformer`, task translation_lev, criterion nat_loss).
@@ -13,7 +13,7 @@
 # THREADS (torch threads; default: all cores), SCHEDULER (inverse_sqrt, or fixed: constant LR, for
 # fine-tuning). InsNet-only: ORDER (insertion order).
 set -euo pipefail
-kind=${1:?KIND: insnet|insnet-lm|ar|levt|inst}; data=${2:?DATA_BIN}; save=${3:?SAVE_DIR}; shift 3
+kind=${1:?KIND: insnet|indigo|insnet-lm|ar|levt|inst}; data=${2:?DATA_BIN}; save=${3:?SAVE_DIR}; shift 3
 [ -d "$data" ] || { echo "train.sh: data directory $data does not exist (run the data recipe first, e.g. make multi30k)" >&2; exit 2; }
 size=(--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256
       --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024
@@ -21,6 +21,9 @@ size=(--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-em
 case $kind in
   insnet)
     model=(--task insertion_translation --arch insnet_small --criterion insnet_loss)
+    [ -n "${ORDER:-}" ] && model+=(--insertion-order "$ORDER") ;;
+  indigo)
+    model=(--task insertion_translation --arch indigo_small --criterion insnet_loss)
     [ -n "${ORDER:-}" ] && model+=(--insertion-order "$ORDER") ;;
   insnet-lm)
     model=(--task insertion_lm --arch insnet_lm_small --criterion insnet_loss)
@@ -32,7 +35,7 @@ case $kind in
     arch=levenshtein_transformer; [ "$kind" = inst ] && arch=insertion_transformer
     model=(--task translation_lev --arch $arch --criterion nat_loss --noise random_delete
            --decoder-learned-pos --encoder-learned-pos --apply-bert-init --ddp-backend legacy_ddp) ;;
-  *) echo "train.sh: unknown KIND '$kind' (insnet|insnet-lm|ar|levt|inst)" >&2; exit 2 ;;
+  *) echo "train.sh: unknown KIND '$kind' (insnet|indigo|insnet-lm|ar|levt|inst)" >&2; exit 2 ;;
 esac
 sched=(--lr-scheduler inverse_sqrt --warmup-updates "${WARMUP:-400}" --warmup-init-lr 1e-7)
 [ "${SCHEDULER:-inverse_sqrt}" = fixed ] && sched=(--lr-scheduler fixed)

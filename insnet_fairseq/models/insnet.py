@@ -100,6 +100,22 @@ class InsNetDecoder(FairseqDecoder):
             return [(states, states)] * len(self.context.layers), padding
         return self.context.project_source(states), padding
 
+    def encode_trajectory(self, target: Tensor, order: Tensor, encoder_out: Dict):
+        """The single pass of the context encoder over whole trajectories (see :meth:`forward`).
+
+        target, order [B, n] -> (h [B, n, D] last-layer states in insertion order, per-layer (k, v),
+        rank [B, n, n] (:func:`~insnet_fairseq.models.offsets.rank_matrix`), tokens [B, n] in
+        insertion order, lengths [B], and :meth:`encode_source`'s (k/v, padding) of the source)."""
+        n = target.size(1)
+        lengths = target.ne(self.padding_idx).sum(1)  # [B]
+        steps = torch.arange(n, device=target.device)
+        step_pad = steps.unsqueeze(0) >= lengths.unsqueeze(1)  # [B, n] padding is inserted last
+        rank = rank_matrix(order, step_pad)  # [B, n, n]
+        tokens = target.gather(1, order)  # [B, n] tokens in insertion order
+        source_kv, source_pad = self.encode_source(encoder_out)
+        h, kv = self.context(tokens, offsets_from_rank(rank), causal_mask(n, target.device), source_kv, source_pad)
+        return h, kv, rank, tokens, lengths, source_kv, source_pad
+
     def forward(
         self, target: Tensor, order: Tensor, encoder_out: Dict, context: Optional[Tensor] = None
     ) -> Dict[str, Dict[str, Tensor]]:
@@ -124,13 +140,8 @@ class InsNetDecoder(FairseqDecoder):
         """
         B, n = target.shape
         device = target.device
-        lengths = target.ne(self.padding_idx).sum(1)  # [B]
         steps = torch.arange(n, device=device)
-        step_pad = steps.unsqueeze(0) >= lengths.unsqueeze(1)  # [B, n] padding is inserted last
-        rank = rank_matrix(order, step_pad)  # [B, n, n]
-        tokens = target.gather(1, order)  # [B, n] tokens in insertion order
-        source_kv, source_pad = self.encode_source(encoder_out)
-        h, kv = self.context(tokens, offsets_from_rank(rank), causal_mask(n, device), source_kv, source_pad)
+        h, kv, rank, tokens, lengths, source_kv, source_pad = self.encode_trajectory(target, order, encoder_out)
 
         T = n - 2
         pred = steps[1 : n - 1]  # [T] sequential contexts t = 1..n-2
@@ -186,6 +197,8 @@ class InsNetDecoder(FairseqDecoder):
 
 @register_model("insnet")
 class InsNetModel(FairseqEncoderDecoderModel):
+    decoder_class = InsNetDecoder  # IndigoModel: the same encoders with InDIGO's heads
+
     def __init__(self, args, encoder, decoder):
         super().__init__(encoder, decoder)
         self.args = args
@@ -252,7 +265,7 @@ class InsNetModel(FairseqEncoderDecoderModel):
             enc_emb = embedding(src_dict, args.encoder_embed_dim)
             dec_emb = embedding(tgt_dict, args.decoder_embed_dim)
         encoder = TransformerEncoder(args, src_dict, enc_emb)
-        decoder = InsNetDecoder(args, tgt_dict, dec_emb)
+        decoder = cls.decoder_class(args, tgt_dict, dec_emb)
         return cls(args, encoder, decoder)
 
     def forward(self, src_tokens, src_lengths, target, order, context=None, **kwargs):

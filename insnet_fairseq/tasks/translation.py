@@ -308,7 +308,12 @@ class InsertionTranslationTask(TranslationTask):
                     f"--task insertion_translation decodes InsNet models (--arch insnet_*), not {type(model).__name__}; "
                     "decode fairseq's baselines with their own task (translation, translation_lev)"
                 )
-        return InsertionGenerator(
+        from insnet_fairseq.models.indigo import IndigoModel
+
+        generator = InsertionGenerator
+        if any(isinstance(model, IndigoModel) for model in models):
+            from insnet_fairseq.decoding.indigo_generator import IndigoGenerator as generator
+        return generator(
             self.target_dictionary,
             mode=self.cfg.insertion_mode,
             slot_top_p=self.cfg.slot_top_p,

@@ -1,0 +1,58 @@
+"""InDIGO decoding (paper Algorithm 1, greedy): each step predicts the next word from the last
+inserted token's state, stops when it is ``<eod>``, else points at the slot (the more likely of
+each slot's two keys summed, eq. 11) and inserts the word there.
+
+Everything else is :class:`~insnet_fairseq.decoding.generator.InsertionGenerator`'s: the immutable
+per-step state, the cached context encoding of the new token, caps, constrained starts, batching
+and output. Only the step and the stop rule differ.
+"""
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from insnet_fairseq.decoding.generator import DecoderState, InsertionGenerator
+from insnet_fairseq.models.slots import gather_steps
+
+
+class IndigoGenerator(InsertionGenerator):
+    def __init__(self, tgt_dict, **kwargs):
+        if kwargs.get("mode", "sequential") != "sequential":
+            raise ValueError("InDIGO inserts one word per step: decode --arch indigo_* with --insertion-mode sequential")
+        if kwargs.get("sampling"):
+            raise ValueError("InDIGO decoding is greedy here: --sampling is not supported for --arch indigo_*")
+        for flag, name in (("skip_repeats", "--skip-repeats"), ("min_token_prob", "--min-token-prob"),
+                           ("stop_threshold", "--stop-threshold")):
+            if kwargs.get(flag) and (flag != "stop_threshold" or kwargs[flag] != 0.5):
+                raise ValueError(f"{name} applies to InsNet's parallel decoding, not to --arch indigo_*")
+        super().__init__(tgt_dict, **kwargs)
+
+    @staticmethod
+    def word_lprobs(decoder, state: DecoderState) -> Tensor:
+        """log p(next word | h_last) [B, V + 1] (index V: <eod>)."""
+        h_last = gather_steps(state.hidden, state.last.unsqueeze(1)).squeeze(1)  # [B, D]
+        return F.log_softmax(decoder.heads.word_logits(h_last).float(), -1)
+
+    def termination_logit(self, decoder, state: DecoderState) -> Tensor:
+        """Stop when <eod> is the most likely next word: [B] > 0 exactly then (greedy decoding)."""
+        lp = self.word_lprobs(decoder, state)
+        words = lp[:, :-1].clone()
+        words[:, self.banned.to(lp.device)] = float("-inf")
+        return lp[:, -1] - words.max(-1).values
+
+    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len) -> DecoderState:
+        """The most likely word (not <eod>: the sentence did not stop), then its most likely slot."""
+        heads = decoder.heads
+        lp = self.word_lprobs(decoder, state)  # [B, V + 1]
+        tokens, _ = self.choose_tokens(lp[:, :-1])  # [B] (special symbols banned)
+        tok_lprobs = lp.gather(1, tokens.unsqueeze(1)).squeeze(1)
+        h = state.hidden
+        B, S, _ = h.shape
+        h_last = gather_steps(h, state.last.unsqueeze(1))  # [B, 1, D]
+        left_key, right_key = heads.pointer_logits(h_last, tokens.unsqueeze(1), h)  # [B, 1, S]
+        by_pos = state.sequence_order()  # [B, S]
+        left, right = by_pos[:, :-1].unsqueeze(1), by_pos[:, 1:].unsqueeze(1)  # [B, 1, K]
+        slot_logits = heads.slot_logits(left_key, right_key, left, right).squeeze(1).float()  # [B, K]
+        slot_ok = torch.arange(S - 1, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
+        pos_lprobs = F.log_softmax(slot_logits.masked_fill(~slot_ok, float("-inf")), -1)
+        chosen = F.one_hot(pos_lprobs.argmax(-1), S - 1).bool()  # [B, K]
+        return self.insert(decoder, state, chosen, tokens, tok_lprobs + pos_lprobs[chosen], source_kv, source_pad)
