@@ -8,7 +8,8 @@
 #
 #   bash recipes/budget_table.sh train ROW     # train one row (resumes an interrupted run)
 #   bash recipes/budget_table.sh eval [ROW...] # score the rows that exist -> results/budget_table.{md,csv}
-#                                              # (the model at the end of its budget; CKPT=best: best valid loss)
+#                                              # (checkpoint_last or _best, whichever scores higher on the
+#                                              #  valid set; CKPT=last, CKPT=best: that one)
 #                                              # (BATCH1=0: skip the batch-1 timing; OUT=name: results/name.*;
 #                                              #  MODES: InsNet decodings, "sequential parallel skip-repeats")
 #   bash recipes/budget_table.sh tune ROW      # InsNet parallel decoding on the valid set, --slot-top-p 0.5..0.95
@@ -100,9 +101,36 @@ train_row() {
   fi
 }
 
-checkpoint_of() {  # SAVE_DIR -> CKPT=last (default): the model at the end of its budget; CKPT=best: best valid loss
-  if [ "${CKPT:-last}" = best ] && [ -f "$1/checkpoint_best.pt" ]; then echo "$1/checkpoint_best.pt"
-  else echo "$1/checkpoint_last.pt"; fi
+primary_flags() {  # ROW -> the decoding a row is known by (used to pick its checkpoint on the valid set)
+  read -r kind d save flags <<<"$(spec "$1")"
+  case $kind in
+    ar) echo "--user-dir insnet_fairseq --beam 1" ;;
+    levt|inst) echo "--user-dir insnet_fairseq --task translation_lev --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1" ;;
+    indigo) echo "--user-dir insnet_fairseq --task insertion_translation --insertion-mode sequential" ;;
+    insnet) if [[ " $flags " = *" --layerization "* || " $flags " = *" --dinic-tau"* ]]; then
+              echo "--user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel --slot-top-p $top_p --skip-repeats"
+            else echo "--user-dir insnet_fairseq --task insertion_translation --insertion-mode sequential"; fi ;;
+  esac
+}
+
+checkpoint_of() {  # ROW SAVE_DIR -> the checkpoint scored on the test set
+  # CKPT=valid (default): of the model at the end of its budget (checkpoint_last.pt) and the one with the best
+  # valid loss (checkpoint_best.pt), the one with the higher valid sacreBLEU under the row's primary decoding
+  # (valid loss picks early checkpoints of +KD rows: it is measured on the real references); CKPT=last, CKPT=best.
+  local last=$2/checkpoint_last.pt best=$2/checkpoint_best.pt
+  case ${CKPT:-valid} in
+    last) echo "$last"; return ;;
+    best) if [ -f "$best" ]; then echo "$best"; else echo "$last"; fi; return ;;
+  esac
+  if [ ! -f "$best" ] || cmp -s "$best" "$last"; then echo "$last"; return; fi
+  local flags; flags=$(primary_flags "$1")
+  score() {  # shellcheck disable=SC2086
+    python recipes/evaluate.py --data "$data" --path "$1" --src en --tgt de --name "$2" --gen-subset valid \
+      --raw-ref "$raw/valid.de" --csv results/checkpoint_choice.csv -- $flags | sed -n 's/.*: sacreBLEU \([0-9.]*\) .*/\1/p' | tail -1
+  }
+  local s_last s_best; s_last=$(score "$last" "$1 last (valid)"); s_best=$(score "$best" "$1 best-loss (valid)")
+  echo "checkpoint of $1: valid sacreBLEU $s_last (last) vs $s_best (best valid loss)" >&2
+  if python -c "import sys; sys.exit(0 if float('$s_last') >= float('$s_best') else 1)"; then echo "$last"; else echo "$best"; fi
 }
 
 eval_row() {  # ROW NAME CHECKPOINT fairseq-generate flags...
@@ -117,7 +145,7 @@ eval_rows() {
   local rows=("$@"); [ ${#rows[@]} -gt 0 ] || rows=("${ROWS[@]}")
   for r in "${rows[@]}"; do
     read -r kind d save flags <<<"$(spec "$r")"
-    ckpt=$(checkpoint_of "$save")
+    ckpt=$(checkpoint_of "$r" "$save")
     case $kind in
       ar) eval_row "$r" "$r greedy" "$ckpt" --user-dir insnet_fairseq --beam 1
           eval_row "$r" "$r beam 5" "$ckpt" --user-dir insnet_fairseq --beam 5 ;;
@@ -145,7 +173,7 @@ eval_rows() {
 tune_row() {  # the valid set, never the test set, picks the parallel decoding flags
   read -r kind d save flags <<<"$(spec "$1")"
   [ "$kind" = insnet ] || { echo "budget_table.sh: tune is for InsNet rows, not $1" >&2; exit 2; }
-  ckpt=$(checkpoint_of "$save")
+  ckpt=$(CKPT=${CKPT:-last} checkpoint_of "$1" "$save")
   # GRID: ';'-separated sets of decoding flags (default: --slot-top-p 0.5..0.95)
   local grid=${GRID:-"--slot-top-p 0.5;--slot-top-p 0.7;--slot-top-p 0.8;--slot-top-p 0.9;--slot-top-p 0.95"}
   IFS=';' read -r -a sets <<<"$grid"
