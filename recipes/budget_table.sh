@@ -22,7 +22,8 @@
 # dinic-kd (InsNet-Dinic: sequential anchored base, then Dinic fine-tuning, one budget), curriculum-kd
 # (a curriculum: CURRICULUM_MINUTES (30) of insnet-l2r-kd, then anchored InsNet-uniform, one budget),
 # curriculum-query-kd (the same, the second part with --slot-query-stream), levt-kd, inst-kd, indigo-l2r and
-# indigo-random (InDIGO, --arch indigo_small, no KD as in the InsNet paper's Table 4).
+# indigo-random (InDIGO, --arch indigo_small, no KD as in the InsNet paper's Table 4), indigo-sao (InDIGO's
+# searched adaptive order, beam SAO_BEAM (2), bootstrapped from CURRICULUM_MINUTES of indigo-l2r, one budget).
 # Decoding: AR greedy and beam 5; InsNet sequential and parallel (--slot-top-p TOP_P, 0.9: chosen
 # on the valid set, see README), parallel also with --skip-repeats; LevT/InsT fairseq's iterative refinement (9 iterations).
 set -euo pipefail
@@ -64,12 +65,14 @@ spec() {
     levt-kd)            echo "levt $kd checkpoints/${t}_levt_kd" ;;
     indigo-l2r)         echo "indigo $data checkpoints/${t}_indigo_l2r --insertion-order l2r" ;;
     indigo-random)      echo "indigo $data checkpoints/${t}_indigo_random --insertion-order random" ;;
+    indigo-sao)         echo "indigo $data checkpoints/${t}_indigo_sao --searched-order-beam ${SAO_BEAM:-2}" \
+                          "--finetune-from-model checkpoints/${t}_indigo_l2r/checkpoint_${base_minutes_l2r}min.pt" ;;
     inst-kd)            echo "inst $kd checkpoints/${t}_inst_kd --label-tau 1.0" ;;
     *) echo "budget_table.sh: unknown row '$1' (bash recipes/budget_table.sh rows)" >&2; exit 2 ;;
   esac
 }
 ROWS=(ar ar-kd insnet-l2r insnet-l2r-kd insnet-r2l insnet-binary insnet-random insnet-anchored insnet-anchored-kd anchored-kd-query
-      anchored-seq-kd dinic-kd curriculum-kd curriculum-query-kd levt-kd inst-kd indigo-l2r indigo-random)
+      anchored-seq-kd dinic-kd curriculum-kd curriculum-query-kd levt-kd inst-kd indigo-l2r indigo-random indigo-sao)
 
 train_row() {
   read -r kind d save flags <<<"$(spec "$1")"
@@ -89,12 +92,17 @@ train_row() {
     # a later `train insnet-l2r-kd` continues that run to MINUTES).
     case $1 in
       anchored-seq-kd) export MINUTES=$base_minutes ;;
-      dinic-kd|curriculum-kd|curriculum-query-kd) export SCHEDULER=fixed LR=5e-4 ;;
+      dinic-kd|curriculum-kd|curriculum-query-kd|indigo-sao) export SCHEDULER=fixed LR=5e-4 ;;
     esac
-    local snap=checkpoints/${t}_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt
-    if [[ $1 = curriculum* ]] && [ ! -f "$save/checkpoint_last.pt" ] && [ ! -f "$snap" ]; then
-      (export MINUTES=$base_minutes_l2r SCHEDULER=inverse_sqrt LR=1e-3; train_row insnet-l2r-kd)
-      cp checkpoints/${t}_insnet_l2r_kd/checkpoint_last.pt "$snap"
+    local base=""  # a two-stage row's first stage: that row's checkpoint at CURRICULUM_MINUTES
+    case $1 in curriculum*) base=insnet-l2r-kd ;; indigo-sao) base=indigo-l2r ;; esac
+    if [ -n "$base" ]; then
+      local base_dir; read -r _ _ base_dir _ <<<"$(spec "$base")"
+      local snap=$base_dir/checkpoint_${base_minutes_l2r}min.pt
+      if [ ! -f "$save/checkpoint_last.pt" ] && [ ! -f "$snap" ]; then
+        (export MINUTES=$base_minutes_l2r SCHEDULER=inverse_sqrt LR=1e-3; train_row "$base")
+        cp "$base_dir/checkpoint_last.pt" "$snap"
+      fi
     fi
     # shellcheck disable=SC2086
     bash recipes/train.sh "$kind" "$d" "$save" $flags

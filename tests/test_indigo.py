@@ -1,5 +1,7 @@
 """InDIGO (issue 12) on InsNet's machinery: the paper's worked example of relative positions, pointer
 targets, and the one-pass objective against the definition re-encoded prefix by prefix."""
+import json
+
 import torch
 
 from insnet_fairseq.data.orders import make_order
@@ -145,3 +147,43 @@ def test_fairseq_train_and_generate_indigo(small_data, tmp_path):
                                                                              "--max-update", "1", "--dinic-tau", "1")])
     assert bad.returncode != 0 and "InDIGO inserts one word per step" in bad.stderr
     assert "Traceback" not in bad.stderr  # one line (fairseq_fixes/clean_errors)
+    # searched adaptive orders (bootstrapped from the random-order model above), beam 2: twice the sentences
+    sao = run(cmd + ["--searched-order-beam", "2", "--max-update", "8", "--log-format", "json"])
+    assert sao.returncode == 0, sao.stderr[-3000:]
+    rows = [json.loads(line[line.index("{"):]) for line in (sao.stdout + sao.stderr).splitlines()
+            if "train_inner" in line and "{" in line]
+    assert rows and all(float(r["bsz"]) % 2 == 0 for r in rows)
+    insnet = run(train_cmd(small_data, str(tmp_path / "y"), "--max-update", "1", "--searched-order-beam", "2"))
+    assert insnet.returncode != 0 and "train it with --arch indigo_*" in insnet.stderr
+
+
+def order_logprob(model, src, src_lengths, target, order):
+    out = model(src, src_lengths, target, order)
+    tok = torch.log_softmax(out["token"]["logits"], -1).gather(1, out["token"]["target"][:, None]).sum()
+    pos = out["position"]
+    return float(tok + torch.log_softmax(pos["logits"], -1).gather(2, pos["target"].unsqueeze(2)).squeeze(2)[pos["mask"]].sum())
+
+
+def test_searched_orders_are_the_best_orders_when_the_beam_covers_them():
+    """SAO with a beam as wide as the number of orders (3 words: 6) is exhaustive: its first order is
+    the one of highest log p(y_pi | x) (words, slots and <eod>, scored by the one-pass model), and
+    each sentence's orders are distinct permutations with the padding last."""
+    import itertools
+
+    from insnet_fairseq.data.searched_order import search_orders
+
+    model, d = build_indigo(seed=5, vocab=20)
+    src, src_lengths, target = random_batch(d, [5, 4, 5], src_len=5, seed=6)  # 3, 2, 3 words
+    orders = search_orders(model, src, src_lengths, target, beam=6)
+    n = target.size(1)
+    for b in range(3):
+        L = int(target[b].ne(d.pad()).sum())
+        rows = orders[b * 6 : (b + 1) * 6]
+        assert all(r[:2].tolist() == [0, L - 1] and sorted(r.tolist()) == list(range(n)) for r in rows)
+        assert all(r[L:].tolist() == list(range(L, n)) for r in rows)
+        best = max(itertools.permutations(range(1, L - 1)),
+                   key=lambda p: order_logprob(model, src[b : b + 1], src_lengths[b : b + 1], target[b : b + 1, :L],
+                                               torch.tensor([[0, L - 1, *p]])))
+        assert rows[0, 2:L].tolist() == list(best)
+        distinct = {tuple(r[:L].tolist()) for r in rows}
+        assert len(distinct) == (6 if L == 5 else 2)

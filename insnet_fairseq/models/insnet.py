@@ -245,6 +245,8 @@ class InsNetModel(FairseqEncoderDecoderModel):
             )
         insnet_base_architecture(args)
         cls.check_ablation_flags(args)
+        if getattr(getattr(task, "cfg", None), "searched_order_beam", 0) and cls.decoder_class is InsNetDecoder:
+            raise ValueError("--searched-order-beam is InDIGO's searched adaptive order: train it with --arch indigo_*")
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
 
         def embedding(dictionary, dim):

@@ -18,6 +18,7 @@ from insnet_fairseq.decoding.generator import MODES, InsertionGenerator, check_d
 from insnet_fairseq.decoding.inputs import screen_lines
 from insnet_fairseq.data.layerization import LAYERIZATIONS, PAD_LAYER, layerize, num_layers, sequential_layers, trajectory, uniform_layers
 from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH, LEVEL_POLICIES, ORDER_POLICIES
+from insnet_fairseq.data.searched_order import search_orders
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,11 @@ class InsertionTranslationConfig(TranslationConfig):
                                  "0, 0.3, 1, 3, 10 (those below --dinic-tau) before --dinic-tau: the number of layers "
                                  "then never grows with tau, at about three times the promotion rounds"},
     )
+    searched_order_beam: int = field(
+        default=0, metadata={"help": "InDIGO's searched adaptive order (--arch indigo_*): each batch's orders are "
+                             "found by beam search under the current model, K per sentence, and the batch is trained on "
+                             "all K (0: the --insertion-order orders); bootstrap from a model trained with a fixed order"},
+    )
     seed: int = II("common.seed")
 
 
@@ -141,6 +147,8 @@ class InsertionTranslationTask(TranslationTask):
                              cfg.stop_threshold)
         if cfg.anchor_depth < 0:
             raise ValueError(f"--anchor-depth must be >= 0, got {cfg.anchor_depth}")
+        if cfg.searched_order_beam < 0:
+            raise ValueError(f"--searched-order-beam must be >= 0, got {cfg.searched_order_beam}")
         if cfg.dinic_interval < 1:
             raise ValueError(f"--dinic-interval must be >= 1, got {cfg.dinic_interval}")
         if mode == "dinic" and cfg.insertion_order in ("l2r", "r2l"):
@@ -249,11 +257,32 @@ class InsertionTranslationTask(TranslationTask):
                 name = "training" if split == "train" else "validation"
                 logger.info(f"restored the layerings of {int(store[:, 0].eq(0).sum())} {name} sentences")
 
+    def order_batch(self, sample, model):
+        """--searched-order-beam K: replace the batch's orders by the K best under the model (InDIGO's SAO,
+        :func:`insnet_fairseq.data.searched_order.search_orders`; dropout as the model is set, on in
+        training as in the paper), every sentence repeated K times."""
+        beam = self.cfg.searched_order_beam
+        if beam == 0 or sample is None or "target" not in sample.get("net_input", {}):
+            return
+        ni = sample["net_input"]
+        orders = search_orders(model, ni["src_tokens"], ni["src_lengths"], ni["target"], beam)
+        repeat = lambda x: x.repeat_interleave(beam, 0)  # noqa: E731
+        for key in ("src_tokens", "src_lengths", "target"):
+            ni[key] = repeat(ni[key])
+        ni["order"] = orders
+        for key in ("target", "id"):
+            if sample.get(key) is not None:
+                sample[key] = repeat(sample[key])
+        sample["ntokens"] = sample["ntokens"] * beam
+        sample["nsentences"] = sample["nsentences"] * beam
+
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        self.order_batch(sample, model)
         self.layer_batch(sample, model, update_num)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
 
     def valid_step(self, sample, model, criterion):
+        self.order_batch(sample, model)
         self.layer_batch(sample, model)
         return super().valid_step(sample, model, criterion)
 
