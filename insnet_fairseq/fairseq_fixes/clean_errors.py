@@ -3,9 +3,9 @@
 fairseq's command-line tools let every exception reach the interpreter, which prints the whole
 traceback: a user who passed a wrong flag combination or a mismatched data directory reads 30
 lines of fairseq internals before the message that names the flag or the file. Here an uncaught
-``ValueError`` (and its subclasses, e.g. the data and checkpoint errors) raised by
-``insnet_fairseq`` code is printed as ``insnet_fairseq: <message>`` on one line, and the process
-exits with status 1 as before. ``INSNET_TRACEBACK=1`` prints the full traceback again; any other
+``DataError`` or ``CheckpointError``, or a ``ValueError`` raised by ``insnet_fairseq`` code, is
+printed as ``<program>: error: <message>`` (argparse's form), and the process exits with status 1
+as before. ``INSNET_TRACEBACK=1`` prints the full traceback again; any other
 exception is left to Python.
 """
 import os
@@ -28,8 +28,13 @@ def install() -> None:
     previous = sys.excepthook
 
     def excepthook(exc_type, exc, tb):
-        if issubclass(exc_type, ValueError) and _raised_here(tb) and not os.environ.get("INSNET_TRACEBACK"):
-            sys.stderr.write(f"insnet_fairseq: {exc}\n(INSNET_TRACEBACK=1 shows the traceback)\n")
+        from insnet_fairseq.tasks.checkpoint_checks import CheckpointError
+        from insnet_fairseq.tasks.translation import DataError
+
+        ours = issubclass(exc_type, (CheckpointError, DataError)) or (issubclass(exc_type, ValueError) and _raised_here(tb))
+        if ours and not os.environ.get("INSNET_TRACEBACK"):
+            program = os.path.basename(sys.argv[0]) or "python"
+            sys.stderr.write(f"{program}: error: {exc}\n(INSNET_TRACEBACK=1 shows the traceback)\n")
             return
         previous(exc_type, exc, tb)
 

@@ -350,19 +350,6 @@ def _wrap_trainer_state_dict(original):
     return state_dict
 
 
-def _excepthook(previous):
-    def hook(kind, value, tb):
-        from insnet_fairseq.tasks.translation import DataError
-
-        if isinstance(value, (CheckpointError, DataError)):
-            print(f"{os.path.basename(sys.argv[0]) or 'python'}: error: {value}", file=sys.stderr)
-            return
-        previous(kind, value, tb)
-
-    hook.insnet_checkpoint_checks = True
-    return hook
-
-
 def install() -> None:
     """Idempotently wrap fairseq's checkpoint loading and saving (see the module docstring)."""
     from fairseq.trainer import Trainer
@@ -376,5 +363,4 @@ def install() -> None:
         Trainer.load_checkpoint = _wrap_trainer_load_checkpoint(Trainer.load_checkpoint)
     if not getattr(Trainer.state_dict, "insnet_checked", False):
         Trainer.state_dict = _wrap_trainer_state_dict(Trainer.state_dict)
-    if not getattr(sys.excepthook, "insnet_checkpoint_checks", False):
-        sys.excepthook = _excepthook(sys.excepthook)
+    # the errors reach the shell as one line: fairseq_fixes/clean_errors
