@@ -33,8 +33,10 @@ class IndigoGenerator(InsertionGenerator):
         return F.log_softmax(decoder.heads.word_logits(h_last).float(), -1)
 
     def termination_logit(self, decoder, state: DecoderState) -> Tensor:
-        """Stop when <eod> is the most likely next word: [B] > 0 exactly then (greedy decoding)."""
+        """Stop when <eod> is the most likely next word: [B] > 0 exactly then (greedy decoding). The
+        distribution is kept for :meth:`step`, which follows on the same state (rows that go on)."""
         lp = self.word_lprobs(decoder, state)
+        self._last_lprobs = (state, lp)
         words = lp[:, :-1].clone()
         words[:, self.banned.to(lp.device)] = float("-inf")
         return lp[:, -1] - words.max(-1).values
@@ -42,7 +44,11 @@ class IndigoGenerator(InsertionGenerator):
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len) -> DecoderState:
         """The most likely word (not <eod>: the sentence did not stop), then its most likely slot."""
         heads = decoder.heads
-        lp = self.word_lprobs(decoder, state)  # [B, V + 1]
+        seen, lp = getattr(self, "_last_lprobs", (None, None))
+        if seen is state:  # no row stopped: the stop test's distribution of this very state
+            self._last_lprobs = (None, None)
+        else:  # rows stopped (the state was re-selected) or called directly
+            lp = self.word_lprobs(decoder, state)  # [B, V + 1]
         tokens, _ = self.choose_tokens(lp[:, :-1])  # [B] (special symbols banned)
         tok_lprobs = lp.gather(1, tokens.unsqueeze(1)).squeeze(1)
         h = state.hidden

@@ -189,17 +189,21 @@ class InsertionTranslationTask(TranslationTask):
     # validation; a sentence seen again continues from it (a few promotion rounds instead of the
     # climb from the sequential layering). Both travel with the checkpoint (fairseq's extra_state),
     # so a resumed InsNet-Dinic run continues from its layerings instead of restarting from sequential.
+    def _store(self, split, ids, n):
+        """The store of ``split`` ([sentences, width], -1: none), grown to hold sentences ``ids`` and width ``n``."""
+        store = self.layer_stores.get(split, torch.full((0, 0), -1, dtype=torch.int32))
+        N, W = store.shape
+        if int(ids.max()) >= N or n > W:
+            grown = torch.full((max(N, int(ids.max()) + 1), max(W, n)), -1, dtype=torch.int32)
+            grown[:N, :W] = store
+            self.layer_stores[split] = store = grown
+        return store
+
     def _stored_layers(self, split, ids, lengths, n):
         """The stored layerings of sentences ``ids`` [B] of ``lengths`` [B], [B, n], or None where a
         sentence has none (never laid out, or stored with another length: a layering is valid
         for any sentence of its length, so a store shared by two subsets only costs rounds)."""
-        store = self.layer_stores.get(split, torch.full((0, 0), -1, dtype=torch.int32))
-        N, W = store.shape
-        if int(ids.max()) >= N or n > W:  # grow the store
-            grown = torch.full((max(N, int(ids.max()) + 1), max(W, n)), -1, dtype=torch.int32)
-            grown[:N, :W] = store
-            self.layer_stores[split] = store = grown
-        stored = store[ids.cpu()].long().to(lengths.device)  # [B, W]
+        stored = self._store(split, ids, n)[ids.cpu()].long().to(lengths.device)  # [B, W]
         known = stored[:, 0].eq(0) & stored.ge(0).logical_and(stored.lt(PAD_LAYER)).sum(1).eq(lengths)
         beyond = torch.arange(n, device=lengths.device).unsqueeze(0) >= lengths.unsqueeze(1)
         return stored[:, :n].masked_fill(beyond, PAD_LAYER), known  # this batch may be padded wider
@@ -228,8 +232,7 @@ class InsertionTranslationTask(TranslationTask):
             else:
                 layers = start if start is not None else sequential_layers(order, lengths)
             for ids, rows in self._gather_layers(sample["id"].cpu(), layers.int().cpu()):
-                self._stored_layers(split, ids, rows.ne(PAD_LAYER).sum(1), rows.size(1))  # grows the store
-                self.layer_stores[split][ids, : rows.size(1)] = rows
+                self._store(split, ids, rows.size(1))[ids, : rows.size(1)] = rows
         net_input["order"], net_input["context"] = trajectory(layers)
         sample["layers"] = num_layers(layers)
 
