@@ -8,7 +8,7 @@
 # the fine-tuning keeps (e.g. ORDER=anchored bash recipes/train.sh insnet ...); uniform layers are ORDER's levels.
 # DATA: the data-bin (e.g. data-bin/multi30k_en_de-distill for a +KD base); MODEL_FLAGS: the base's model flags
 # (e.g. "--slot-query-stream"). Checkpoints go to checkpoints/spectrum_TAG_SETTING (TAG: the base's
-# directory name); an interrupted setting resumes. STEP=train (fine-tune only), eval (score what exists) or
+# directory name); an interrupted setting resumes from its last 32-update checkpoint. STEP=train (fine-tune only), eval (score what exists) or
 # all (default); SETTINGS picks settings (e.g. SETTINGS="-inf 0.3" and SETTINGS="1 3" in two shells, THREADS=1 each).
 set -euo pipefail
 base=${1:?BASE_CHECKPOINT}; updates=${2:-30}
@@ -25,7 +25,7 @@ if [ "$step" != eval ]; then
     # resumes an interrupted setting (fairseq ignores --finetune-from-model once checkpoint_last.pt exists)
     UPDATES=$updates SCHEDULER=fixed LR=5e-4 bash recipes/train.sh insnet "$data" "$save" \
       --insertion-order "$order" "${flags[@]}" ${MODEL_FLAGS:-} --finetune-from-model "$base" \
-      --disable-validation --log-interval 10
+      --disable-validation --log-interval 10 --save-interval-updates 32 --keep-interval-updates 1
   done
 fi
 [ "$step" = train ] && exit 0

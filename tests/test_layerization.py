@@ -6,7 +6,7 @@ import torch
 
 from insnet_fairseq.tasks.criterion import term_losses
 from insnet_fairseq.data.layerization import (
-    LADDER, PAD_LAYER, compact, context_steps, encoding_order, layerize, num_layers, sequential_layers,
+    LADDER, PAD_LAYER, compact, context_steps, encoding_order, layerize, num_layers, promotions, sequential_layers,
     trajectory, uniform_layers,
 )
 from insnet_fairseq.data.orders import make_order
@@ -152,3 +152,66 @@ def test_layered_objective_equals_per_layer_reencoding(kind, slot_query):
         torch.testing.assert_close(tok_lp[b][pos_m[b]], torch.tensor(naive[b]["token"]), atol=ATOL, rtol=0)
         torch.testing.assert_close(pos_lp[b][pos_m[b]], torch.tensor(naive[b]["position"]), atol=ATOL, rtol=0)
         torch.testing.assert_close(term_lp[b][term_m[b]], torch.tensor(naive[b]["termination"]), atol=ATOL, rtol=0)
+
+
+def naive_promotion_gains(model, src, src_lengths, target, layers):
+    """By definition, with one forward pass per token: for every word of layer l >= 2 whose slot in
+    the context of layers < l - 1 holds no word of layer l - 1, log p(word where it is) - log p(word
+    when inserted one layer up), the latter read from the layered forward of the layering with that
+    word moved up. Returns {(b, position): gain}."""
+
+    def token_lp_by_position(lay):
+        order, context = trajectory(lay)
+        tok_lp = step_logprobs(model(src, src_lengths, target, order, context=context))[0]  # [B, n - 2]: steps 2..
+        return tok_lp.new_zeros(order.shape).scatter_(1, order[:, 2:], tok_lp)
+
+    def slot(lay, p, below):  # (left, right) neighbours of position p among the words of layers < below
+        ctx = [q for q, x in enumerate(lay) if x < below]
+        return max(q for q in ctx if q < p), min(q for q in ctx if q > p)
+
+    now = token_lp_by_position(layers)
+    gains = {}
+    for b in range(target.size(0)):
+        lay = [x for x in layers[b].tolist() if x < PAD_LAYER]
+        for p, l in enumerate(lay):
+            if l < 2:
+                continue
+            taken = {slot(lay, q, l - 1) for q, x in enumerate(lay) if x == l - 1}
+            if slot(lay, p, l - 1) in taken:
+                continue
+            moved = layers.clone()
+            moved[b, p] = l - 1
+            gains[b, p] = float(now[b, p] - token_lp_by_position(moved)[b, p])
+    return gains
+
+
+@pytest.mark.parametrize("slot_query", [False, True])
+def test_promotion_round_matches_its_definition(slot_query):
+    """One Dinic round (:func:`promotions`) against the definition: a word goes one layer up when its
+    slot there is free and its gain is <= tau, the left-most word winning a slot two words claim."""
+    model, d = build_tiny_model(seed=11, decoder_normalize_before=True, slot_query_stream=slot_query)
+    lengths = [10, 5, 13, 8]
+    src, src_lengths, target = random_batch(d, lengths, seed=12)
+    n_tok = target.ne(d.pad()).sum(1)
+    order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(3))
+    with torch.no_grad():  # a layering with several words per layer, then one round from it
+        layers, _ = layerize(model, src, src_lengths, target, order, math.inf, max_rounds=1)
+        gains = naive_promotion_gains(model, src, src_lengths, target, layers)
+        values = sorted(set(round(g, 4) for g in gains.values()))
+        tau = (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2  # about half pass, none at the border
+        source_kv, source_pad = model.decoder.encode_source(model.encoder(src, src_lengths=src_lengths))
+        up = promotions(model.decoder, target, layers, source_kv, source_pad, tau)
+    expected = torch.zeros_like(up)
+    for b in range(len(lengths)):
+        lay = layers[b].tolist()
+        claimed = set()
+        for p in range(lengths[b]):  # left to right: the left-most candidate takes a contested slot
+            if (b, p) not in gains or gains[b, p] > tau:
+                continue
+            ctx = [q for q, x in enumerate(lay) if x < lay[p] - 1]
+            key = (lay[p], max(q for q in ctx if q < p), min(q for q in ctx if q > p))
+            if key not in claimed:
+                claimed.add(key)
+                expected[b, p] = True
+    assert 0 < int(expected.sum()) < len(gains)
+    assert torch.equal(up, expected)

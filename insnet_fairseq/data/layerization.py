@@ -165,15 +165,21 @@ def promotions(decoder, target: Tensor, layers: Tensor, source_kv, source_pad, t
     if len(b) and tau < math.inf:
         left_all, right_all = slot_neighbours(rank)  # [B, n, n]
         heads = decoder.heads
+        if decoder.context.slot_query is not None:  # slot queries for the candidates only: Q per sentence
+            count = cand.sum(1)  # [B]
+            Q = int(count.max())
+            cols = (~cand).to(torch.uint8).sort(dim=1, stable=True).indices[:, :Q]  # [B, Q] candidate steps first, in order
+            real = torch.arange(Q, device=device).unsqueeze(0) < count.unsqueeze(1)  # [B, Q]; rows of (b, t)
 
         def slot_lp(c: Tensor, s: Tensor) -> Tensor:
             cc, ss = c[b, t], s[b, t]
             e = heads.slot_repr(h[b, left_all[b, cc, ss]], h[b, right_all[b, cc, ss]], h[b, cc])  # [N, D]
             z = None
-            if decoder.context.slot_query is not None:  # every step's query in context c, then the candidates'
-                context_rank = rank.gather(1, c.unsqueeze(2).expand(-1, -1, n))  # [B, n, n]
-                z = decoder.context.query_stream(*slot_query_geometry(context_rank, steps, c), kv, source_kv, source_pad)
-                z = z[b, t]  # [N, D]
+            if decoder.context.slot_query is not None:
+                cq = c.gather(1, cols)  # [B, Q] each candidate's context
+                context_rank = rank.gather(1, cq.unsqueeze(2).expand(-1, -1, n))  # [B, Q, n]
+                z = decoder.context.query_stream(*slot_query_geometry(context_rank, cols, cq), kv, source_kv, source_pad)
+                z = z[real]  # [N, D], in the order of (b, t)
             lp = F.log_softmax(heads.token_logits(e, z).float(), -1)  # [N, V]
             return lp.gather(1, tokens[b, t].unsqueeze(1)).squeeze(1)
 
