@@ -1,12 +1,16 @@
 #!/usr/bin/env python
 """BLEU against sequential ratio (decoding steps / output length), the paper's Figure 6.
 
-    python recipes/plot_spectrum.py results/tau_spectrum.csv results/tau_spectrum.png
+    python recipes/plot_spectrum.py results/tau_spectrum.csv results/tau_spectrum.png [--title TITLE]
 
-Reads the rows written by recipes/evaluate.py (columns model, sacrebleu, steps_per_token).
+Reads the rows written by recipes/evaluate.py (columns model, sacrebleu, steps_per_token). Labels sit
+in a column right of the axes, each joined to its point by a thin line, spread vertically by
+:func:`spread` so that no two overlap however close the points are.
 """
+import argparse
 import csv
 import sys
+from typing import List
 
 import matplotlib
 
@@ -14,26 +18,61 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def main(src, dst):
-    with open(src, encoding="utf-8") as f:
+def spread(ys: List[float], gap: float, low: float = 0.0, high: float = 1.0) -> List[float]:
+    """Label heights near ``ys`` (axes fractions), at least ``gap`` apart, inside [low, high].
+
+    Sorted by height, each label goes to max(its point, the label below + gap); labels pushed past
+    ``high`` are shifted down together (then no lower than ``low``, which needs len * gap <= high - low).
+    Returns the heights in the input's order.
+    Example: spread([0.5, 0.51, 0.9], 0.05) -> [0.5, 0.55, 0.9].
+    """
+    order = sorted(range(len(ys)), key=lambda i: ys[i])
+    out = [0.0] * len(ys)
+    last = low - gap
+    for i in order:
+        last = out[i] = max(ys[i], last + gap)
+    excess = max(0.0, last - high)
+    if excess:  # shift the top down; keep the gaps
+        top = high
+        for i in reversed(order):
+            out[i] = min(out[i], top)
+            top = out[i] - gap
+    return [max(y, low) for y in out]
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("csv")
+    p.add_argument("png")
+    p.add_argument("--title", default="InsNet-Dinic tau spectrum (Multi30k En-De)")
+    args = p.parse_args(argv)
+    with open(args.csv, encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     if not rows:
-        sys.exit(f"plot_spectrum: {src} has no rows")
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    for i, row in enumerate(rows):
-        x, y = float(row["steps_per_token"]), float(row["sacrebleu"])
-        dinic = row["model"].startswith("tau=")
-        ax.scatter([x], [y], marker="o" if dinic else "s", color="tab:blue" if dinic else "tab:orange")
-        # staggered labels: points of nearly equal ratio and BLEU stay readable
-        ax.annotate(row["model"], (x, y), textcoords="offset points", xytext=(6, -14 + 10 * (i % 4)), fontsize=7)
+        sys.exit(f"plot_spectrum: {args.csv} has no rows")
+    xs = [float(r["steps_per_token"]) for r in rows]
+    ys = [float(r["sacrebleu"]) for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 4.6))
+    fig.subplots_adjust(left=0.09, right=0.62, bottom=0.12, top=0.9)
+    for x, y, r in zip(xs, ys, rows):
+        dinic = r["model"].startswith("tau=")
+        ax.scatter([x], [y], marker="o" if dinic else "s", color="tab:blue" if dinic else "tab:orange", zorder=3)
+    pad_x, pad_y = 0.05 * (max(xs) - min(xs) or 1), 0.08 * (max(ys) - min(ys) or 1)
+    ax.set_xlim(min(xs) - pad_x, max(xs) + pad_x)
+    ax.set_ylim(min(ys) - pad_y, max(ys) + pad_y)
+    to_frac = ax.transLimits.transform  # data -> axes fraction
+    heights = spread([to_frac((x, y))[1] for x, y in zip(xs, ys)], gap=1.0 / max(len(rows), 14))
+    for x, y, h, r in zip(xs, ys, heights, rows):
+        label = f"{r['model']}: {float(r['sacrebleu']):.1f} @ {float(r['steps_per_token']):.2f}"
+        ax.annotate(label, xy=(x, y), xycoords="data", xytext=(1.03, h), textcoords="axes fraction",
+                    va="center", fontsize=7.5, arrowprops=dict(arrowstyle="-", lw=0.5, color="0.6"))
     ax.set_xlabel("sequential ratio (decoding steps / output length)")
     ax.set_ylabel("test sacreBLEU")
-    ax.set_title("InsNet-Dinic tau spectrum (Multi30k En-De)", fontsize=10)
+    ax.set_title(args.title, fontsize=10)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(dst, dpi=120)
-    print(f"wrote {dst}")
+    fig.savefig(args.png, dpi=120)
+    print(f"wrote {args.png}")
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main()
