@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 SHARED_MULTI30K := $(abspath ../shared/data/multi30k)
 MULTI30K_DIR ?= $(SHARED_MULTI30K)
 
-.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom bench-train bench-memory kill-campaign fuzz clean
+.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom infill-multi30k bench-train bench-memory kill-campaign fuzz clean
 
 install: $(INSTALLED)
 
@@ -72,6 +72,11 @@ lm-custom: install
 	  echo "usage: make lm-custom NAME=name RAW_DIR=folder-with-{train,valid,test}.txt [EXT=txt] [LM_LANG=en]" >&2; exit 2; fi
 	PATH=$(BIN):$$PATH $(BIN)/python recipes/prepare_lm.py --name '$(NAME)' --raw-dir '$(RAW_DIR)' \
 	  --ext '$(or $(EXT),txt)' --lang '$(or $(LM_LANG),en)' $(LM_FLAGS)
+
+# make infill-multi30k: text-infilling templates for data-bin/lm_multi30k (recipes/prepare_infill.py);
+# fill them with fairseq-generate --task insertion_lm --infill, score with recipes/evaluate_infill.py.
+infill-multi30k: lm-multi30k
+	$(BIN)/python recipes/prepare_infill.py --data data-bin/lm_multi30k
 
 # make distill-multi30k_en_de: AR teacher (recipes/train.sh ar), beam search over the training set,
 # data-bin/multi30k_en_de-distill (see recipes/distill.py for TEACHER_ARGS, BEAM, GEN_BATCH, ...)

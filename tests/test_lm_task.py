@@ -344,6 +344,40 @@ def test_interactive_lines_are_keywords(lm_data, lm_checkpoint):
     assert "Traceback" not in out.stderr
 
 
+def test_infilling_from_the_command_line(lm_data, lm_checkpoint, tmp_path):
+    """Text infilling (issue 12): prepare_infill.py's templates, fairseq-generate --infill, scored by
+    evaluate_infill.py (every output keeps its template), interactive templates, and a bad template word."""
+    made = run([sys.executable, "recipes/prepare_infill.py", "--data", lm_data, "--splits", "test"], timeout=600)
+    assert made.returncode == 0, made.stderr[-2000:]
+    assert "test.template.r30b2: 300 templates" in made.stdout
+    score = run([sys.executable, "recipes/evaluate_infill.py", "--data", lm_data, "--path", lm_checkpoint,
+                 "--settings", "r30b2", "anchors", "--csv", str(tmp_path / "infill.csv"), "--",
+                 "--max-insertion-steps", "4", "--insertion-mode", "parallel"], timeout=600)
+    assert score.returncode == 0, score.stderr[-3000:]
+    rows = [dict(kv.split("=", 1) for kv in line.split("  ")) for line in score.stdout.strip().splitlines()]
+    assert [r["setting"] for r in rows] == ["r30b2", "anchors"]
+    for r in rows:
+        assert r["kept"] == "100.0" and 0 < float(r["steps"]) <= 4 and float(r["filled"]) > 0
+    assert 25 < float(rows[0]["masked"]) < 35 and float(rows[1]["masked"]) > 50
+    out = run([os.path.join(BIN, "fairseq-interactive"), lm_data, *LM, "--path", lm_checkpoint, "--infill",
+               "--max-insertion-steps", "3"], input="a man __m__ hat .\na man .\n__m__ zzzqqq __m__\n",
+              timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    hyps = [l.split("\t") for l in out.stdout.splitlines() if l.startswith("H-")]
+    assert [h[0] for h in hyps] == ["H-0", "H-1", "H-2"]
+    words = hyps[0][2].split()
+    assert words[:2] == ["a", "man"] and words[-2:] == ["hat", "."]
+    assert hyps[1][2] == "a man ."  # no blank: the template itself
+    assert "<unk>" in hyps[2][2].split()  # an unknown template word is kept, as <unk>, with a warning
+    assert "its template has no blank" in out.stderr
+    assert "input line 3 (sample id 2): template word(s) not in the dictionary" in out.stderr
+    data = copy_data(lm_data, str(tmp_path / "bin"))
+    with open(os.path.join(data, "test.template"), "w") as f:
+        f.write("a __m__ dog\n" * 5 + "a </s> __m__\n" + "a __m__\n" * (N - 6))
+    with pytest.raises(DataError, match=r"test.template:6: template word '</s>' is not a word of the dictionary"):
+        lm_task(data, infill=True).load_dataset("test")
+
+
 def test_lm_budget_rows():
     out = subprocess.run(["bash", "recipes/lm_budget.sh", "rows"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.split() == [

@@ -28,6 +28,11 @@ Without a source (task ``insertion_lm``: ``conditional=False``) the caps are ``m
 words whatever the source holds, and with ``keywords_from_source`` each sentence's source tokens
 (its keywords, ``</s>`` and padding removed) are its constrained start.
 
+Infilling (``blanks``): a sentence's given tokens are a template, and words go only into its blanks: a
+slot is open when the token on its left has ``open_right`` set (a template token followed by a blank,
+and every inserted word, so a blank grows in place); the other slots get probability 0 and the template
+never changes. A blank may stay empty: the termination head decides when the sentence is done.
+
 Sentences whose output is known without decoding are answered at once, each with a warning
 naming its sample id (:meth:`InsertionGenerator.settled_rows`): an empty source outputs exactly
 its constraint tokens (none: an empty output), and so does a sentence whose constraints already
@@ -67,6 +72,7 @@ class DecoderState:
     last: Tensor  # [B] index of the most recently inserted token (the global vector)
     scores: Tensor  # [B, S] log-prob of each insertion (0 for initial tokens)
     steps: Tensor  # [B] insertion steps taken
+    open_right: Optional[Tensor] = None  # [B, S] bool: the slot right of the token takes words (None: all do)
 
     def select(self, keep: Tensor) -> "DecoderState":
         """Keep the sentences ``keep`` (LongTensor of batch rows)."""
@@ -74,6 +80,7 @@ class DecoderState:
             tokens=self.tokens[keep], positions=self.positions[keep], real=self.real[keep],
             hidden=self.hidden[keep], cache=[(k[keep], v[keep]) for k, v in self.cache],
             last=self.last[keep], scores=self.scores[keep], steps=self.steps[keep],
+            open_right=None if self.open_right is None else self.open_right[keep],
         )
 
     @property
@@ -140,6 +147,34 @@ def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int, min_token
         raise ValueError(f"--max-insertion-steps must be >= 0 (0: 2 x source length + 10), got {max_steps}")
 
 
+def split_template(ids: Sequence[int], blank_id: int) -> Tuple[List[int], List[int]]:
+    """A template's tokens and blanks: ids with ``blank_id`` at each blank -> (tokens, blanks), each
+    blank given as the number of tokens before it; adjacent blanks are one blank.
+    Example: [a, B, b, c, B] (B = blank_id) -> ([a, b, c], [1, 3])."""
+    tokens, blanks = [], []
+    for t in ids:
+        if t == blank_id:
+            if not blanks or blanks[-1] != len(tokens):
+                blanks.append(len(tokens))
+        else:
+            tokens.append(int(t))
+    return tokens, blanks
+
+
+def check_blanks(blanks, n_tokens: Sequence[int]) -> List[List[int]]:
+    """Blanks per sentence (see :meth:`InsertionGenerator.generate`), checked against the template lengths."""
+    if len(blanks) != len(n_tokens):
+        raise ValueError(f"blanks has {len(blanks)} rows for a batch of {len(n_tokens)} sentences")
+    rows = []
+    for b, (row, n) in enumerate(zip(blanks, n_tokens)):
+        row = [int(x) for x in row]
+        if row != sorted(set(row)) or any(not 0 <= x <= n for x in row):
+            raise ValueError(f"blanks[{b}] = {row}: blanks are distinct counts of template tokens before them, "
+                             f"ascending, each in 0..{n}")
+        rows.append(row)
+    return rows
+
+
 class InsertionGenerator:
     def __init__(
         self,
@@ -159,6 +194,7 @@ class InsertionGenerator:
         dedupe: bool = False,
         conditional: bool = True,
         keywords_from_source: bool = False,
+        blank_id: Optional[int] = None,
     ):
         check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold)
         self.tgt_dict = tgt_dict
@@ -175,6 +211,7 @@ class InsertionGenerator:
         self.dedupe = dedupe
         self.conditional = conditional  # False: no source (insertion_lm), no empty-source rule
         self.keywords_from_source = keywords_from_source
+        self.blank_id = blank_id  # with keywords_from_source: the source is a template, blank_id its blanks
         self.symbols_to_strip_from_output = {self.bos, self.eos}
         self.banned = torch.tensor(sorted({self.bos, self.eos, self.pad}))
 
@@ -182,7 +219,8 @@ class InsertionGenerator:
     @torch.no_grad()
     def generate(self, models, sample, prefix_tokens=None, constraints=None,
                  initial_tokens: Optional[Sequence[Sequence[int]]] = None,
-                 initial_order: Optional[Sequence[Sequence[int]]] = None):
+                 initial_order: Optional[Sequence[Sequence[int]]] = None,
+                 blanks: Optional[Sequence[Sequence[int]]] = None):
         """Decode a fairseq batch; returns, per sentence, a list with one hypothesis dict.
 
         Constrained start: ``initial_tokens[b]`` lists target token ids in left-to-right order
@@ -190,6 +228,11 @@ class InsertionGenerator:
         permutation of their indices, default left to right) is the order in which they are
         inserted after ``<s> </s>``. ``constraints`` (fairseq-interactive ``--constraints``)
         gives the same as packed phrases, in order.
+
+        Infilling: ``blanks[b]`` lists the blanks of sentence b's template ``initial_tokens[b]``, each
+        as the number of template tokens before it (0: before the first; sorted, no repeats); words
+        are inserted there only. With ``blank_id`` set (task ``insertion_lm --infill``), the source
+        holds the template, ``blank_id`` marking each blank.
         """
         if len(models) != 1:
             raise ValueError("InsNet decoding does not ensemble: pass one checkpoint to --path")
@@ -207,11 +250,15 @@ class InsertionGenerator:
         if self.keywords_from_source and initial_tokens is None:  # insertion_lm: the source holds the keywords
             words = (src_tokens != self.pad) & (src_tokens != self.eos)
             initial_tokens = [row[keep].tolist() for row, keep in zip(src_tokens.cpu(), words.cpu())]
+            if self.blank_id is not None:  # ... or a template: split off its blanks
+                initial_tokens, blanks = zip(*(split_template(row, self.blank_id) for row in initial_tokens))
         if initial_tokens is not None:
             initial_tokens = self.check_initial_tokens(initial_tokens, B)
             for b, row in enumerate(initial_tokens if initial_order is not None else []):
                 if row and sorted(initial_order[b]) != list(range(len(row))):
                     raise ValueError(f"initial_order[{b}] must be a permutation of 0..{len(row) - 1}")
+        if blanks is not None:
+            blanks = check_blanks(blanks, [len(r) for r in initial_tokens] if initial_tokens is not None else [0] * B)
         given = initial_tokens if initial_tokens is not None else [[] for _ in range(B)]
         decoder = model.decoder
         # caps: steps (--max-insertion-steps, default a * source length + b) and output length
@@ -223,10 +270,15 @@ class InsertionGenerator:
         for b in self.settled_rows(sample, src_lengths, given, max_len, decoder.max_target_positions,
                                    conditional=self.conditional):
             finalized[b] = self.fixed_hypothesis(given[b])
+        for b in range(B):  # a template without blanks is its own output
+            if blanks is not None and not blanks[b] and finalized[b] is None:
+                sid = int(sample["id"][b]) if sample.get("id") is not None else b
+                logger.warning(f"sample id {sid}: its template has no blank (__m__): output is the template")
+                finalized[b] = self.fixed_hypothesis(given[b])
         todo = [b for b in range(B) if finalized[b] is None]
         for rows in self.length_groups([len(given[b]) for b in todo]):
             self._decode_rows(model, sample, [todo[r] for r in rows], cap, max_len, initial_tokens, initial_order,
-                              finalized)
+                              finalized, blanks)
         return [[h] for h in finalized]
 
     @staticmethod
@@ -241,7 +293,7 @@ class InsertionGenerator:
         return [groups[k] for k in sorted(groups)]
 
     def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, initial_tokens, initial_order,
-                     finalized: List[Optional[dict]]) -> None:
+                     finalized: List[Optional[dict]], blanks=None) -> None:
         """Decode the batch rows ``todo`` together; fills ``finalized[b]`` for each."""
         decoder = model.decoder
         src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
@@ -252,10 +304,11 @@ class InsertionGenerator:
             if initial_tokens is not None:
                 initial_tokens = [initial_tokens[b] for b in todo]
                 initial_order = None if initial_order is None else [initial_order[b] for b in todo]
+            blanks = None if blanks is None else [blanks[b] for b in todo]
         encoder_out = model.forward_encoder(src_tokens, src_lengths)
         source_kv, source_pad = decoder.encode_source(encoder_out)
         state = self.initial_state(decoder, len(todo), src_tokens.device, source_kv, source_pad, initial_tokens,
-                                   initial_order)
+                                   initial_order, blanks)
         ids = torch.tensor(todo, device=src_tokens.device)  # batch row of each sentence left
         history = {b: [] for b in todo}
         self._record(history, state, ids)
@@ -337,9 +390,11 @@ class InsertionGenerator:
         return rows
 
     # -- initial state ----------------------------------------------------------------------------
-    def initial_state(self, decoder, B, device, source_kv, source_pad, initial_tokens=None, initial_order=None):
-        """Encode ``<s> </s>`` (+ given tokens, in their insertion order) as a trajectory."""
-        rows_tok, rows_pos = [], []
+    def initial_state(self, decoder, B, device, source_kv, source_pad, initial_tokens=None, initial_order=None,
+                      blanks=None):
+        """Encode ``<s> </s>`` (+ given tokens, in their insertion order) as a trajectory; with ``blanks``
+        (see :meth:`generate`) only the blanks' slots are open."""
+        rows_tok, rows_pos, rows_open = [], [], []
         for b in range(B):
             given = list(initial_tokens[b]) if initial_tokens is not None else []
             order = list(initial_order[b]) if initial_order is not None and given else list(range(len(given)))
@@ -347,6 +402,8 @@ class InsertionGenerator:
                 raise ValueError(f"initial_order[{b}] must be a permutation of 0..{len(given) - 1}")
             rows_tok.append([self.bos, self.eos] + [given[i] for i in order])
             rows_pos.append([0, len(given) + 1] + [i + 1 for i in order])
+            if blanks is not None:  # token at position p (p template tokens before its right slot) opens it
+                rows_open.append([p in set(blanks[b]) for p in rows_pos[-1]])
         S = max(len(r) for r in rows_tok)
         tokens = torch.full((B, S), self.pad, dtype=torch.long)
         positions = torch.full((B, S), HOLE, dtype=torch.long)
@@ -355,11 +412,17 @@ class InsertionGenerator:
             positions[b, : len(rows_pos[b])] = torch.tensor(rows_pos[b])
         tokens, positions = tokens.to(device), positions.to(device)
         real = tokens.ne(self.pad)
+        open_right = None
+        if blanks is not None:
+            open_right = torch.zeros(B, S, dtype=torch.bool)
+            for b, row in enumerate(rows_open):
+                open_right[b, : len(row)] = torch.tensor(row, dtype=torch.bool)
+            open_right = open_right.to(device)
         hidden, cache = self._encode_all(decoder, tokens, positions, real, source_kv, source_pad)
         return DecoderState(
             tokens=tokens, positions=positions, real=real, hidden=hidden, cache=cache,
             last=real.sum(1) - 1, scores=torch.zeros(B, S, device=device),
-            steps=torch.zeros(B, dtype=torch.long, device=device),
+            steps=torch.zeros(B, dtype=torch.long, device=device), open_right=open_right,
         )
 
     def _encode_all(self, decoder, tokens, positions, real, source_kv, source_pad):
@@ -419,7 +482,8 @@ class InsertionGenerator:
         """Slot representations and position log-probs of every slot of the partial sequences.
 
         Returns (e [B, K, D], pos_lprobs [B, K]), K = S - 1 slots; slot k lies between the tokens
-        of ranks k and k + 1 (left to right); slots beyond a sentence's length get -inf.
+        of ranks k and k + 1 (left to right); slots beyond a sentence's length, and closed slots
+        (infilling: outside the blanks), get -inf.
         """
         heads = decoder.heads
         h = state.hidden
@@ -428,6 +492,8 @@ class InsertionGenerator:
         by_pos = state.sequence_order()  # [B, S]
         left, right = by_pos[:, :-1], by_pos[:, 1:]  # [B, K] slot k between ranks k and k + 1
         slot_ok = torch.arange(K, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
+        if state.open_right is not None:
+            slot_ok = slot_ok & state.open_right.gather(1, left)  # [B, K] the left token's slot is open
         g = gather_steps(h, state.last.unsqueeze(1)).expand(B, K, D)  # [B, K, D]
         e = heads.slot_repr(gather_steps(h, left), gather_steps(h, right), g)  # [B, K, D]
         pos_lprobs = torch.log_softmax(heads.position_logit(e).float().masked_fill(~slot_ok, float("-inf")), -1)
@@ -554,6 +620,7 @@ class InsertionGenerator:
         return DecoderState(
             tokens=tokens_all, positions=pos_all, real=real_all, hidden=hidden, cache=cache,
             last=S + n_new - 1, scores=torch.cat([state.scores, g_score], 1), steps=state.steps + 1,
+            open_right=None if state.open_right is None else torch.cat([state.open_right, g_real], 1),
         )
 
     # -- output ---------------------------------------------------------------------------------

@@ -17,6 +17,15 @@ reorders; ``--no-keywords`` decodes from ``<s> </s>`` instead. Sequential, Dinic
 training, the decoding modes and fairseq's ``--sampling --sampling-topk K`` are those of
 ``insertion_translation``.
 
+Text infilling (``--infill``): the source side is a *template* instead, read from
+``{split}.{--template-suffix}`` (default ``template``): the sentence with each missing portion replaced by
+``__m__`` (``recipes/prepare_infill.py`` writes them). Decoding starts from the template's words and inserts
+only into its blanks (the generator's ``blanks``); a blank may take any number of words, none included.
+fairseq-interactive lines are templates too. The source dictionary (:class:`TemplateDictionary`) reads
+``__m__`` as ``<s>``, which never occurs inside a sentence, and prints it back as ``__m__``; a template word
+outside the dictionary is kept as ``<unk>`` (the output shows ``<unk>`` there), with a warning naming the
+line.
+
 Bad data stops with one line naming the file (and line): a missing directory, dictionary or split,
 an empty sentence, a keyword file whose line count differs from the split's, a keyword missing from
 the dictionary, and (when generating) a missing keyword file.
@@ -39,6 +48,7 @@ from insnet_fairseq.tasks.translation import DataError, InsertionTranslationConf
 logger = logging.getLogger(__name__)
 
 KEYWORD_SUFFIX = "keywords"
+BLANK = "__m__"  # a blank of an infilling template (the text-infilling paper's placeholder)
 
 
 @dataclass
@@ -50,11 +60,40 @@ class InsertionLMConfig(InsertionTranslationConfig):
         default=False,
         metadata={"help": "generate without keywords (from <s> </s>; fairseq-interactive: lines are ignored)"},
     )
+    infill: bool = field(
+        default=False,
+        metadata={"help": f"text infilling: generate from {{split}}.{{--template-suffix}} templates (fairseq-interactive: "
+                  f"input lines are templates), inserting words only where {BLANK} marks a blank"},
+    )
+    template_suffix: str = field(
+        default="template", metadata={"help": "with --infill: the templates of split S are read from S.SUFFIX"}
+    )
     max_output_words: int = field(
         default=200,
         metadata={"help": "decoding caps: at most this many words per output, keywords included, and as many "
                   "insertion steps (--max-insertion-steps > 0 sets the step cap apart)"},
     )
+
+
+class TemplateDictionary(Dictionary):
+    """The LM dictionary as infilling templates read it: :data:`BLANK` is ``<s>`` (a blank), printed back as
+    :data:`BLANK`; every other symbol as in the dictionary it copies (:meth:`of`)."""
+
+    @classmethod
+    def of(cls, dictionary: Dictionary) -> "TemplateDictionary":
+        t = cls.__new__(cls)
+        t.__dict__.update(dictionary.__dict__)
+        t.indices = {**dictionary.indices, BLANK: dictionary.bos()}
+        return t
+
+    def string(self, tensor, *args, **kwargs):
+        if not (torch.is_tensor(tensor) and tensor.dim() == 1):
+            return super().string(tensor, *args, **kwargs)
+        ids = tensor.tolist()
+        cuts = [i for i, t in enumerate(ids) if t == self.bos()]
+        pieces = [super(TemplateDictionary, self).string(torch.tensor(ids[a + 1 : b], dtype=torch.long), *args, **kwargs)
+                  for a, b in zip([-1] + cuts, cuts + [len(ids)])]
+        return f" {BLANK} ".join(pieces).strip()
 
 
 class LMDataset(InsertionPairDataset):
@@ -67,11 +106,12 @@ class LMDataset(InsertionPairDataset):
         self.keyword_file, self.missing_keywords = keyword_file, missing_keywords
 
 
-def read_keywords(path: str, dictionary: Dictionary, n_sentences: int, data_file: str):
+def read_keywords(path: str, dictionary: Dictionary, n_sentences: int, data_file: str, template: bool = False):
     """The keyword file ``path`` -> one LongTensor of word ids per sentence.
 
     One line per sentence of ``data_file`` (``n_sentences``); words separated by whitespace, each a
     word of ``dictionary`` (not a special symbol). An empty line is a sentence without keywords.
+    With ``template``, the file holds infilling templates: :data:`BLANK` is a blank, read as ``<unk>``.
     Raises :class:`insnet_fairseq.tasks.translation.DataError` naming the file and line."""
     with open(path, encoding="utf-8", newline="\n") as f:
         text = f.read()
@@ -81,20 +121,26 @@ def read_keywords(path: str, dictionary: Dictionary, n_sentences: int, data_file
     if len(lines) != n_sentences:
         raise DataError(f"{path}: {len(lines):,} lines of keywords, but {data_file} holds {n_sentences:,} sentences: "
                         "the keyword file needs one line per sentence, in the same order")
-    specials = {dictionary.bos(), dictionary.eos(), dictionary.pad(), dictionary.unk()}
-    rows, empty = [], 0
+    specials = {dictionary.bos(), dictionary.eos(), dictionary.pad()} | (set() if template else {dictionary.unk()})
+    rows, empty, unknown = [], 0, []
+    what = "template word" if template else "keyword"
     for i, line in enumerate(lines, 1):
         words = line.split()
-        ids = [dictionary.index(w) for w in words]
-        bad = [w for w, t in zip(words, ids) if t in specials]
+        ids = [dictionary.index(w) for w in words]  # a template's dictionary reads BLANK as <s>
+        bad = [w for w, t in zip(words, ids) if t in specials and not (template and w == BLANK)]
+        unknown += [(i, w) for w, t in zip(words, ids) if template and t == dictionary.unk()]
         if bad:
-            raise DataError(f"{path}:{i}: keyword {_short(bad, 1)} is not a word of the dictionary "
-                            f"{getattr(dictionary, 'path', 'dict.txt')} ({len(dictionary):,} symbols): keywords must be "
-                            "words of the training vocabulary (prepare_lm.py picks them so)")
+            raise DataError(f"{path}:{i}: {what} {_short(bad, 1)} is not a word of the dictionary "
+                            f"{getattr(dictionary, 'path', 'dict.txt')} ({len(dictionary):,} symbols): {what}s must be "
+                            "words of the training vocabulary (prepare_lm.py / prepare_infill.py pick them so)")
         empty += not ids
         rows.append(torch.tensor(ids, dtype=torch.long))
+    if unknown:
+        logger.warning(f"{path}: {len(unknown)} template word(s) not in the dictionary, kept as <unk> (first: line "
+                       f"{unknown[0][0]}, {unknown[0][1]!r})")
     if empty:
-        logger.warning(f"{path}: {empty} sentence(s) without keywords: generated from <s> </s>")
+        logger.warning(f"{path}: {empty} sentence(s) without {what}s: generated from <s> </s>"
+                       + (" (an empty template line is not a blank: write __m__)" if template else ""))
     return rows
 
 
@@ -113,12 +159,14 @@ class InsertionLMTask(InsertionTranslationTask):
         dictionary = cls.load_dictionary(dict_path)
         dictionary.path = dict_path
         logger.info(f"dictionary {dict_path}: {len(dictionary)} types")
-        return cls(cfg, dictionary, dictionary)
+        return cls(cfg, TemplateDictionary.of(dictionary) if cfg.infill else dictionary, dictionary)
 
     def __init__(self, cfg: InsertionLMConfig, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         if cfg.max_output_words < 1:
             raise ValueError(f"--max-output-words must be >= 1, got {cfg.max_output_words}")
+        if cfg.infill and cfg.no_keywords:
+            raise ValueError("--infill fills templates; --no-keywords generates from nothing: pass one of them")
 
     @property
     def dictionary(self):
@@ -140,21 +188,23 @@ class InsertionLMTask(InsertionTranslationTask):
             raise DataError(f"{data_file}: {len(empty)} empty sentence(s), line(s) {lines}{' ...' if len(empty) > 10 else ''}; "
                             "an insertion model needs at least one word per sentence: remove empty lines before "
                             "fairseq-preprocess (prepare_lm.py does)")
-        keyword_path = f"{prefix}.{KEYWORD_SUFFIX}"
+        keyword_path = f"{prefix}.{self.cfg.template_suffix if self.cfg.infill else KEYWORD_SUFFIX}"
         eos = torch.tensor([self.dictionary.eos()])
         if os.path.isfile(keyword_path):
-            keywords = [torch.cat([k, eos]) for k in read_keywords(keyword_path, self.dictionary, len(tokens), data_file)]
+            keywords = [torch.cat([k, eos]) for k in read_keywords(keyword_path, self.source_dictionary, len(tokens),
+                                                                   data_file, template=self.cfg.infill)]
             source = ListDataset(keywords, np.array([len(k) for k in keywords]))
             found, missing = keyword_path, None
         else:  # no keywords (training): the source is </s> alone
             source = ListDataset([eos] * len(tokens), np.ones(len(tokens), dtype=np.int64))
             found, missing = None, keyword_path
-        pairs = LanguagePairDataset(source, source.sizes, self.dictionary, tokens, sizes, self.dictionary,
+        pairs = LanguagePairDataset(source, source.sizes, self.source_dictionary, tokens, sizes, self.dictionary,
                                     left_pad_source=self.cfg.left_pad_source, left_pad_target=False)
         self.datasets[split] = LMDataset(pairs, self.cfg.insertion_order, self.dictionary.bos(), self.cfg.seed,
                                          self.cfg.anchor_depth, keyword_file=found, missing_keywords=missing)
         logger.info(f"{split}: {len(tokens):,} sentences from {data_file}"
-                    + (f", keywords from {found}" if found else " (no keyword file)"))
+                    + (f", {'templates' if self.cfg.infill else 'keywords'} from {found}" if found else
+                       " (no keyword file)"))
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         """fairseq-interactive: every input line is a sentence's keywords (its source side)."""
@@ -177,8 +227,11 @@ class InsertionLMTask(InsertionTranslationTask):
                 words = encode_fn(source).split()
             except Exception:  # noqa: BLE001 - the translation screening has reported tokeniser failures
                 continue
-            unknown = [w for w in words if self.dictionary.index(w) == unk]
-            if unknown:
+            unknown = [w for w in words if self.dictionary.index(w) == unk and not (self.cfg.infill and w == BLANK)]
+            if unknown and self.cfg.infill:  # a template keeps its words: unknown ones as <unk>
+                logger.warning(f"{line_label(sid)}: template word(s) not in the dictionary "
+                               f"{getattr(self.dictionary, 'path', 'dict.txt')}, kept as <unk>: {_short(unknown)}")
+            elif unknown:
                 reason = (f"keyword(s) not in the dictionary {getattr(self.dictionary, 'path', 'dict.txt')}: "
                           f"{_short(unknown)}")
                 logger.warning(f"{line_label(sid)}: {reason}; not generated, output is empty")
@@ -192,6 +245,9 @@ class InsertionLMTask(InsertionTranslationTask):
             return
         for split, dataset in self.datasets.items():
             missing = getattr(dataset, "missing_keywords", None)
+            if missing and self.cfg.infill:
+                raise DataError(f"{missing} not found: insertion_lm --infill fills split {split!r}'s templates, one "
+                                f"line per sentence with {BLANK} at each blank (recipes/prepare_infill.py writes them)")
             if missing:
                 raise DataError(f"{missing} not found: insertion_lm generates split {split!r} from each sentence's "
                                 "keywords, one line per sentence (make lm-multi30k / lm-custom write them, "
@@ -222,4 +278,5 @@ class InsertionLMTask(InsertionTranslationTask):
             dedupe=self.cfg.dedupe,
             conditional=False,
             keywords_from_source=not self.cfg.no_keywords,
+            blank_id=self.dictionary.bos() if self.cfg.infill else None,
         )
