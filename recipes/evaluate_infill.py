@@ -23,11 +23,10 @@ import argparse
 import os
 import re
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from evaluate import append_row, parse_generate, split_extra  # noqa: E402
-from evaluate_lm import bleu, read_lines  # noqa: E402
+from evaluate_lm import bleu, generate, read_lines  # noqa: E402
 
 BLANK = "__m__"
 
@@ -87,8 +86,6 @@ ROUND = {"bleu4": 2, "bleu2": 2, "template_bleu4": 2, "kept": 1, "masked": 1, "f
 
 
 def main(argv=None):
-    import subprocess
-
     argv, extra = split_extra(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True)
@@ -108,15 +105,8 @@ def main(argv=None):
         tpath = os.path.join(args.data, f"{args.gen_subset}.template.{setting}")
         if not os.path.isfile(tpath):
             sys.exit(f"evaluate_infill.py: {tpath} not found (python recipes/prepare_infill.py --data {args.data})")
-        cmd = ["fairseq-generate", args.data, "--path", args.path, "--gen-subset", args.gen_subset,
-               "--user-dir", "insnet_fairseq", "--task", "insertion_lm", "--infill", "--template-suffix",
-               f"template.{setting}", "--batch-size", str(args.batch_size), "--seed", str(args.seed),
-               "--print-step", *extra]
-        start = time.perf_counter()
-        out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode != 0:
-            sys.exit(f"fairseq-generate failed:\n{out.stderr[-1500:]}")
-        wall = time.perf_counter() - start
+        out, wall = generate(args, ["--user-dir", "insnet_fairseq", "--task", "insertion_lm", "--infill",
+                                    "--template-suffix", f"template.{setting}", *extra], args.seed)
         _, tok, steps, _ = parse_generate(out.stdout)
         row = {"system": f"{args.name or args.path}", "setting": setting,
                **score(tok, steps, refs, read_lines(tpath), tpath, vocab),
