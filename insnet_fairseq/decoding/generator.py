@@ -18,7 +18,10 @@ words wait for more context, at the cost of more steps. A sentence stops when th
 
 Cached context: a token's states never change once inserted, so every layer's keys/values
 are kept and a step encodes only the new tokens; their offset rows are computed directly from
-the current positions (O(new x all) per step). ``use_cache=False`` re-encodes the whole
+the current positions (O(new x all) per step). So are the token's halves of the slot
+representation, f_l(h) and f_r(h): a step scores its slots with the training's fused position head
+(:meth:`insnet_fairseq.models.slots.SlotHeads.position_logits_from_parts`), O(B S D), and builds slot
+representations only for the slots it inserts into. ``use_cache=False`` re-encodes the whole
 partial sequence every step with the full offset matrix (for checking and timing).
 
 Batches are rectangular: in parallel mode a sentence that inserts fewer tokens than the
@@ -73,6 +76,7 @@ class DecoderState:
     scores: Tensor  # [B, S] log-prob of each insertion (0 for initial tokens)
     steps: Tensor  # [B] insertion steps taken
     open_right: Optional[Tensor] = None  # [B, S] bool: the slot right of the token takes words (None: all do)
+    parts: Optional[Tuple[Tensor, Tensor]] = None  # (f_l(h) [B, S, Dl], f_r(h) [B, S, Dr]); None: heads without them
 
     def select(self, keep: Tensor) -> "DecoderState":
         """Keep the sentences ``keep`` (LongTensor of batch rows)."""
@@ -81,6 +85,7 @@ class DecoderState:
             hidden=self.hidden[keep], cache=[(k[keep], v[keep]) for k, v in self.cache],
             last=self.last[keep], scores=self.scores[keep], steps=self.steps[keep],
             open_right=None if self.open_right is None else self.open_right[keep],
+            parts=None if self.parts is None else (self.parts[0][keep], self.parts[1][keep]),
         )
 
     @property
@@ -423,7 +428,14 @@ class InsertionGenerator:
             tokens=tokens, positions=positions, real=real, hidden=hidden, cache=cache,
             last=real.sum(1) - 1, scores=torch.zeros(B, S, device=device),
             steps=torch.zeros(B, dtype=torch.long, device=device), open_right=open_right,
+            parts=self.slot_parts(decoder, hidden),
         )
+
+    @staticmethod
+    def slot_parts(decoder, h: Tensor):
+        """The tokens' halves of the slot representation (f_l(h), f_r(h)), or None for heads without them."""
+        parts = getattr(decoder.heads, "parts", None)
+        return None if parts is None else parts(h)
 
     def _encode_all(self, decoder, tokens, positions, real, source_kv, source_pad):
         """Full pass over a partial sequence in insertion order: [B, S] -> states, cache.
@@ -478,26 +490,36 @@ class InsertionGenerator:
         return tokens, lprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
     @staticmethod
-    def slot_distribution(decoder, state: DecoderState) -> Tuple[Tensor, Tensor]:
-        """Slot representations and position log-probs of every slot of the partial sequences.
+    def slot_distribution(decoder, state: DecoderState) -> Tuple[Tuple[Tensor, Tensor], Tensor]:
+        """Position log-probs of every slot of the partial sequences, and the slots' neighbours.
 
-        Returns (e [B, K, D], pos_lprobs [B, K]), K = S - 1 slots; slot k lies between the tokens
-        of ranks k and k + 1 (left to right); slots beyond a sentence's length, and closed slots
-        (infilling: outside the blanks), get -inf.
+        Returns ((left, right) [B, K] steps of each slot's neighbours, pos_lprobs [B, K]), K = S - 1
+        slots; slot k lies between the tokens of ranks k and k + 1 (left to right); slots beyond a
+        sentence's length, and closed slots (infilling: outside the blanks), get -inf. The slots are
+        scored from the tokens' cached parts with the fused position head: no [B, K, D] tensor.
         """
         heads = decoder.heads
         h = state.hidden
-        B, S, D = h.shape
-        K = S - 1
+        K = h.size(1) - 1
         by_pos = state.sequence_order()  # [B, S]
         left, right = by_pos[:, :-1], by_pos[:, 1:]  # [B, K] slot k between ranks k and k + 1
         slot_ok = torch.arange(K, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
         if state.open_right is not None:
             slot_ok = slot_ok & state.open_right.gather(1, left)  # [B, K] the left token's slot is open
-        g = gather_steps(h, state.last.unsqueeze(1)).expand(B, K, D)  # [B, K, D]
-        e = heads.slot_repr(gather_steps(h, left), gather_steps(h, right), g)  # [B, K, D]
-        pos_lprobs = torch.log_softmax(heads.position_logit(e).float().masked_fill(~slot_ok, float("-inf")), -1)
-        return e, pos_lprobs
+        g = gather_steps(h, state.last.unsqueeze(1))  # [B, 1, D]
+        a, b = state.parts
+        logits = heads.position_logits_from_parts(a, b, g, left.unsqueeze(1), right.unsqueeze(1)).squeeze(1)  # [B, K]
+        pos_lprobs = torch.log_softmax(logits.masked_fill(~slot_ok, float("-inf")), -1)
+        return (left, right), pos_lprobs
+
+    @staticmethod
+    def chosen_slot_repr(decoder, state: DecoderState, slots: Tuple[Tensor, Tensor], chosen: Tensor) -> Tensor:
+        """Slot representations [N, D] of the ``chosen`` slots (bool [B, K], N True, row-major)."""
+        left, right = slots
+        rows = chosen.nonzero()[:, 0]  # [N]
+        a, b = state.parts
+        return decoder.heads.slot_repr_from_parts(a[rows, left[chosen]], b[rows, right[chosen]],
+                                                  state.hidden[rows, state.last[rows]])
 
     @staticmethod
     def termination_logit(decoder, state: DecoderState) -> Tensor:
@@ -506,10 +528,10 @@ class InsertionGenerator:
 
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len) -> DecoderState:
         """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>."""
-        e, pos_lprobs = self.slot_distribution(decoder, state)
-        room = (torch.as_tensor(max_len, device=e.device) - state.lengths).clamp_min(1)
+        slots, pos_lprobs = self.slot_distribution(decoder, state)
+        room = (torch.as_tensor(max_len, device=pos_lprobs.device) - state.lengths).clamp_min(1)
         chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
-        logits = self.token_logits(decoder, state, e, chosen, source_kv, source_pad)  # [N, V]
+        logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad)  # [N, V]
         tokens, tok_lprobs = self.choose_tokens(logits)  # [N]
         if self.skip_repeats:
             chosen, tokens, tok_lprobs = self.drop_repeats(state, chosen, logits, tokens, tok_lprobs)
@@ -517,15 +539,17 @@ class InsertionGenerator:
             chosen, tokens, tok_lprobs = self.drop_unsure(chosen, tokens, tok_lprobs, pos_lprobs)
         return self.insert(decoder, state, chosen, tokens, tok_lprobs + pos_lprobs[chosen], source_kv, source_pad)
 
-    @staticmethod
-    def token_logits(decoder, state: DecoderState, e: Tensor, chosen: Tensor, source_kv, source_pad) -> Tensor:
-        """Token logits [N, V] at the ``chosen`` slots (bool [B, K], N True, row-major); e [B, K, D].
+    @classmethod
+    def token_logits(cls, decoder, state: DecoderState, slots, chosen: Tensor, source_kv, source_pad) -> Tensor:
+        """Token logits [N, V] at the ``chosen`` slots (bool [B, K], N True, row-major); ``slots``: the
+        neighbours from :meth:`slot_distribution`.
 
         With ``--slot-query-stream`` each chosen slot's query reads the whole partial sequence
         from the cache, at the offsets its word will have once inserted there.
         """
+        e = cls.chosen_slot_repr(decoder, state, slots, chosen)  # [N, D]
         if decoder.context.slot_query is None:
-            return decoder.heads.token_logits(e[chosen])
+            return decoder.heads.token_logits(e)
         slot_of, g_real, _ = compact(chosen)  # [B, G]
         S = state.positions.size(1)
         p = (slot_of + 1).unsqueeze(2)  # [B, G, 1] the word's position once inserted
@@ -533,7 +557,7 @@ class InsertionGenerator:
         offsets = (pos - p + (pos >= p).long()).clamp(-(S - 1), S - 1)  # [B, G, S], holes bounded
         blocked = ~state.real.unsqueeze(1).expand(-1, slot_of.size(1), -1)  # [B, G, S]
         z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, G, D]
-        return decoder.heads.token_logits(e[chosen], z[g_real])
+        return decoder.heads.token_logits(e, z[g_real])
 
     def drop_repeats(self, state: DecoderState, chosen: Tensor, logits: Tensor, tokens: Tensor, tok_lprobs: Tensor):
         """Leave out the insertions that repeat a neighbour of their slot.
@@ -615,12 +639,16 @@ class InsertionGenerator:
             ).unsqueeze(0)  # [B, G, S + G]
             h_new, cache = decoder.context(g_tok, offsets, mask, source_kv, source_pad, past=state.cache)
             hidden = torch.cat([h, h_new], 1)
+            new_parts = self.slot_parts(decoder, h_new)
+            parts = None if new_parts is None else tuple(torch.cat([p, q], 1) for p, q in zip(state.parts, new_parts))
         else:
             hidden, cache = self._encode_all(decoder, tokens_all, pos_all, real_all, source_kv, source_pad)
+            parts = self.slot_parts(decoder, hidden)
         return DecoderState(
             tokens=tokens_all, positions=pos_all, real=real_all, hidden=hidden, cache=cache,
             last=S + n_new - 1, scores=torch.cat([state.scores, g_score], 1), steps=state.steps + 1,
             open_right=None if state.open_right is None else torch.cat([state.open_right, g_real], 1),
+            parts=parts,
         )
 
     # -- output ---------------------------------------------------------------------------------

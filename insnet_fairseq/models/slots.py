@@ -15,7 +15,10 @@ log-softmax over the ``t`` slots of a step; termination ``q(stop | h_t)`` (which
 Training needs the position logit of every slot of every step: B x n x n x D if built naively.
 :meth:`SlotHeads.position_logits` never builds it: LayerNorm's mean and variance and the final
 dot product with ``w_o`` decompose into per-token sums and two [B, T, n] matrix products, so
-memory is O(B n^2) (like an attention score matrix) and compute O(B n^2 D).
+memory is O(B n^2) (like an attention score matrix) and compute O(B n^2 D). Decoding scores the
+slots of a step with the same decomposition (:meth:`SlotHeads.position_logits_from_parts`, T = 1),
+from the per-token parts ``f_l(h)``, ``f_r(h)`` it computes once per token (:meth:`SlotHeads.parts`):
+O(B n D) per step instead of the O(B n D^2) of projecting every slot's neighbours again.
 """
 import torch
 from torch import Tensor, nn
@@ -75,6 +78,15 @@ class SlotHeads(nn.Module):
         """Logit of q(stop | h_t): [..., D] -> [...]."""
         return self.termination_proj(h_global).squeeze(-1)
 
+    def parts(self, h: Tensor):
+        """The per-token halves of the slot representation: h [..., D] -> (f_l(h) [..., Dl], f_r(h) [..., Dr])."""
+        return self.f_left(h), self.f_right(h)
+
+    def slot_repr_from_parts(self, a_left: Tensor, b_right: Tensor, h_global: Tensor) -> Tensor:
+        """:meth:`slot_repr` from the neighbours' :meth:`parts`: f_l(h_left) [..., Dl], f_r(h_right) [..., Dr]."""
+        c = torch.cat([a_left, b_right], dim=-1)
+        return self.norm(c + h_global if self.global_vector else c)
+
     # -- fused position head over all slots of all steps (training) ------------------------------
     def position_logits(self, h: Tensor, steps: Tensor, left: Tensor, right: Tensor) -> Tensor:
         """Position logits of every slot of the given steps, without materialising the slots.
@@ -90,10 +102,18 @@ class SlotHeads(nn.Module):
         """
         dtype = h.dtype
         h = h.float()
-        D = h.size(-1)
-        a = self.f_left(h)  # [B, n, Dl]
-        b = self.f_right(h)  # [B, n, Dr]
-        g = h[:, steps]  # [B, T, D]
+        a, b = self.parts(h)  # [B, n, Dl], [B, n, Dr]
+        return self.position_logits_from_parts(a, b, h[:, steps], left, right).to(dtype)
+
+    def position_logits_from_parts(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor) -> Tensor:
+        """:meth:`position_logits` from the tokens' :meth:`parts` ``a`` [B, n, Dl], ``b`` [B, n, Dr] and the
+        global vectors ``g`` [B, T, D]; left, right [B, T, K] -> float logits [B, T, K].
+
+        Example: decoding step of B sentences with S tokens: g = h_last [B, 1, D], left/right [B, 1, S - 1]
+        (the neighbours of every slot) -> [B, 1, S - 1], without any [B, S - 1, D] tensor.
+        """
+        a, b, g = a.float(), b.float(), g.float()
+        D = self.left_dim + self.right_dim
         if not self.global_vector:  # --no-global-slot: the same sums with a zero global vector
             g = torch.zeros_like(g)
         g_l, g_r = g.split([self.left_dim, self.right_dim], dim=-1)
@@ -120,8 +140,7 @@ class SlotHeads(nn.Module):
         mean = total / D
         var = (squares / D - mean.pow(2)).clamp_min(0.0)
         rstd = torch.rsqrt(var + self.norm.eps)
-        logits = rstd * (weighted - mean * wg.sum()) + (w @ beta) + self.position_proj.bias.float()
-        return logits.to(dtype)
+        return rstd * (weighted - mean * wg.sum()) + (w @ beta) + self.position_proj.bias.float()
 
     def target_slot_repr(self, h: Tensor, steps: Tensor, left: Tensor, right: Tensor) -> Tensor:
         """Materialised e at one slot per prediction.

@@ -1,0 +1,99 @@
+#!/usr/bin/env python
+"""Where a decoding step's time goes: torch profiler over InsNet and AR greedy decoding, batch 1 and 64.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/profile_decoding.py \
+        --insnet checkpoints/t60_insnet_l2r/checkpoint_best.pt \
+        --ar checkpoints/multi30k_en_de-teacher/checkpoint_best.pt [--mode sequential] [--sentences 64]
+
+Decodes the same Multi30k test sentences (``benchmarks/decode_latency.py``'s batching) once to
+warm up, then once under ``torch.profiler``, and prints per system and batch size: wall ms per
+decoding step, and the share of the time in model arithmetic (matrix products, attention, softmax,
+layer norm, activations: the ops a step cannot do without) against the rest (indexing, copies,
+concatenation, sorting, masks: bookkeeping), with the top ops by self CPU time. An InsNet step
+should cost about an AR step (issue 13): the table shows which part does not.
+"""
+import argparse
+import os
+import sys
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+from decode_latency import batches, load  # noqa: E402
+from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
+
+from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
+
+ARITHMETIC = ("addmm", "mm", "bmm", "matmul", "linear", "scaled_dot_product", "softmax", "log_softmax",
+              "layer_norm", "native_layer_norm", "relu", "gelu", "baddbmm", "_efficient_attention",
+              "_flash_attention")
+
+
+def is_arithmetic(name: str) -> bool:
+    return any(k in name for k in ARITHMETIC)
+
+
+def profile_system(name, model, generator, samples, top):
+    with torch.no_grad():
+        for s in samples:  # warm-up
+            generator.generate([model], s)
+        n_steps = 0  # batched steps: the longest decoding of each batch (AR: its longest output, </s> included)
+        start = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for s in samples:
+                hyps = generator.generate([model], s)
+                n_steps += max(h[0].get("steps", int(h[0]["tokens"].numel())) for h in hyps)
+        wall = time.perf_counter() - start
+    events = [e for e in prof.key_averages() if not e.key.startswith("ProfilerStep")]
+    leaf = [e for e in events if e.key.startswith("aten::")]
+    total = sum(e.self_cpu_time_total for e in leaf)
+    arith = sum(e.self_cpu_time_total for e in leaf if is_arithmetic(e.key))
+    print(f"\n{name}: {1000 * wall / max(1, n_steps):.2f} ms per batched step ({n_steps} steps, profiler on); "
+          f"aten time {total / 1000:.0f} ms: arithmetic {100 * arith / max(1, total):.0f}%, "
+          f"bookkeeping {100 * (total - arith) / max(1, total):.0f}%; Python outside aten "
+          f"{100 * max(0.0, 1 - total / 1e6 / wall):.0f}% of the wall time")
+    print("| op | self ms | calls | kind |")
+    print("|---|---|---|---|")
+    for e in sorted(leaf, key=lambda e: -e.self_cpu_time_total)[:top]:
+        kind = "arithmetic" if is_arithmetic(e.key) else "bookkeeping"
+        print(f"| {e.key} | {e.self_cpu_time_total / 1000:.1f} | {e.count} | {kind} |")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default="data-bin/multi30k_en_de")
+    p.add_argument("--insnet", required=True)
+    p.add_argument("--ar", required=True)
+    p.add_argument("--mode", default="sequential", choices=["sequential", "parallel"])
+    p.add_argument("--slot-top-p", type=float, default=0.9)
+    p.add_argument("--sentences", type=int, default=64)
+    p.add_argument("--top", type=int, default=12)
+    args = p.parse_args(argv)
+    insnet, itask = load(args.insnet, args.data)
+    ar, atask = load(args.ar, args.data)
+    ids = list(range(args.sentences))
+    gen = InsertionGenerator(itask.target_dictionary, mode=args.mode, slot_top_p=args.slot_top_p)
+    ar_gen = SequenceGenerator([ar], atask.target_dictionary, beam_size=1)
+    print(f"{torch.get_num_threads()} thread(s), {args.sentences} Multi30k test sentences, InsNet {args.mode}")
+    for bsz in (1, 64):
+        profile_system(f"InsNet {args.mode}, batch {bsz}", insnet, gen, batches(itask, ids, bsz), args.top)
+        profile_system(f"AR greedy, batch {bsz}", ar, _ARGenerator(ar_gen), batches(atask, ids, bsz), args.top)
+
+
+class _ARGenerator:
+    """fairseq's SequenceGenerator behind InsertionGenerator's ``generate(models, sample)``."""
+
+    def __init__(self, gen):
+        self.gen = gen
+
+    def generate(self, models, sample):
+        return self.gen.generate(models, sample)
+
+
+if __name__ == "__main__":
+    main()
