@@ -9,14 +9,14 @@
 # DATA: the data-bin (e.g. data-bin/multi30k_en_de-distill for a +KD base); MODEL_FLAGS: the base's model flags
 # (e.g. "--slot-query-stream"). Checkpoints go to checkpoints/spectrum_TAG_SETTING (TAG: the base's
 # directory name); an interrupted setting resumes from its last 32-update checkpoint. STEP=train (fine-tune only), eval (score what exists) or
-# all (default); SETTINGS picks settings (e.g. SETTINGS="-inf 0.3" and SETTINGS="1 3" in two shells, THREADS=1 each).
+# all (default); CSV (results/tau_spectrum.csv) and PNG (the CSV's name, .png) are where eval writes; SETTINGS picks settings (e.g. SETTINGS="-inf 0.3" and SETTINGS="1 3" in two shells, THREADS=1 each).
 set -euo pipefail
 base=${1:?BASE_CHECKPOINT}; updates=${2:-30}
 order=${ORDER:-anchored}; step=${STEP:-all}; top_p=${TOP_P:-0.9}
 data=${DATA:-data-bin/multi30k_en_de}; raw=${MULTI30K_DIR:-../shared/data/multi30k}
 tag=${TAG:-$(basename "$(dirname "$base")")}
 settings=(${SETTINGS:--inf 0.3 1 3 10 uniform})
-csv=results/tau_spectrum.csv
+csv=${CSV:-results/tau_spectrum.csv}; png=${PNG:-${csv%.csv}.png}
 mkdir -p results
 if [ "$step" != eval ]; then
   for setting in "${settings[@]}"; do
@@ -43,4 +43,4 @@ for setting in -inf 0.3 1 3 10 uniform; do
       -- --user-dir insnet_fairseq --task insertion_translation --insertion-mode "$mode" --slot-top-p "$top_p" $extra
   done
 done
-python recipes/plot_spectrum.py "$csv" results/tau_spectrum.png
+python recipes/plot_spectrum.py "$csv" "$png"

@@ -408,7 +408,8 @@ class InsertionGenerator:
             rows_tok.append([self.bos, self.eos] + [given[i] for i in order])
             rows_pos.append([0, len(given) + 1] + [i + 1 for i in order])
             if blanks is not None:  # token at position p (p template tokens before its right slot) opens it
-                rows_open.append([p in set(blanks[b]) for p in rows_pos[-1]])
+                blank_at = set(blanks[b])
+                rows_open.append([p in blank_at for p in rows_pos[-1]])
         S = max(len(r) for r in rows_tok)
         tokens = torch.full((B, S), self.pad, dtype=torch.long)
         positions = torch.full((B, S), HOLE, dtype=torch.long)

@@ -58,8 +58,7 @@ class SlotHeads(nn.Module):
     def slot_repr(self, h_left: Tensor, h_right: Tensor, h_global: Tensor) -> Tensor:
         """e = LayerNorm(concat(f_l(h_left), f_r(h_right)) + h_global); all [..., D] -> [..., D].
         ``--no-global-slot``: e = LayerNorm(concat(f_l(h_left), f_r(h_right))), ``h_global`` unused."""
-        c = torch.cat([self.f_left(h_left), self.f_right(h_right)], dim=-1)
-        return self.norm(c + h_global if self.global_vector else c)
+        return self.slot_repr_from_parts(self.f_left(h_left), self.f_right(h_right), h_global)
 
     def token_logits(self, e: Tensor, z: Tensor = None) -> Tensor:
         """e [..., D] (and the slot queries z [..., D] with --slot-query-stream) -> [..., V]

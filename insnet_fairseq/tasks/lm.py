@@ -111,7 +111,8 @@ def read_keywords(path: str, dictionary: Dictionary, n_sentences: int, data_file
 
     One line per sentence of ``data_file`` (``n_sentences``); words separated by whitespace, each a
     word of ``dictionary`` (not a special symbol). An empty line is a sentence without keywords.
-    With ``template``, the file holds infilling templates: :data:`BLANK` is a blank, read as ``<unk>``.
+    With ``template``, the file holds infilling templates and ``dictionary`` is a :class:`TemplateDictionary`:
+    :data:`BLANK` is a blank (``<s>``), and a word outside the dictionary is kept as ``<unk>`` with a warning.
     Raises :class:`insnet_fairseq.tasks.translation.DataError` naming the file and line."""
     with open(path, encoding="utf-8", newline="\n") as f:
         text = f.read()
