@@ -28,17 +28,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import insnet_fairseq  # noqa: E402,F401  (registers the task/model and the fairseq fixes)
-from fairseq import checkpoint_utils  # noqa: E402
+from fairseq import checkpoint_utils, utils  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
 from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
 
 
-def load(path, data):
+def load(path, data, device="cpu"):
     if not os.path.isfile(path):
         sys.exit(f"decode_latency: checkpoint {path} not found (train it first: see README, Benchmarks)")
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
-    model = models[0].eval()
+    model = models[0].eval().to(device)
     task.load_dataset("test")
     return model, task
 
@@ -47,21 +47,29 @@ def src_sizes(ds):
     return ds.src_sizes if hasattr(ds, "src_sizes") else ds.dataset.src_sizes
 
 
-def batches(task, ids, bsz):
-    """The given test sentences, sorted by length, in batches of ``bsz`` (fairseq's collater)."""
+def batches(task, ids, bsz, device="cpu"):
+    """The given test sentences, sorted by length, in batches of ``bsz`` (fairseq's collater), on ``device``."""
     ds = task.dataset("test")
     sizes = src_sizes(ds)
     ids = sorted(ids, key=lambda i: (int(sizes[i]), i))
-    return [ds.collater([ds[i] for i in ids[k : k + bsz]]) for k in range(0, len(ids), bsz)]
+    return [utils.move_to_cuda(b) if device == "cuda" else b
+            for b in (ds.collater([ds[i] for i in ids[k : k + bsz]]) for k in range(0, len(ids), bsz))]
+
+
+def sync(device):
+    """Wait for the GPU's queued work, so that wall time covers it."""
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 class System:
-    def __init__(self, name, model, generator, task):
-        self.name, self.model, self.generator, self.task = name, model, generator, task
+    def __init__(self, name, model, generator, task, device="cpu"):
+        self.name, self.model, self.generator, self.task, self.device = name, model, generator, task, device
 
     def run(self, samples):
         """Decode the samples; returns (seconds, sentences, mean steps, mean output length)."""
         steps, lengths, n = [], [], 0
+        sync(self.device)
         start = time.perf_counter()
         with torch.no_grad():
             for sample in samples:
@@ -72,6 +80,7 @@ class System:
                     lengths.append(out_len - 1)
                     steps.append(best.get("steps", out_len))  # autoregressive: one step per token
                 n += len(hyps)
+        sync(self.device)
         return time.perf_counter() - start, n, statistics.mean(steps), statistics.mean(lengths)
 
 
@@ -88,33 +97,38 @@ def main(argv=None):
     p.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 64])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu",
+                   help="where every system decodes (default: cuda when there is a GPU)")
+    p.add_argument("--cached-only", action="store_true",
+                   help="leave out the uncached decodings and the length terciles (the latency comparison only)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    dev = args.device
 
-    insnet, ins_task = load(args.insnet, args.data)
+    insnet, ins_task = load(args.insnet, args.data, dev)
     tgt = ins_task.target_dictionary
     systems = [
-        System("InsNet seq cached", insnet, InsertionGenerator(tgt, mode="sequential"), ins_task),
-        System("InsNet seq uncached", insnet, InsertionGenerator(tgt, mode="sequential", use_cache=False), ins_task),
-        System("InsNet par cached", insnet, InsertionGenerator(tgt, mode="parallel", slot_top_p=args.slot_top_p), ins_task),
+        System("InsNet seq cached", insnet, InsertionGenerator(tgt, mode="sequential"), ins_task, dev),
+        System("InsNet seq uncached", insnet, InsertionGenerator(tgt, mode="sequential", use_cache=False), ins_task, dev),
+        System("InsNet par cached", insnet, InsertionGenerator(tgt, mode="parallel", slot_top_p=args.slot_top_p), ins_task, dev),
         System("InsNet par uncached", insnet,
-               InsertionGenerator(tgt, mode="parallel", slot_top_p=args.slot_top_p, use_cache=False), ins_task),
+               InsertionGenerator(tgt, mode="parallel", slot_top_p=args.slot_top_p, use_cache=False), ins_task, dev),
     ]
     if args.insnet_parallel:
-        par, par_task = load(args.insnet_parallel, args.data)
+        par, par_task = load(args.insnet_parallel, args.data, dev)
         par_flags = dict(slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats)
         systems += [
-            System("InsNet-parallel-trained par cached", par, InsertionGenerator(tgt, mode="parallel", **par_flags), par_task),
+            System("InsNet-parallel-trained par cached", par, InsertionGenerator(tgt, mode="parallel", **par_flags), par_task, dev),
             System("InsNet-parallel-trained par uncached", par,
-                   InsertionGenerator(tgt, mode="parallel", use_cache=False, **par_flags), par_task),
+                   InsertionGenerator(tgt, mode="parallel", use_cache=False, **par_flags), par_task, dev),
         ]
-    ar, ar_task = load(args.ar, args.data)
+    ar, ar_task = load(args.ar, args.data, dev)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
-                                                                         max_len_a=2, max_len_b=10), ar_task))
-    levt, levt_task = load(args.levt, args.data)
+                                                                         max_len_a=2, max_len_b=10), ar_task, dev))
+    levt, levt_task = load(args.levt, args.data, dev)
     systems.append(System("LevT", levt, levt_task.build_generator(
-        [levt], Namespace(iter_decode_max_iter=9, iter_decode_eos_penalty=0.0)), levt_task))
+        [levt], Namespace(iter_decode_max_iter=9, iter_decode_eos_penalty=0.0)), levt_task, dev))
 
     ids = list(range(min(args.sentences, len(ins_task.dataset("test")))))
     sizes = src_sizes(ins_task.dataset("test"))
@@ -126,12 +140,14 @@ def main(argv=None):
     # (setting, sentences, batch size, only InsNet): uncached decoding runs at batch > 1 only, and the
     # length terciles compare InsNet cached vs uncached
     plans = [(f"batch {b}", ids, b, False) for b in args.batch_sizes]
-    plans += [(f"batch 64, {k} sources ({int(sizes[v[0]])}-{int(sizes[v[-1]])} tokens)", v, 64, True)
+    if args.cached_only:
+        systems = [s for s in systems if "uncached" not in s.name]
+    plans += [] if args.cached_only else [(f"batch 64, {k} sources ({int(sizes[v[0]])}-{int(sizes[v[-1]])} tokens)", v, 64, True)
               for k, v in buckets.items()]
     for setting, sel, bsz, insnet_only in plans:
         runs = [s for s in systems if (bsz > 1 or "uncached" not in s.name)
                 and (not insnet_only or s.name.startswith("InsNet"))]
-        prepared = {s.task: batches(s.task, sel, bsz) for s in runs}
+        prepared = {s.task: batches(s.task, sel, bsz, dev) for s in runs}
         for s in runs:  # warm-up
             s.run(prepared[s.task][:1])
         times = {s.name: [] for s in runs}
@@ -146,7 +162,8 @@ def main(argv=None):
         print(f"done: {setting}", file=sys.stderr, flush=True)
 
     print(f"\n{len(ids)} Multi30k test sentences (median source length {median_len} tokens with </s>), "
-          f"{torch.get_num_threads()} threads, median of {args.rounds} rounds\n")
+          f"{torch.get_num_threads()} threads, device {dev}"
+          + (f" ({torch.cuda.get_device_name()})" if dev == "cuda" else "") + f", median of {args.rounds} rounds\n")
     print("| system | setting | ms/sentence | steps | steps/length |")
     print("|---|---|---|---|---|")
     for (name, setting), (ms, steps, ratio, n) in results.items():
@@ -158,7 +175,7 @@ def main(argv=None):
 
     for prefix in ["InsNet seq", "InsNet par", "InsNet-parallel-trained par"]:
         for setting in [s for s, _, b, _ in plans if b == 64]:
-            if (f"{prefix} cached", setting) in results:
+            if (f"{prefix} cached", setting) in results and (f"{prefix} uncached", setting) in results:
                 print(f"{prefix}, {setting}: cached is {ms(f'{prefix} uncached', setting) / ms(f'{prefix} cached', setting):.2f}x "
                       "faster than uncached")
     if "batch 1" in [s for s, _, _, _ in plans]:

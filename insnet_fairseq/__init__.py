@@ -20,12 +20,13 @@ The package, by role:
   a split (:mod:`.fairseq_fixes.batching`), fairseq-interactive aborting on, or silently dropping,
   a bad input line (:mod:`.fairseq_fixes.interactive`), distributed training that needs CUDA
   (:mod:`.fairseq_fixes.distributed_cpu`), checkpoint copies that a kill can leave truncated
-  (:mod:`.fairseq_fixes.atomic_checkpoints`), and tracebacks printed for a bad flag or file
+  (:mod:`.fairseq_fixes.atomic_checkpoints`), InsT's ``--label-tau`` loss failing on its float64 targets
+  (:mod:`.fairseq_fixes.insertion_targets`), and tracebacks printed for a bad flag or file
   (:mod:`.fairseq_fixes.clean_errors`: one line instead);
 * :mod:`.reference`: naive per-prefix implementations the tests check the one-pass code against.
 """
 from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, checkpoint_compat, clean_errors, distributed_cpu,
-                                          interactive)
+                                          insertion_targets, interactive)
 from insnet_fairseq.tasks import checkpoint_checks
 
 checkpoint_compat.install()
@@ -35,6 +36,7 @@ interactive.install()
 distributed_cpu.install()
 atomic_checkpoints.install()
 clean_errors.install()
+insertion_targets.install()
 
 from insnet_fairseq.models import indigo, insnet  # noqa: E402,F401  (registration side effects)
 from insnet_fairseq.tasks import criterion, lm, translation  # noqa: E402,F401

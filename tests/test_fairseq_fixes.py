@@ -32,3 +32,25 @@ def test_checkpoint_loading_without_weights_only(tmp_path):
     state = cu.torch.load(str(path), map_location="cpu")  # what load_checkpoint_to_cpu calls
     assert state["args"].arch == "insnet_small"
     # (fairseq-train resume, -generate and -interactive end to end: tests/test_cli.py)
+
+
+@pytest.mark.parametrize("tau", [0.5, 1.0, 3.0, None])
+def test_insertion_transformer_targets_with_label_tau(tau):
+    """InsT's binary-tree loss (--label-tau): float32 targets, one distribution per slot that gets words,
+    centred on the gap's middle word (Stern et al. 2019); fairseq's own scorer returns float64 (the bug)."""
+    from fairseq.models.nat import insertion_transformer as it
+
+    pad, unk, V = 1, 3, 20
+    prev = torch.tensor([[0, 2, pad, pad, pad, pad], [0, 5, 2, pad, pad, pad]])  # <s> </s>; <s> a </s>
+    tgt = torch.tensor([[0, 5, 6, 7, 8, 2], [0, 5, 9, 2, pad, pad]])  # 4 words into one slot; 1 into the second
+    if tau is not None:
+        assert isinstance(it.neg_scorer.__call__.__wrapped__(it.neg_scorer, 0, 4, tau), np.floating)
+    labels = it._get_ins_targets(prev, tgt, pad, unk, V, tau=tau)  # [B, T - 1, V]
+    assert labels.dtype == torch.float32 and labels.shape == (2, 5, V)
+    slot = labels[0, 0]  # the only slot of sentence 0 gets 5 6 7 8
+    assert torch.allclose(slot.sum(), torch.tensor(1.0)) and set(slot.nonzero().flatten().tolist()) == {5, 6, 7, 8}
+    if tau is None:
+        assert torch.allclose(slot[[5, 6, 7, 8]], torch.full((4,), 0.25))
+    else:  # more weight on the middle words than on the ends
+        assert slot[6] > slot[5] and slot[7] > slot[8]
+    assert labels[1, 1, 9] == 1 and labels[1, 0, pad] == 1  # <s> | a | 9 </s>: the empty slot's label is <pad>
