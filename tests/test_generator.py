@@ -159,17 +159,43 @@ def adjacent_repeats(tokens):
 
 
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
-def test_skip_repeats_leaves_no_adjacent_duplicates(model_and_batch, mode):
+@pytest.mark.parametrize("policy", ["skip_repeats", "replace_repeats"])
+def test_repeat_policies_leave_no_adjacent_duplicates(model_and_batch, mode, policy):
     model, d, src, src_lengths = model_and_batch
     plain = decode(model, d, src, src_lengths, mode=mode, slot_top_p=0.9, max_steps=25)
     assert sum(adjacent_repeats(h["tokens"].tolist()) for h in plain) > 0  # the tiny model does repeat
-    skipped = decode(model, d, src, src_lengths, mode=mode, slot_top_p=0.9, max_steps=25, skip_repeats=True)
-    assert [adjacent_repeats(h["tokens"].tolist()) for h in skipped] == [0] * len(src)
+    fixed = decode(model, d, src, src_lengths, mode=mode, slot_top_p=0.9, max_steps=25, **{policy: True})
+    assert [adjacent_repeats(h["tokens"].tolist()) for h in fixed] == [0] * len(src)
     for b in range(len(src)):  # batched == one by one holds with the flag too
         keep = src[b].ne(d.pad())
         alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], mode=mode, slot_top_p=0.9,
-                       max_steps=25, skip_repeats=True)[0]
-        assert alone["tokens"].tolist() == skipped[b]["tokens"].tolist()
+                       max_steps=25, **{policy: True})[0]
+        assert alone["tokens"].tolist() == fixed[b]["tokens"].tolist()
+
+
+def test_replace_repeats_puts_the_best_other_token_in_every_repeating_slot():
+    """drop_repeats on one step: "<s> 5 6 </s>", slots (<s>,5) (5,6) (6,</s>) chosen with 5, 7, 6:
+    skip keeps only 7; replace keeps all three, the repeats taking their best non-neighbour token."""
+    from insnet_fairseq.decoding.generator import DecoderState
+
+    d = make_dictionary(12)
+    V = len(d)
+    tokens = torch.tensor([[d.bos(), d.eos(), 5, 6]])
+    positions = torch.tensor([[0, 3, 1, 2]])
+    state = DecoderState(tokens=tokens, positions=positions, real=torch.ones(1, 4, dtype=torch.bool), hidden=None,
+                         cache=None, last=torch.tensor([3]), scores=torch.zeros(1, 4), steps=torch.zeros(1, dtype=torch.long))
+    chosen = torch.tensor([[True, True, True]])
+    logits = torch.full((3, V), -10.0)
+    for n, (first, second) in enumerate([(5, 8), (7, 9), (6, 10)]):
+        logits[n, first], logits[n, second] = 5.0, 4.0
+    picked = torch.tensor([5, 7, 6])
+    lp = torch.log_softmax(logits, -1).gather(1, picked.unsqueeze(1)).squeeze(1)
+    keep, toks, _ = InsertionGenerator(d, mode="parallel", skip_repeats=True).drop_repeats(state, chosen, logits, picked, lp)
+    assert keep.tolist() == [[False, True, False]] and toks.tolist() == [7]
+    keep, toks, _ = InsertionGenerator(d, mode="parallel", replace_repeats=True).drop_repeats(state, chosen, logits, picked, lp)
+    assert keep.tolist() == [[True, True, True]] and toks.tolist() == [8, 7, 10]
+    with pytest.raises(ValueError, match="exclude each other"):
+        InsertionGenerator(d, mode="parallel", skip_repeats=True, replace_repeats=True)
 
 
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])

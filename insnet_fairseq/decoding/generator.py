@@ -11,7 +11,7 @@ inserts:
 Tokens are greedy (or top-k sampled). With ``skip_repeats``, a token equal to a neighbour of its
 slot is not inserted (the slot stays open for a later step), the usual cure for the duplicated
 words of parallel decoding; a sentence whose every choice repeats a neighbour takes, at those
-slots, its best token that does not. With ``min_token_prob``, a parallel step also leaves open
+slots, its best token that does not. With ``replace_repeats`` every such slot takes that token. With ``min_token_prob``, a parallel step also leaves open
 the slots whose token is less likely than that (each sentence keeps its best insertion): unsure
 words wait for more context, at the cost of more steps. A sentence stops when the termination head says stop
 (q(stop | h_last) > ``stop_threshold``, 0.5 by default) or at its step cap, and leaves the batch.
@@ -194,6 +194,7 @@ class InsertionGenerator:
         sampling_topk: int = -1,
         retain_history: bool = False,
         skip_repeats: bool = False,
+        replace_repeats: bool = False,
         min_token_prob: float = 0.0,
         stop_threshold: float = 0.5,
         dedupe: bool = False,
@@ -210,7 +211,10 @@ class InsertionGenerator:
         self.use_cache = use_cache
         self.sampling, self.sampling_topk = sampling, sampling_topk
         self.retain_history = retain_history
+        if skip_repeats and replace_repeats:
+            raise ValueError("--skip-repeats and --replace-repeats exclude each other: choose one")
         self.skip_repeats = skip_repeats
+        self.replace_repeats = replace_repeats
         self.min_token_prob = min_token_prob
         self.stop_logit = math.log(stop_threshold / (1 - stop_threshold))  # q(stop) > threshold
         self.dedupe = dedupe
@@ -534,7 +538,7 @@ class InsertionGenerator:
         chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
         logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad)  # [N, V]
         tokens, tok_lprobs = self.choose_tokens(logits)  # [N]
-        if self.skip_repeats:
+        if self.skip_repeats or self.replace_repeats:
             chosen, tokens, tok_lprobs = self.drop_repeats(state, chosen, logits, tokens, tok_lprobs)
         if self.min_token_prob > 0 and self.mode == "parallel":
             chosen, tokens, tok_lprobs = self.drop_unsure(chosen, tokens, tok_lprobs, pos_lprobs)
@@ -565,7 +569,8 @@ class InsertionGenerator:
 
         chosen bool [B, K] with N True; logits [N, V]; tokens, tok_lprobs [N].
         Returns (chosen' [B, K], tokens' [N'], tok_lprobs' [N']). A sentence left with nothing
-        keeps its slots, each with its best token that is neither neighbour.
+        keeps its slots, each with its best token that is neither neighbour; with ``replace_repeats``
+        every repeating slot does (N' = N).
         Example: "<s> die Kamera </s>" with "die" chosen for the slot between "die" and
         "Kamera" inserts nothing there; if that is the sentence's only slot, it gets the best
         token other than "die" and "Kamera".
@@ -576,6 +581,8 @@ class InsertionGenerator:
         keep = chosen.clone()
         keep[chosen] = ~repeat
         stuck = (keep.sum(1) == 0)[chosen.nonzero()[:, 0]]  # [N] its sentence would insert nothing
+        if self.replace_repeats:
+            stuck = repeat
         if bool(stuck.any()):
             logits = logits.float().scatter(1, left.unsqueeze(1), float("-inf")).scatter(1, right.unsqueeze(1), float("-inf"))
             alt, alt_lprobs = self.choose_tokens(logits)

@@ -274,6 +274,7 @@ class InsertionLMTask(InsertionTranslationTask):
             sampling_topk=getattr(args, "sampling_topk", -1),
             retain_history=getattr(args, "retain_iter_history", False),
             skip_repeats=self.cfg.skip_repeats,
+            replace_repeats=self.cfg.replace_repeats,
             min_token_prob=self.cfg.min_token_prob,
             stop_threshold=self.cfg.stop_threshold,
             dedupe=self.cfg.dedupe,

@@ -58,6 +58,11 @@ class InsertionTranslationConfig(TranslationConfig):
         metadata={"help": "do not insert a token equal to a neighbour of its slot (the slot stays open): removes "
                   "the duplicated words of parallel decoding"},
     )
+    replace_repeats: bool = field(
+        default=False,
+        metadata={"help": "a token equal to a neighbour of its slot is replaced by the slot's best token that is "
+                  "neither neighbour (instead of --skip-repeats' leaving the slot open)"},
+    )
     min_token_prob: float = field(
         default=0.0,
         metadata={"help": "parallel decoding: leave a slot open for a later step when its token's probability is "
@@ -355,6 +360,7 @@ class InsertionTranslationTask(TranslationTask):
             sampling_topk=getattr(args, "sampling_topk", -1),
             retain_history=getattr(args, "retain_iter_history", False),
             skip_repeats=self.cfg.skip_repeats,
+            replace_repeats=self.cfg.replace_repeats,
             min_token_prob=self.cfg.min_token_prob,
             stop_threshold=self.cfg.stop_threshold,
             dedupe=self.cfg.dedupe,
