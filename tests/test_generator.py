@@ -262,6 +262,28 @@ def test_stop_threshold_only_lengthens(model_and_batch, mode):
         InsertionGenerator(d, stop_threshold=1.0)
 
 
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_min_length_ratio_holds_the_stop_until_the_length(model_and_batch, mode):
+    """A model that wants to stop at once (q(stop) ~ 1) still writes ceil(ratio x source words) words,
+    one per step while held back (parallel mode too); batched == one by one holds."""
+    model, d, src, src_lengths = model_and_batch
+    model = copy.deepcopy(model)
+    model.decoder.heads.termination_proj.bias.data.fill_(8.0)  # stops at the first check
+    kw = dict(mode=mode, slot_top_p=0.9, max_steps=40)
+    default = decode(model, d, src, src_lengths, **kw)
+    assert all(len(h["tokens"]) == 1 for h in default)  # nothing but </s>
+    held = decode(model, d, src, src_lengths, min_length_ratio=0.8, **kw)
+    for b, h in enumerate(held):
+        need = -(-int(src_lengths[b] - 1) * 8 // 10)  # ceil(0.8 x source words)
+        words = len(h["tokens"]) - 1
+        assert words == need  # held back, every step inserts one word: none beyond the length
+        keep = src[b].ne(d.pad())
+        alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], min_length_ratio=0.8, **kw)[0]
+        assert alone["tokens"].tolist() == h["tokens"].tolist()
+    with pytest.raises(ValueError, match=r"--min-length-ratio must be >= 0"):
+        InsertionGenerator(d, min_length_ratio=-1.0)
+
+
 def test_dedupe_removes_exactly_the_adjacent_repeats(model_and_batch):
     model, d, src, src_lengths = model_and_batch
     kw = dict(mode="parallel", slot_top_p=0.9, max_steps=25)

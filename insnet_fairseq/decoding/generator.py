@@ -197,6 +197,7 @@ class InsertionGenerator:
         replace_repeats: bool = False,
         min_token_prob: float = 0.0,
         stop_threshold: float = 0.5,
+        min_length_ratio: float = 0.0,
         dedupe: bool = False,
         conditional: bool = True,
         keywords_from_source: bool = False,
@@ -217,6 +218,9 @@ class InsertionGenerator:
         self.replace_repeats = replace_repeats
         self.min_token_prob = min_token_prob
         self.stop_logit = math.log(stop_threshold / (1 - stop_threshold))  # q(stop) > threshold
+        if min_length_ratio < 0:
+            raise ValueError(f"--min-length-ratio must be >= 0, got {min_length_ratio}")
+        self.min_length_ratio = min_length_ratio  # the termination head is not heard below this x source words
         self.dedupe = dedupe
         self.conditional = conditional  # False: no source (insertion_lm), no empty-source rule
         self.keywords_from_source = keywords_from_source
@@ -275,6 +279,8 @@ class InsertionGenerator:
         auto = (src_lengths.float() * self.max_steps_a + self.max_steps_b).long()
         cap = torch.full_like(auto, self.max_steps) if self.max_steps > 0 else auto
         max_len = (auto + 2).clamp(max=decoder.max_target_positions)  # [B], with <s> and </s>
+        # --min-length-ratio: at least ratio x source words (without </s>) before q(stop) is heard
+        min_len = torch.minimum(((src_lengths - 1).float() * self.min_length_ratio).ceil().long() + 2, max_len)
         finalized: List[Optional[dict]] = [None] * B
         for b in self.settled_rows(sample, src_lengths, given, max_len, decoder.max_target_positions,
                                    conditional=self.conditional):
@@ -286,8 +292,8 @@ class InsertionGenerator:
                 finalized[b] = self.fixed_hypothesis(given[b])
         todo = [b for b in range(B) if finalized[b] is None]
         for rows in self.length_groups([len(given[b]) for b in todo]):
-            self._decode_rows(model, sample, [todo[r] for r in rows], cap, max_len, initial_tokens, initial_order,
-                              finalized, blanks)
+            self._decode_rows(model, sample, [todo[r] for r in rows], cap, max_len, min_len, initial_tokens,
+                              initial_order, finalized, blanks)
         return [[h] for h in finalized]
 
     @staticmethod
@@ -301,14 +307,15 @@ class InsertionGenerator:
             groups.setdefault(0 if n <= GROUP_FREE else int(n).bit_length(), []).append(i)
         return [groups[k] for k in sorted(groups)]
 
-    def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, initial_tokens, initial_order,
-                     finalized: List[Optional[dict]], blanks=None) -> None:
+    def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, min_len: Tensor, initial_tokens,
+                     initial_order, finalized: List[Optional[dict]], blanks=None) -> None:
         """Decode the batch rows ``todo`` together; fills ``finalized[b]`` for each."""
         decoder = model.decoder
         src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
         if len(todo) < src_tokens.size(0):
             rows = torch.tensor(todo, device=src_tokens.device)
-            src_tokens, src_lengths, cap, max_len = src_tokens[rows], src_lengths[rows], cap[rows], max_len[rows]
+            src_tokens, src_lengths, cap, max_len, min_len = (src_tokens[rows], src_lengths[rows], cap[rows],
+                                                              max_len[rows], min_len[rows])
             src_tokens = src_tokens[:, src_tokens.ne(self.pad).any(0)]  # left padding no row of the group needs
             if initial_tokens is not None:
                 initial_tokens = [initial_tokens[b] for b in todo]
@@ -322,7 +329,8 @@ class InsertionGenerator:
         history = {b: [] for b in todo}
         self._record(history, state, ids)
         while True:
-            done = self.termination_logit(decoder, state) > self.stop_logit  # q(stop) > stop_threshold
+            wants_stop = self.termination_logit(decoder, state) > self.stop_logit  # q(stop) > stop_threshold
+            done = wants_stop & (state.lengths >= min_len)
             at_limit = ~done & (state.lengths >= decoder.max_target_positions)  # [B]
             stop = done | (state.steps >= cap) | (state.lengths >= max_len)
             if bool(stop.any()):
@@ -337,10 +345,12 @@ class InsertionGenerator:
                 keep = (~stop).nonzero().view(-1)
                 if len(keep) == 0:
                     break
-                state, ids, cap, max_len = state.select(keep), ids[keep], cap[keep], max_len[keep]
+                state, ids, cap, max_len, min_len = state.select(keep), ids[keep], cap[keep], max_len[keep], min_len[keep]
+                wants_stop = wants_stop[keep]
                 source_kv = [(k[keep], v[keep]) for k, v in source_kv]
                 source_pad = None if source_pad is None else source_pad[keep]
-            state = self.step(decoder, state, source_kv, source_pad, max_len)
+            # a sentence held back by --min-length-ratio inserts one word per step (its best slot)
+            state = self.step(decoder, state, source_kv, source_pad, max_len, one_word=wants_stop)
             self._record(history, state, ids)
 
     @staticmethod
@@ -531,10 +541,14 @@ class InsertionGenerator:
         """Logit [B] of q(stop | h_last): the global vector says the partial sequence is complete."""
         return decoder.heads.termination_logit(gather_steps(state.hidden, state.last.unsqueeze(1)).squeeze(1)).float()
 
-    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len) -> DecoderState:
-        """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>."""
+    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len,
+             one_word: Optional[Tensor] = None) -> DecoderState:
+        """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>; the rows of
+        ``one_word`` (bool [B]) insert a single word, at their best slot."""
         slots, pos_lprobs = self.slot_distribution(decoder, state)
         room = (torch.as_tensor(max_len, device=pos_lprobs.device) - state.lengths).clamp_min(1)
+        if one_word is not None:
+            room = room.masked_fill(one_word, 1)
         chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
         logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad)  # [N, V]
         tokens, tok_lprobs = self.choose_tokens(logits)  # [N]

@@ -277,6 +277,7 @@ class InsertionLMTask(InsertionTranslationTask):
             replace_repeats=self.cfg.replace_repeats,
             min_token_prob=self.cfg.min_token_prob,
             stop_threshold=self.cfg.stop_threshold,
+            min_length_ratio=self.cfg.min_length_ratio,
             dedupe=self.cfg.dedupe,
             conditional=False,
             keywords_from_source=not self.cfg.no_keywords,

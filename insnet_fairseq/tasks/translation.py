@@ -72,6 +72,11 @@ class InsertionTranslationConfig(TranslationConfig):
         default=0.5,
         metadata={"help": "a sentence stops when the termination head's q(stop) exceeds this (higher: longer outputs)"},
     )
+    min_length_ratio: float = field(
+        default=0.0,
+        metadata={"help": "a sentence does not stop (whatever q(stop) says) before it has this many words per "
+                  "source word (without </s>); while held back it inserts one word per step; 0: off"},
+    )
     dedupe: bool = field(
         default=False,
         metadata={"help": "drop every output token equal to its left neighbour once a sentence is finished"},
@@ -363,5 +368,6 @@ class InsertionTranslationTask(TranslationTask):
             replace_repeats=self.cfg.replace_repeats,
             min_token_prob=self.cfg.min_token_prob,
             stop_threshold=self.cfg.stop_threshold,
+            min_length_ratio=self.cfg.min_length_ratio,
             dedupe=self.cfg.dedupe,
         )
