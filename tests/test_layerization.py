@@ -154,6 +154,24 @@ def test_layered_objective_equals_per_layer_reencoding(kind, slot_query):
         torch.testing.assert_close(term_lp[b][term_m[b]], torch.tensor(naive[b]["termination"]), atol=ATOL, rtol=0)
 
 
+def test_termination_every_step_trains_termination_inside_layers_too():
+    """--termination-every-step: a layered trajectory's termination terms are the sequential ones (one
+    after every token: stop only at the last), with the same logits; the layer-end terms are among them."""
+    model, d = build_tiny_model(seed=3, decoder_normalize_before=True)
+    lengths = [9, 4, 12, 7]
+    src, src_lengths, target = random_batch(d, lengths, seed=4)
+    n_tok = target.ne(d.pad()).sum(1)
+    layers = uniform_layers(n_tok, target.size(1), "binary")
+    with torch.no_grad():
+        per_layer = layered_logprobs(model, src, src_lengths, target, layers)[0]["termination"]
+        model.decoder.termination_every_step = True
+        every = layered_logprobs(model, src, src_lengths, target, layers)[0]["termination"]
+    assert every["mask"].sum(1).tolist() == (n_tok - 1).tolist()  # every step t = 1..len-1
+    assert (every["mask"] | ~per_layer["mask"]).all() and every["mask"].sum() > per_layer["mask"].sum()
+    assert torch.equal(every["target"][every["mask"]].sum(), torch.tensor(float(len(lengths))))  # one stop each
+    torch.testing.assert_close(every["logits"], per_layer["logits"])
+
+
 def naive_promotion_gains(model, src, src_lengths, target, layers):
     """By definition, with one forward pass per token: for every word of layer l >= 2 whose slot in
     the context of layers < l - 1 holds no word of layer l - 1, log p(word where it is) - log p(word

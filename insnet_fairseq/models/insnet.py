@@ -76,6 +76,7 @@ class InsNetDecoder(FairseqDecoder):
                                slot_query=getattr(args, "slot_query_stream", False),
                                global_vector=not getattr(args, "no_global_slot", False))
         self.max_target_positions = args.max_target_positions
+        self.termination_every_step = getattr(args, "termination_every_step", False)
 
     def upgrade_state_dict_named(self, state_dict, name):
         """A checkpoint without the slot query stream (e.g. ``--finetune-from-model`` of an l2r model
@@ -130,7 +131,8 @@ class InsNetDecoder(FairseqDecoder):
                 the default). In a layered trajectory every token of a layer shares its context
                 (the earlier layers), so the layer's tokens are predicted in parallel: token and
                 position terms at their slots in that context, whose last token is the global
-                vector, and one termination term per layer (at each context and the last step).
+                vector, and one termination term per layer (at each context and the last step; with
+                ``--termination-every-step`` one after every token, as in sequential training).
                 The context encoding is the same single pass over ``order`` either way.
 
         Returns named terms (T = n - 2 prediction steps t = 1..n-2, K = n - 2 slots):
@@ -170,7 +172,7 @@ class InsNetDecoder(FairseqDecoder):
         term_steps = steps[1:]  # [n - 1]
         is_last = term_steps.unsqueeze(0) == (lengths - 1).unsqueeze(1)  # [B, n - 1]
         term_mask = term_steps.unsqueeze(0) <= (lengths - 1).unsqueeze(1)
-        if context is not None:  # one termination term per layer: at every context, and at the end
+        if context is not None and not self.termination_every_step:  # one per layer: at every context, and the end
             layer_end = torch.zeros(B, n, dtype=torch.bool, device=device)
             layer_end.scatter_(1, torch.where(step_valid, ctx, torch.zeros_like(ctx)), True)
             term_mask = term_mask & (layer_end[:, 1:] | is_last)
@@ -224,6 +226,12 @@ class InsNetModel(FairseqEncoderDecoderModel):
             "--no-global-slot", action="store_true",
             help="ablation InsNet-noglobal (paper Table 6): slot representation LayerNorm(concat(f_l(h_l), "
             "f_r(h_r))) without the global vector h_t (termination still reads h_t)",
+        )
+        parser.add_argument(
+            "--termination-every-step", action="store_true",
+            help="layered training (--layerization / --dinic-tau): train the termination head after every "
+            "token, as sequential training does (continue inside a layer too), not only at each layer's end: "
+            "parallel decoding meets part-filled layers when it skips or misses slots",
         )
 
     @staticmethod
@@ -358,6 +366,7 @@ def insnet_base_architecture(args):
     args.slot_query_stream = getattr(args, "slot_query_stream", False)
     args.offset_clip = getattr(args, "offset_clip", None) or 0
     args.no_global_slot = getattr(args, "no_global_slot", False)
+    args.termination_every_step = getattr(args, "termination_every_step", False)
     args.max_source_positions = getattr(args, "max_source_positions", None) or 1024
     args.max_target_positions = getattr(args, "max_target_positions", None) or 1024
     transformer_base_architecture(args)
