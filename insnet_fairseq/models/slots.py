@@ -100,9 +100,8 @@ class SlotHeads(nn.Module):
             ``position_logit(slot_repr(h[left], h[right], h[steps]))``.
         """
         dtype = h.dtype
-        h = h.float()
-        a, b = self.parts(h)  # [B, n, Dl], [B, n, Dr]
-        return self.position_logits_from_parts(a, b, h[:, steps], left, right).to(dtype)
+        a, b = self.parts(h)  # [B, n, Dl], [B, n, Dr] in the model's precision (fp16 under --fp16)
+        return self.position_logits_from_parts(a, b, h[:, steps], left, right).to(dtype)  # statistics in fp32
 
     def position_logits_from_parts(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor) -> Tensor:
         """:meth:`position_logits` from the tokens' :meth:`parts` ``a`` [B, n, Dl], ``b`` [B, n, Dr] and the
