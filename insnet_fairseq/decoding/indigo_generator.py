@@ -41,8 +41,9 @@ class IndigoGenerator(InsertionGenerator):
         words[:, self.banned.to(lp.device)] = float("-inf")
         return lp[:, -1] - words.max(-1).values
 
-    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len) -> DecoderState:
-        """The most likely word (not <eod>: the sentence did not stop), then its most likely slot."""
+    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len, one_word=None) -> DecoderState:
+        """The most likely word (not <eod>: the sentence did not stop), then its most likely slot (one word per
+        step always: ``one_word`` changes nothing)."""
         heads = decoder.heads
         seen, lp = getattr(self, "_last_lprobs", (None, None))
         if seen is state:  # no row stopped: the stop test's distribution of this very state
