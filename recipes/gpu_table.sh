@@ -10,7 +10,8 @@
 #   bash recipes/gpu_table.sh table        # results/gpu_table.{md,csv} from the rows' tables, + the latency run
 #
 # Rows: ar, ar-kd, insnet-l2r, insnet-l2r-kd, curriculum-query-kd (its first CURRICULUM_MINUTES (MINUTES/2)
-# are insnet-l2r-kd's run: that row waits for the snapshot, then continues it), then InsNet-Dinic: the
+# are insnet-l2r-kd's run: that row waits for the snapshot, then continues it; so for indigo-sao and indigo-l2r,
+# which ROWS can add with indigo-random), then InsNet-Dinic: the
 # curriculum row's last checkpoint fine-tuned DINIC_UPDATES (256, 2 epochs) with --dinic-tau DINIC_TAU (3, the
 # best of the CPU tau spectrum) as recipes/tau_spectrum.sh does; levt-kd, inst-kd. Saves in checkpoints/tMINUTES_*.
 # Environment: MINUTES, CURRICULUM_MINUTES, DINIC_TAU, DINIC_UPDATES, ROWS (a subset), CKPT (budget_table.sh's
@@ -27,8 +28,13 @@ mkdir -p $logs results/gpu
 
 row_job() {  # ROW: train, then score (budget_table.sh eval, OUT=gpu/ROW); writes logs/gpu/ROW.status
   local r=$1 rc=0
-  if [ "$r" = insnet-l2r-kd ]; then  # the curriculum row trains this run's first part: wait for its snapshot
-    until [ -f checkpoints/${t}_insnet_l2r_kd/checkpoint_${CURRICULUM_MINUTES}min.pt ]; do sleep 10; done
+  # a two-stage row (curriculum-query-kd, indigo-sao) trains its base row's first CURRICULUM_MINUTES: when both
+  # rows run, the base row waits for that snapshot, then continues the same run
+  local two_stage="" base_dir=""
+  case $r in insnet-l2r-kd) two_stage=curriculum-query-kd base_dir=${t}_insnet_l2r_kd ;;
+             indigo-l2r) two_stage=indigo-sao base_dir=${t}_indigo_l2r ;; esac
+  if [ -n "$two_stage" ] && [[ " ${rows[*]} " = *" $two_stage "* ]]; then
+    until [ -f checkpoints/$base_dir/checkpoint_${CURRICULUM_MINUTES}min.pt ]; do sleep 10; done
   fi
   bash recipes/budget_table.sh train "$r" || rc=$?
   if [ $rc = 0 ] && [ "$r" = curriculum-query-kd ]; then  # InsNet-Dinic from the curriculum base
