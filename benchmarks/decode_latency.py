@@ -108,21 +108,18 @@ def main(argv=None):
 
     insnet, ins_task = load(args.insnet, args.data, dev)
     tgt = ins_task.target_dictionary
-    systems = [
-        System("InsNet seq cached", insnet, InsertionGenerator(tgt, mode="sequential"), ins_task, dev),
-        System("InsNet seq uncached", insnet, InsertionGenerator(tgt, mode="sequential", use_cache=False), ins_task, dev),
-        System("InsNet par cached", insnet, InsertionGenerator(tgt, mode="parallel", slot_top_p=args.slot_top_p), ins_task, dev),
-        System("InsNet par uncached", insnet,
-               InsertionGenerator(tgt, mode="parallel", slot_top_p=args.slot_top_p, use_cache=False), ins_task, dev),
-    ]
+    caches = [True] if args.cached_only else [True, False]
+
+    def insnet_systems(name, model, task, **flags):  # cached, then (unless --cached-only) uncached
+        return [System(f"{name} {'cached' if c else 'uncached'}", model,
+                       InsertionGenerator(tgt, use_cache=c, **flags), task, dev) for c in caches]
+
+    systems = (insnet_systems("InsNet seq", insnet, ins_task, mode="sequential")
+               + insnet_systems("InsNet par", insnet, ins_task, mode="parallel", slot_top_p=args.slot_top_p))
     if args.insnet_parallel:
         par, par_task = load(args.insnet_parallel, args.data, dev)
-        par_flags = dict(slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats)
-        systems += [
-            System("InsNet-parallel-trained par cached", par, InsertionGenerator(tgt, mode="parallel", **par_flags), par_task, dev),
-            System("InsNet-parallel-trained par uncached", par,
-                   InsertionGenerator(tgt, mode="parallel", use_cache=False, **par_flags), par_task, dev),
-        ]
+        systems += insnet_systems("InsNet-parallel-trained par", par, par_task, mode="parallel",
+                                  slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats)
     ar, ar_task = load(args.ar, args.data, dev)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
                                                                          max_len_a=2, max_len_b=10), ar_task, dev))
@@ -140,10 +137,9 @@ def main(argv=None):
     # (setting, sentences, batch size, only InsNet): uncached decoding runs at batch > 1 only, and the
     # length terciles compare InsNet cached vs uncached
     plans = [(f"batch {b}", ids, b, False) for b in args.batch_sizes]
-    if args.cached_only:
-        systems = [s for s in systems if "uncached" not in s.name]
-    plans += [] if args.cached_only else [(f"batch 64, {k} sources ({int(sizes[v[0]])}-{int(sizes[v[-1]])} tokens)", v, 64, True)
-              for k, v in buckets.items()]
+    if not args.cached_only:
+        plans += [(f"batch 64, {k} sources ({int(sizes[v[0]])}-{int(sizes[v[-1]])} tokens)", v, 64, True)
+                  for k, v in buckets.items()]
     for setting, sel, bsz, insnet_only in plans:
         runs = [s for s in systems if (bsz > 1 or "uncached" not in s.name)
                 and (not insnet_only or s.name.startswith("InsNet"))]

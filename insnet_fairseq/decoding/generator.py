@@ -11,10 +11,12 @@ inserts:
 Tokens are greedy (or top-k sampled). With ``skip_repeats``, a token equal to a neighbour of its
 slot is not inserted (the slot stays open for a later step), the usual cure for the duplicated
 words of parallel decoding; a sentence whose every choice repeats a neighbour takes, at those
-slots, its best token that does not. With ``replace_repeats`` every such slot takes that token. With ``min_token_prob``, a parallel step also leaves open
-the slots whose token is less likely than that (each sentence keeps its best insertion): unsure
-words wait for more context, at the cost of more steps. A sentence stops when the termination head says stop
-(q(stop | h_last) > ``stop_threshold``, 0.5 by default) or at its step cap, and leaves the batch.
+slots, its best token that does not. With ``replace_repeats`` every such slot takes that token.
+With ``min_token_prob``, a parallel step also leaves open the slots whose token is less likely than
+that (each sentence keeps its best insertion): unsure words wait for more context, at the cost of
+more steps. A sentence stops when the termination head says stop (q(stop | h_last) >
+``stop_threshold``, 0.5 by default; with ``min_length_ratio``, not before that many words per source
+word, one word per step while held back) or at its step cap, and leaves the batch.
 
 Cached context: a token's states never change once inserted, so every layer's keys/values
 are kept and a step encodes only the new tokens; their offset rows are computed directly from
@@ -330,7 +332,8 @@ class InsertionGenerator:
         self._record(history, state, ids)
         while True:
             wants_stop = self.termination_logit(decoder, state) > self.stop_logit  # q(stop) > stop_threshold
-            done = wants_stop & (state.lengths >= min_len)
+            held = wants_stop & (state.lengths < min_len) if self.min_length_ratio > 0 else None  # [B] or off
+            done = wants_stop if held is None else wants_stop & ~held
             at_limit = ~done & (state.lengths >= decoder.max_target_positions)  # [B]
             stop = done | (state.steps >= cap) | (state.lengths >= max_len)
             if bool(stop.any()):
@@ -346,11 +349,11 @@ class InsertionGenerator:
                 if len(keep) == 0:
                     break
                 state, ids, cap, max_len, min_len = state.select(keep), ids[keep], cap[keep], max_len[keep], min_len[keep]
-                wants_stop = wants_stop[keep]
+                held = None if held is None else held[keep]
                 source_kv = [(k[keep], v[keep]) for k, v in source_kv]
                 source_pad = None if source_pad is None else source_pad[keep]
             # a sentence held back by --min-length-ratio inserts one word per step (its best slot)
-            state = self.step(decoder, state, source_kv, source_pad, max_len, one_word=wants_stop)
+            state = self.step(decoder, state, source_kv, source_pad, max_len, one_word=held)
             self._record(history, state, ids)
 
     @staticmethod
@@ -594,9 +597,10 @@ class InsertionGenerator:
         repeat = (tokens == left) | (tokens == right)  # [N]
         keep = chosen.clone()
         keep[chosen] = ~repeat
-        stuck = (keep.sum(1) == 0)[chosen.nonzero()[:, 0]]  # [N] its sentence would insert nothing
         if self.replace_repeats:
-            stuck = repeat
+            stuck = repeat  # [N] every repeat takes the slot's best other token
+        else:
+            stuck = (keep.sum(1) == 0)[chosen.nonzero()[:, 0]]  # [N] its sentence would insert nothing
         if bool(stuck.any()):
             logits = logits.float().scatter(1, left.unsqueeze(1), float("-inf")).scatter(1, right.unsqueeze(1), float("-inf"))
             alt, alt_lprobs = self.choose_tokens(logits)

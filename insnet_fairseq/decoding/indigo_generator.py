@@ -20,8 +20,8 @@ class IndigoGenerator(InsertionGenerator):
             raise ValueError("InDIGO inserts one word per step: decode --arch indigo_* with --insertion-mode sequential")
         if kwargs.get("sampling"):
             raise ValueError("InDIGO decoding is greedy here: --sampling is not supported for --arch indigo_*")
-        for flag, name in (("skip_repeats", "--skip-repeats"), ("replace_repeats", "--replace-repeats"), ("min_token_prob", "--min-token-prob"),
-                           ("stop_threshold", "--stop-threshold")):
+        for flag, name in (("skip_repeats", "--skip-repeats"), ("replace_repeats", "--replace-repeats"),
+                           ("min_token_prob", "--min-token-prob"), ("stop_threshold", "--stop-threshold")):
             if kwargs.get(flag) and (flag != "stop_threshold" or kwargs[flag] != 0.5):
                 raise ValueError(f"{name} applies to InsNet's parallel decoding, not to --arch indigo_*")
         super().__init__(tgt_dict, **kwargs)
