@@ -114,6 +114,61 @@ def test_constrained_start_keeps_given_tokens_in_order(model_and_batch):
         gen.generate([model], sample_of(src[:1], src_lengths[:1]), initial_tokens=[[5, 6]], initial_order=[[0, 0]])
 
 
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_preallocated_cache_equals_uncached_with_constraints_and_growth(model_and_batch, mode, monkeypatch):
+    """The in-place cache (its buffers made to start with room for 1 token, so they grow by doubling during
+    decoding, and rows leave the batch as they stop) gives the uncached path's outputs token for token,
+    from constrained starts; every step appends in place except when a buffer is full."""
+    import insnet_fairseq.decoding.generator as generator_module
+    from insnet_fairseq.decoding.cache import ColumnStore
+
+    grown = []  # per reserve(): did it need new buffers
+    made = []
+
+    class TinyStore(ColumnStore):
+        def __init__(self, tensors, capacity):
+            size = next(iter(tensors.values())).size(1)
+            super().__init__(tensors, size + 1 if not made else capacity)  # the first: room for one token
+            made.append(1)
+
+        def reserve(self, size, extra):
+            out = super().reserve(size, extra)
+            grown.append(out is not self)
+            return out
+
+    model, d, src, src_lengths = model_and_batch
+    given = [[5, 9, 7], [11], [6, 6, 8, 10], [], [12, 5], [9]]
+    kw = dict(mode=mode, slot_top_p=0.9, max_steps=20)
+    uncached = InsertionGenerator(d, use_cache=False, **kw).generate([model], sample_of(src, src_lengths), initial_tokens=given)
+    monkeypatch.setattr(generator_module, "ColumnStore", TinyStore)
+    cached = InsertionGenerator(d, **kw).generate([model], sample_of(src, src_lengths), initial_tokens=given)
+    for (a,), (b,) in zip(cached, uncached):
+        assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
+        torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-4, rtol=0)
+    assert sum(grown) >= 2 and not all(grown)  # buffers grew during decoding; other steps wrote in place
+
+
+def test_column_store_appends_in_place_grows_and_never_overwrites_a_newer_state():
+    from insnet_fairseq.decoding.cache import ColumnStore
+
+    t = torch.arange(6).view(2, 3)
+    kv = torch.zeros(2, 1, 3, 2)
+    store = ColumnStore({"tokens": t, "k0": kv}, capacity=8)  # docstring example: 3 of 8 columns
+    assert store.capacity == 8 and store.buffers["k0"].shape == (2, 1, 8, 2)
+    same, views = store.append(3, {"tokens": torch.full((2, 2), 7), "k0": torch.ones(2, 1, 2, 2)})
+    assert same is store and views["tokens"].tolist() == [[0, 1, 2, 7, 7], [3, 4, 5, 7, 7]]
+    assert views["k0"][:, :, 3:].eq(1).all() and views["tokens"].data_ptr() == store.buffers["tokens"].data_ptr()
+    # appending to the older 3-column state again (a branch) copies: the 5-column views keep their 7s
+    branch, bviews = store.append(3, {"tokens": torch.full((2, 1), 9), "k0": torch.ones(2, 1, 1, 2)})
+    assert branch is not store and views["tokens"][:, 3:].eq(7).all() and bviews["tokens"][:, 3].eq(9).all()
+    # full: the next append doubles the capacity and keeps every column
+    full, fviews = store.append(5, {"tokens": torch.full((2, 4), 8), "k0": torch.ones(2, 1, 4, 2)})
+    assert full.capacity == 16 and fviews["tokens"][0].tolist() == [0, 1, 2, 7, 7, 8, 8, 8, 8]
+    assert full.select(torch.tensor([1]), 9).views(9)["tokens"].tolist() == [[3, 4, 5, 7, 7, 8, 8, 8, 8]]
+    with pytest.raises(ValueError, match="same number of columns"):
+        ColumnStore({"tokens": t, "k0": torch.zeros(2, 1, 4, 2)}, capacity=8)
+
+
 def test_bad_mode_and_empty_source(model_and_batch, caplog):
     model, d, src, src_lengths = model_and_batch
     with pytest.raises(ValueError, match="--insertion-mode must be one of sequential, parallel"):
@@ -295,3 +350,85 @@ def test_dedupe_removes_exactly_the_adjacent_repeats(model_and_batch):
         expected = [t for i, t in enumerate(tokens) if i == 0 or t != tokens[i - 1]]
         assert b["tokens"].tolist() == expected and b["steps"] == a["steps"]
         assert len(b["positional_scores"]) == len(expected)
+
+
+def first_words(model, d, src, src_lengths, k):
+    """The k most probable words of the first parallel step from ``<s> </s>`` ([B, k]) and their log-probs."""
+    gen = InsertionGenerator(d, mode="parallel")
+    decoder = model.decoder
+    kv, pad = decoder.encode_source(model.forward_encoder(src, src_lengths))
+    state = gen.initial_state(decoder, len(src), src.device, kv, pad)
+    slots, pos_lprobs = gen.slot_distribution(decoder, state)
+    chosen = gen.choose_slots(pos_lprobs, torch.full((len(src),), 99))
+    assert chosen.sum(1).tolist() == [1] * len(src)  # one slot to start with
+    logits = gen.token_logits(decoder, state, slots, chosen, kv, pad).float()
+    logits[:, gen.banned] = float("-inf")
+    return torch.log_softmax(logits, -1).topk(k, dim=-1)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_candidates_are_the_first_words_alternatives_and_the_best_scored_wins(model_and_batch, mode):
+    """--insertion-candidates 3: candidate j starts with the j-th most probable first word, then decodes as
+    a constrained start of that word does; the output is the candidate of highest mean log-prob per word,
+    with the most steps any candidate took; batched == one by one."""
+    model, d, src, src_lengths = model_and_batch
+    kw = dict(mode=mode, slot_top_p=0.9, max_steps=25)
+    out = decode(model, d, src, src_lengths, candidates=3, **kw)
+    top_lp, top_w = first_words(model, d, src, src_lengths, 3)
+    gen = InsertionGenerator(d, **dict(kw, max_steps=24))  # a candidate takes one step to reach this start
+    picked_other = 0
+    for b in range(len(src)):
+        keep = src[b].ne(d.pad())
+        one = sample_of(src[b : b + 1, keep], src_lengths[b : b + 1])
+        cands = []
+        for j in range(3):  # the same decoding from the constrained start "<s> w_j </s>"
+            h = gen.generate([model], one, initial_tokens=[[int(top_w[b, j])]])[0][0]
+            words = h["positional_scores"][:-1].clone()
+            assert int((words == 0).sum()) == 1  # the given word scores 0; as a candidate's first word ...
+            words[words == 0] = float(top_lp[b, j])  # ... it scores its log-prob (its slot is the only one)
+            cands.append((float(words.mean()), h["tokens"].tolist(), h["steps"] + 1))
+        best = max(cands)
+        assert out[b]["tokens"].tolist() == best[1]
+        assert out[b]["steps"] == max(c[2] for c in cands)
+        picked_other += best[1] != cands[0][1]
+        alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], candidates=3, **kw)[0]
+        assert alone["tokens"].tolist() == out[b]["tokens"].tolist() and alone["steps"] == out[b]["steps"]
+    assert picked_other > 0  # a candidate other than the greedy one won somewhere: the choice is exercised
+    greedy = decode(model, d, src, src_lengths, **kw)
+    assert all(o["score"] >= g["score"] - 1e-5 for o, g in zip(out, greedy))  # the greedy output is a candidate
+    with pytest.raises(ValueError, match="--insertion-candidates must be >= 1"):
+        InsertionGenerator(d, candidates=0)
+
+
+def test_best_candidate_docstring_example():
+    a, b = dict(score=-0.9, steps=5), dict(score=-0.4, steps=7)
+    assert InsertionGenerator.best_candidate([a, b]) == dict(score=-0.4, steps=7)
+    assert InsertionGenerator.best_candidate([dict(a, steps=9), b]) == dict(score=-0.4, steps=9)
+
+
+def test_history_insertion_indices_give_each_words_step(model_and_batch):
+    """--retain-iter-history records each token's insertion index; recipes/generation_picture.py turns them
+    into the step that inserted each word: given words step 0, and step s holds exactly the words step s added."""
+    import importlib.util
+    import pathlib
+
+    spec = importlib.util.spec_from_file_location(
+        "generation_picture", pathlib.Path(__file__).parents[1] / "recipes" / "generation_picture.py")
+    picture = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(picture)
+    fake = {"history": [{"inserted": torch.tensor([2]), "tokens": torch.tensor([7])},
+                        {"inserted": torch.tensor([2, 3]), "tokens": torch.tensor([7, 8])},
+                        {"inserted": torch.tensor([4, 2, 3]), "tokens": torch.tensor([9, 7, 8])}]}
+    assert picture.word_steps(fake) == [(9, 2), (7, 0), (8, 1)]  # the docstring example
+    model, d, src, src_lengths = model_and_batch
+    given = [[5, 9], [11], [6, 8, 10], [], [12], [9]]
+    gen = InsertionGenerator(d, mode="parallel", slot_top_p=0.9, max_steps=12, retain_history=True)
+    for g, (h,) in zip(given, gen.generate([model], sample_of(src, src_lengths), initial_tokens=given)):
+        steps = picture.word_steps(h)
+        assert [t for t, _ in steps] == h["tokens"].tolist()
+        words = [(t, s) for t, s in steps if t != d.eos()]
+        assert [t for t, s in words if s == 0] == g  # the given words, in order, at step 0
+        sizes = [len(x["tokens"]) for x in h["history"]]
+        for s in range(1, len(sizes)):
+            assert sum(1 for _, st in words if st == s) == sizes[s] - sizes[s - 1]
+        assert max([s for _, s in words], default=0) <= h["steps"]

@@ -18,6 +18,14 @@ more steps. A sentence stops when the termination head says stop (q(stop | h_las
 ``stop_threshold``, 0.5 by default; with ``min_length_ratio``, not before that many words per source
 word, one word per step while held back) or at its step cap, and leaves the batch.
 
+Candidates (``candidates`` K > 1, the length beam of mask-predict and the noisy parallel decoding of
+Gu et al. 2018, with the model as its own judge): each sentence is decoded K times side by side,
+candidate j taking the j-th most probable word(s) at the first step (with sampling: K samples), and
+the candidate with the highest mean log-probability per insertion is the output. The first word is
+the hardest guess of a layered model (a binary or anchored order starts from a sentence's middle
+word), and every later step builds on it. The K candidates cost one batch K times as wide, not more
+steps: a sentence reports the most steps any of its candidates took.
+
 Cached context: a token's states never change once inserted, so every layer's keys/values
 are kept and a step encodes only the new tokens; their offset rows are computed directly from
 the current positions (O(new x all) per step). So are the token's halves of the slot
@@ -48,12 +56,13 @@ so that one long constraint phrase neither slows its batch nor exhausts memory.
 import dataclasses
 import logging
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from insnet_fairseq.decoding.cache import ColumnStore, column_dim, layer_names
 from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
 from insnet_fairseq.models.slots import gather_steps
 
@@ -79,9 +88,36 @@ class DecoderState:
     steps: Tensor  # [B] insertion steps taken
     open_right: Optional[Tensor] = None  # [B, S] bool: the slot right of the token takes words (None: all do)
     parts: Optional[Tuple[Tensor, Tensor]] = None  # (f_l(h) [B, S, Dl], f_r(h) [B, S, Dr]); None: heads without them
+    store: Optional[ColumnStore] = None  # the buffers the per-token tensors above are views of (cached decoding)
+
+    def columns(self) -> Dict[str, Tensor]:
+        """The per-token tensors that only ever grow by new columns (all but ``positions``), by name."""
+        out = dict(tokens=self.tokens, real=self.real, scores=self.scores, hidden=self.hidden)
+        if self.open_right is not None:
+            out["open_right"] = self.open_right
+        if self.parts is not None:
+            out["part_l"], out["part_r"] = self.parts
+        for (k, v), (kn, vn) in zip(self.cache, layer_names(len(self.cache))):
+            out[kn], out[vn] = k, v
+        return out
+
+    @staticmethod
+    def from_store(store: ColumnStore, size: int, positions: Tensor, last: Tensor, steps: Tensor) -> "DecoderState":
+        """The state whose per-token tensors are the first ``size`` columns of ``store``'s buffers."""
+        v = store.views(size)
+        n_layers = sum(column_dim(name) == 2 for name in v) // 2
+        return DecoderState(
+            tokens=v["tokens"], positions=positions, real=v["real"], hidden=v["hidden"],
+            cache=[(v[kn], v[vn]) for kn, vn in layer_names(n_layers)], last=last, scores=v["scores"], steps=steps,
+            open_right=v.get("open_right"), parts=(v["part_l"], v["part_r"]) if "part_l" in v else None, store=store,
+        )
 
     def select(self, keep: Tensor) -> "DecoderState":
         """Keep the sentences ``keep`` (LongTensor of batch rows)."""
+        if self.store is not None:
+            size = self.tokens.size(1)
+            return DecoderState.from_store(self.store.select(keep, size), size, self.positions[keep], self.last[keep],
+                                           self.steps[keep])
         return DecoderState(
             tokens=self.tokens[keep], positions=self.positions[keep], real=self.real[keep],
             hidden=self.hidden[keep], cache=[(k[keep], v[keep]) for k, v in self.cache],
@@ -204,8 +240,12 @@ class InsertionGenerator:
         conditional: bool = True,
         keywords_from_source: bool = False,
         blank_id: Optional[int] = None,
+        candidates: int = 1,
     ):
         check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold)
+        if candidates < 1:
+            raise ValueError(f"--insertion-candidates must be >= 1, got {candidates}")
+        self.candidates = candidates
         self.tgt_dict = tgt_dict
         self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
         self.mode = mode
@@ -314,21 +354,26 @@ class InsertionGenerator:
         """Decode the batch rows ``todo`` together; fills ``finalized[b]`` for each."""
         decoder = model.decoder
         src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
-        if len(todo) < src_tokens.size(0):
-            rows = torch.tensor(todo, device=src_tokens.device)
+        K = self.candidates
+        owner = [b for b in todo for _ in range(K)]  # decoded row -> batch row (K candidates each)
+        if owner != list(range(src_tokens.size(0))):
+            rows = torch.tensor(owner, device=src_tokens.device)
             src_tokens, src_lengths, cap, max_len, min_len = (src_tokens[rows], src_lengths[rows], cap[rows],
                                                               max_len[rows], min_len[rows])
             src_tokens = src_tokens[:, src_tokens.ne(self.pad).any(0)]  # left padding no row of the group needs
             if initial_tokens is not None:
-                initial_tokens = [initial_tokens[b] for b in todo]
-                initial_order = None if initial_order is None else [initial_order[b] for b in todo]
-            blanks = None if blanks is None else [blanks[b] for b in todo]
+                initial_tokens = [initial_tokens[b] for b in owner]
+                initial_order = None if initial_order is None else [initial_order[b] for b in owner]
+            blanks = None if blanks is None else [blanks[b] for b in owner]
         encoder_out = model.forward_encoder(src_tokens, src_lengths)
         source_kv, source_pad = decoder.encode_source(encoder_out)
-        state = self.initial_state(decoder, len(todo), src_tokens.device, source_kv, source_pad, initial_tokens,
-                                   initial_order, blanks)
-        ids = torch.tensor(todo, device=src_tokens.device)  # batch row of each sentence left
-        history = {b: [] for b in todo}
+        state = self.initial_state(decoder, len(owner), src_tokens.device, source_kv, source_pad, initial_tokens,
+                                   initial_order, blanks, capacity=int(max_len.max()))
+        ids = torch.arange(len(owner), device=src_tokens.device)  # decoded row of each sentence left
+        # with candidates, the first step's words are each candidate's own rank (0: the best) of the word
+        first_rank = ids % K if K > 1 and not self.sampling else None
+        history = {i: [] for i in range(len(owner))}
+        hyps: List[Optional[dict]] = [None] * len(owner)
         self._record(history, state, ids)
         while True:
             wants_stop = self.termination_logit(decoder, state) > self.stop_logit  # q(stop) > stop_threshold
@@ -338,8 +383,9 @@ class InsertionGenerator:
             stop = done | (state.steps >= cap) | (state.lengths >= max_len)
             if bool(stop.any()):
                 for row in stop.nonzero().view(-1).tolist():
-                    b = int(ids[row])
-                    finalized[b] = self._finalize(state, row, history[b])
+                    i = int(ids[row])
+                    b = owner[i]
+                    hyps[i] = self._finalize(state, row, history[i])
                     if at_limit[row]:  # cut by the model's limit, not by the model: say so
                         sid = int(sample["id"][b]) if sample.get("id") is not None else b
                         logger.warning(f"sample id {sid}: output reached the model's limit of "
@@ -350,11 +396,23 @@ class InsertionGenerator:
                     break
                 state, ids, cap, max_len, min_len = state.select(keep), ids[keep], cap[keep], max_len[keep], min_len[keep]
                 held = None if held is None else held[keep]
+                first_rank = None if first_rank is None else first_rank[keep]
                 source_kv = [(k[keep], v[keep]) for k, v in source_kv]
                 source_pad = None if source_pad is None else source_pad[keep]
             # a sentence held back by --min-length-ratio inserts one word per step (its best slot)
-            state = self.step(decoder, state, source_kv, source_pad, max_len, one_word=held)
+            state = self.step(decoder, state, source_kv, source_pad, max_len, one_word=held, word_rank=first_rank)
+            first_rank = None
             self._record(history, state, ids)
+        for j, b in enumerate(todo):
+            finalized[b] = self.best_candidate(hyps[j * K: (j + 1) * K])
+
+    @staticmethod
+    def best_candidate(hyps: List[dict]) -> dict:
+        """The candidate with the highest mean log-probability per insertion (the model's own score: no other
+        model rescores); its ``steps`` are the most any candidate took, as they decode side by side.
+        Example: scores -0.9 (5 steps) and -0.4 (7 steps) -> the second, with 7 steps; with 9 and 7 steps: 9."""
+        best = max(hyps, key=lambda h: h["score"])
+        return best if len(hyps) == 1 else dict(best, steps=max(h["steps"] for h in hyps))
 
     @staticmethod
     def settled_rows(sample, src_lengths: Tensor, given: Sequence[Sequence[int]], max_len: Tensor,
@@ -413,9 +471,10 @@ class InsertionGenerator:
 
     # -- initial state ----------------------------------------------------------------------------
     def initial_state(self, decoder, B, device, source_kv, source_pad, initial_tokens=None, initial_order=None,
-                      blanks=None):
+                      blanks=None, capacity: int = 16):
         """Encode ``<s> </s>`` (+ given tokens, in their insertion order) as a trajectory; with ``blanks``
-        (see :meth:`generate`) only the blanks' slots are open."""
+        (see :meth:`generate`) only the blanks' slots are open. With the cache, its buffers have room for
+        ``capacity`` more tokens (they grow when full)."""
         rows_tok, rows_pos, rows_open = [], [], []
         for b in range(B):
             given = list(initial_tokens[b]) if initial_tokens is not None else []
@@ -442,12 +501,17 @@ class InsertionGenerator:
                 open_right[b, : len(row)] = torch.tensor(row, dtype=torch.bool)
             open_right = open_right.to(device)
         hidden, cache = self._encode_all(decoder, tokens, positions, real, source_kv, source_pad)
-        return DecoderState(
+        state = DecoderState(
             tokens=tokens, positions=positions, real=real, hidden=hidden, cache=cache,
             last=real.sum(1) - 1, scores=torch.zeros(B, S, device=device),
             steps=torch.zeros(B, dtype=torch.long, device=device), open_right=open_right,
             parts=self.slot_parts(decoder, hidden),
         )
+        if not self.use_cache:
+            return state
+        # room for as many insertions as the longest output may take (sequential decoding: exactly enough)
+        store = ColumnStore(state.columns(), S + capacity)
+        return DecoderState.from_store(store, S, positions, state.last, state.steps)
 
     @staticmethod
     def slot_parts(decoder, h: Tensor):
@@ -491,12 +555,15 @@ class InsertionGenerator:
         take = ((mass_before < self.slot_top_p) | (rank == 0)) & (rank < room.unsqueeze(1)) & (probs > 0)
         return torch.zeros_like(take).scatter(1, idx, take)
 
-    def choose_tokens(self, logits: Tensor) -> Tuple[Tensor, Tensor]:
-        """logits [N, V] -> (tokens [N], log-probs [N]); special symbols are never inserted."""
+    def choose_tokens(self, logits: Tensor, rank: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """logits [N, V] -> (tokens [N], log-probs [N]); special symbols are never inserted. With ``rank``
+        ([N], greedy decoding), row n takes its ``rank[n]``-th most probable token (0: the best)."""
         logits = logits.float()
         logits[:, self.banned.to(logits.device)] = float("-inf")
         lprobs = torch.log_softmax(logits, -1)
-        if self.sampling:
+        if rank is not None and not self.sampling:
+            tokens = lprobs.topk(int(rank.max()) + 1, dim=-1).indices.gather(1, rank.unsqueeze(1)).squeeze(1)
+        elif self.sampling:
             if self.sampling_topk > 0:
                 top, top_idx = lprobs.topk(self.sampling_topk, dim=-1)
                 pick = torch.multinomial(top.exp(), 1)
@@ -545,16 +612,18 @@ class InsertionGenerator:
         return decoder.heads.termination_logit(gather_steps(state.hidden, state.last.unsqueeze(1)).squeeze(1)).float()
 
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len,
-             one_word: Optional[Tensor] = None) -> DecoderState:
+             one_word: Optional[Tensor] = None, word_rank: Optional[Tensor] = None) -> DecoderState:
         """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>; the rows of
-        ``one_word`` (bool [B]) insert a single word, at their best slot."""
+        ``one_word`` (bool [B]) insert a single word, at their best slot; row b's words are its
+        ``word_rank[b]``-th most probable ones (LongTensor [B]; None: the best)."""
         slots, pos_lprobs = self.slot_distribution(decoder, state)
         room = (torch.as_tensor(max_len, device=pos_lprobs.device) - state.lengths).clamp_min(1)
         if one_word is not None:
             room = room.masked_fill(one_word, 1)
         chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
         logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad)  # [N, V]
-        tokens, tok_lprobs = self.choose_tokens(logits)  # [N]
+        rank = None if word_rank is None else word_rank[chosen.nonzero()[:, 0]]  # [N]
+        tokens, tok_lprobs = self.choose_tokens(logits, rank)  # [N]
         if self.skip_repeats or self.replace_repeats:
             chosen, tokens, tok_lprobs = self.drop_repeats(state, chosen, logits, tokens, tok_lprobs)
         if self.min_token_prob > 0 and self.mode == "parallel":
@@ -653,26 +722,33 @@ class InsertionGenerator:
         old_pos = torch.where(state.real, moved, old_pos)
         g_pos = (slot_of + csum.gather(1, slot_of)).masked_fill(~g_real, HOLE)  # slot k -> k + #chosen <= k
 
-        tokens_all = torch.cat([state.tokens, g_tok], 1)
         pos_all = torch.cat([old_pos, g_pos], 1)
-        real_all = torch.cat([state.real, g_real], 1)
-        if self.use_cache:
+        last, steps = S + n_new - 1, state.steps + 1
+        if self.use_cache:  # encode the new tokens only, appending their columns to the cache in place
+            real_all = torch.cat([state.real, g_real], 1)
             offsets = group_offsets(pos_all, g_pos, g_real)  # [B, G, S + G]
             m = torch.arange(G, device=h.device)
             later_new = m.view(1, G) > m.view(G, 1)  # new key m' > query m
             mask = ~real_all.unsqueeze(1) | torch.cat(
                 [torch.zeros(G, S, dtype=torch.bool, device=h.device), later_new], 1
             ).unsqueeze(0)  # [B, G, S + G]
-            h_new, cache = decoder.context(g_tok, offsets, mask, source_kv, source_pad, past=state.cache)
-            hidden = torch.cat([h, h_new], 1)
-            new_parts = self.slot_parts(decoder, h_new)
-            parts = None if new_parts is None else tuple(torch.cat([p, q], 1) for p, q in zip(state.parts, new_parts))
-        else:
-            hidden, cache = self._encode_all(decoder, tokens_all, pos_all, real_all, source_kv, source_pad)
-            parts = self.slot_parts(decoder, hidden)
+            store = state.store.reserve(S, G)
+            writers = [store.writer(kn, vn, S) for kn, vn in layer_names(len(state.cache))]
+            h_new, _ = decoder.context(g_tok, offsets, mask, source_kv, source_pad, past=writers)  # writes k, v
+            new = dict(tokens=g_tok, real=g_real, scores=g_score, hidden=h_new)
+            if state.open_right is not None:
+                new["open_right"] = g_real
+            if state.parts is not None:
+                new["part_l"], new["part_r"] = self.slot_parts(decoder, h_new)
+            store, _ = store.append(S, new)
+            return DecoderState.from_store(store, S + G, pos_all, last, steps)
+        tokens_all = torch.cat([state.tokens, g_tok], 1)
+        real_all = torch.cat([state.real, g_real], 1)
+        hidden, cache = self._encode_all(decoder, tokens_all, pos_all, real_all, source_kv, source_pad)
+        parts = self.slot_parts(decoder, hidden)
         return DecoderState(
             tokens=tokens_all, positions=pos_all, real=real_all, hidden=hidden, cache=cache,
-            last=S + n_new - 1, scores=torch.cat([state.scores, g_score], 1), steps=state.steps + 1,
+            last=last, scores=torch.cat([state.scores, g_score], 1), steps=steps,
             open_right=None if state.open_right is None else torch.cat([state.open_right, g_real], 1),
             parts=parts,
         )
@@ -688,10 +764,11 @@ class InsertionGenerator:
         copy for the batch (not one per sentence)."""
         if not self.retain_history:
             return
-        seq = state.tokens.gather(1, state.sequence_order()).cpu()  # [B, S] left to right, holes last
+        order = state.sequence_order()  # [B, S] insertion index of each token, left to right, holes last
+        seq, order = state.tokens.gather(1, order).cpu(), order.cpu()
         lengths, rows = state.lengths.cpu().tolist(), ids.cpu().tolist()
-        for row, b in enumerate(rows):
-            history[b].append({"tokens": seq[row, 1 : lengths[row]]})
+        for row, b in enumerate(rows):  # "inserted": each token's insertion index (<s>, </s>: 0, 1; given tokens next)
+            history[b].append({"tokens": seq[row, 1 : lengths[row]], "inserted": order[row, 1 : lengths[row]]})
 
     def _hypothesis(self, tokens, scores, steps, history):
         inserted = scores[:-1]

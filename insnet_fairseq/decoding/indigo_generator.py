@@ -24,6 +24,8 @@ class IndigoGenerator(InsertionGenerator):
                            ("min_token_prob", "--min-token-prob"), ("stop_threshold", "--stop-threshold")):
             if kwargs.get(flag) and (flag != "stop_threshold" or kwargs[flag] != 0.5):
                 raise ValueError(f"{name} applies to InsNet's parallel decoding, not to --arch indigo_*")
+        if kwargs.get("candidates", 1) != 1:
+            raise ValueError("--insertion-candidates applies to InsNet decoding, not to --arch indigo_*")
         super().__init__(tgt_dict, **kwargs)
 
     @staticmethod
@@ -41,7 +43,8 @@ class IndigoGenerator(InsertionGenerator):
         words[:, self.banned.to(lp.device)] = float("-inf")
         return lp[:, -1] - words.max(-1).values
 
-    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len, one_word=None) -> DecoderState:
+    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len, one_word=None,
+             word_rank=None) -> DecoderState:
         """The most likely word (not <eod>: the sentence did not stop), then its most likely slot (one word per
         step always: ``one_word`` changes nothing)."""
         heads = decoder.heads

@@ -88,7 +88,9 @@ class OffsetSelfAttention(nn.Module):
             offsets: [B, T, S] offset of key j seen from query i (any value where masked).
             rel_table: [2M + 1, Dr] offset embeddings, M >= S - 1.
             attn_mask: bool [T, S] or [B, T, S], True where query i may NOT attend key j.
-            past: optional (k, v), each [B, H, S - T, Dh], of the tokens inserted before.
+            past: optional (k, v), each [B, H, S - T, Dh], of the tokens inserted before, or a preallocated
+                cache slot whose ``extend(k, v)`` writes the new keys/values in place and returns all S
+                (:class:`insnet_fairseq.decoding.cache.KVWriter`).
 
         Returns:
             out [B, T, D] and the (k, v) of all S keys, each [B, H, S, Dh], for caching.
@@ -101,7 +103,9 @@ class OffsetSelfAttention(nn.Module):
         q = q.view(B, T, H, Dh).transpose(1, 2)  # [B, H, T, Dh]
         k = k.view(B, T, H, Dh).transpose(1, 2)  # [B, H, T, Dh]
         v = v.view(B, T, H, Dh).transpose(1, 2)  # [B, H, T, Dh]
-        if past is not None:
+        if past is not None and hasattr(past, "extend"):  # a preallocated cache: written in place
+            k, v = past.extend(k, v)  # [B, H, S, Dh] each
+        elif past is not None:
             k = torch.cat([past[0], k], dim=2)  # [B, H, S, Dh]
             v = torch.cat([past[1], v], dim=2)  # [B, H, S, Dh]
         return self._attend(q, k, v, offsets, rel_table, attn_mask), (k, v)

@@ -279,6 +279,7 @@ class InsertionLMTask(InsertionTranslationTask):
             stop_threshold=self.cfg.stop_threshold,
             min_length_ratio=self.cfg.min_length_ratio,
             dedupe=self.cfg.dedupe,
+            candidates=self.cfg.insertion_candidates,
             conditional=False,
             keywords_from_source=not self.cfg.no_keywords,
             blank_id=self.dictionary.bos() if self.cfg.infill else None,

@@ -81,6 +81,12 @@ class InsertionTranslationConfig(TranslationConfig):
         default=False,
         metadata={"help": "drop every output token equal to its left neighbour once a sentence is finished"},
     )
+    insertion_candidates: int = field(
+        default=1,
+        metadata={"help": "decode K candidates of every sentence side by side, whose first step's words are their "
+                  "K most probable (with --sampling: K samples), and output the one of highest mean log-probability "
+                  "per insertion (the model's own score); 1: off"},
+    )
     no_insertion_cache: bool = field(
         default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
     )
@@ -370,4 +376,5 @@ class InsertionTranslationTask(TranslationTask):
             stop_threshold=self.cfg.stop_threshold,
             min_length_ratio=self.cfg.min_length_ratio,
             dedupe=self.cfg.dedupe,
+            candidates=self.cfg.insertion_candidates,
         )
