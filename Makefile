@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 SHARED_MULTI30K := $(abspath ../shared/data/multi30k)
 MULTI30K_DIR ?= $(SHARED_MULTI30K)
 
-.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom infill-multi30k bench-train bench-memory kill-campaign fuzz clean
+.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom infill-multi30k infill-baseline-multi30k bench-train bench-memory kill-campaign fuzz clean
 
 install: $(INSTALLED)
 
@@ -77,6 +77,11 @@ lm-custom: install
 # fill them with fairseq-generate --task insertion_lm --infill, score with recipes/evaluate_infill.py.
 infill-multi30k: lm-multi30k
 	$(BIN)/python recipes/prepare_infill.py --data data-bin/lm_multi30k
+
+# make infill-baseline-multi30k: the Self-attn baseline's bitext data-bin/lm_multi30k-infill (one example per
+# blank; recipes/prepare_infill_seq2seq.py); train with recipes/train.sh infill, fill with recipes/infill_seq2seq.py.
+infill-baseline-multi30k: infill-multi30k
+	$(BIN)/python recipes/prepare_infill_seq2seq.py --data data-bin/lm_multi30k
 
 # make distill-multi30k_en_de: AR teacher (recipes/train.sh ar), beam search over the training set,
 # data-bin/multi30k_en_de-distill (see recipes/distill.py for TEACHER_ARGS, BEAM, GEN_BATCH, ...)

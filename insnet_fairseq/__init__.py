@@ -6,7 +6,9 @@ The package, by role:
 
 * ``models``: the InsNet model (:mod:`.models.insnet`), its context encoder (:mod:`.models.decoder`),
   offset attention (:mod:`.models.attention`), offsets (:mod:`.models.offsets`) and slot heads
-  (:mod:`.models.slots`); InDIGO on the same machinery (:mod:`.models.indigo`);
+  (:mod:`.models.slots`); InDIGO on the same machinery (:mod:`.models.indigo`); the text-infilling
+  paper's self-attention baseline, fairseq's transformer with segment-aware positions
+  (:mod:`.models.infill_transformer`);
 * ``data``: the fairseq dataset (:mod:`.data.dataset`), insertion orders (:mod:`.data.orders`) and
   InsNet-Dinic / uniform layerings (:mod:`.data.layerization`);
 * ``tasks``: ``insertion_translation`` (:mod:`.tasks.translation`), ``insertion_lm``
@@ -38,7 +40,7 @@ atomic_checkpoints.install()
 clean_errors.install()
 insertion_targets.install()
 
-from insnet_fairseq.models import indigo, insnet  # noqa: E402,F401  (registration side effects)
+from insnet_fairseq.models import indigo, infill_transformer, insnet  # noqa: E402,F401  (registration side effects)
 from insnet_fairseq.tasks import criterion, lm, translation  # noqa: E402,F401
 
 __version__ = "0.1.0"

@@ -2,8 +2,11 @@
 """BLEU against sequential ratio (decoding steps / output length), the paper's Figure 6.
 
     python recipes/plot_spectrum.py results/tau_spectrum.csv results/tau_spectrum.png [--title TITLE]
+    python recipes/plot_spectrum.py results/lm_spectrum.csv results/lm_spectrum.png --x seq_ratio --y bleu4 \
+        --ylabel "test BLEU-4" --dinic-prefix dinic --title "..."      # recipes/evaluate_lm.py's rows
 
-Reads the rows written by recipes/evaluate.py (columns model, sacrebleu, steps_per_token). Labels sit
+Reads the rows written by recipes/evaluate.py (columns model, sacrebleu, steps_per_token; others with
+--x / --y); rows whose model starts with --dinic-prefix are drawn as Dinic points (circles). Labels sit
 in a column right of the axes, each joined to its point by a thin line, spread vertically by
 :func:`spread` so that no two overlap however close the points are.
 """
@@ -45,17 +48,24 @@ def main(argv=None):
     p.add_argument("csv")
     p.add_argument("png")
     p.add_argument("--title", default="InsNet-Dinic tau spectrum (Multi30k En-De)")
+    p.add_argument("--x", default="steps_per_token", help="column of the sequential ratio")
+    p.add_argument("--y", default="sacrebleu", help="column of the score")
+    p.add_argument("--ylabel", default="test sacreBLEU")
+    p.add_argument("--dinic-prefix", default="tau=", help="model names of the Dinic rows start with this")
     args = p.parse_args(argv)
     with open(args.csv, encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     if not rows:
         sys.exit(f"plot_spectrum: {args.csv} has no rows")
-    xs = [float(r["steps_per_token"]) for r in rows]
-    ys = [float(r["sacrebleu"]) for r in rows]
+    for col in (args.x, args.y):
+        if col not in rows[0]:
+            sys.exit(f"plot_spectrum: {args.csv} has no column {col!r} (columns: {', '.join(rows[0])})")
+    xs = [float(r[args.x]) for r in rows]
+    ys = [float(r[args.y]) for r in rows]
     fig, ax = plt.subplots(figsize=(8, 4.6))
     fig.subplots_adjust(left=0.09, right=0.62, bottom=0.12, top=0.9)
     for x, y, r in zip(xs, ys, rows):
-        dinic = r["model"].startswith("tau=")
+        dinic = r["model"].startswith(args.dinic_prefix)
         ax.scatter([x], [y], marker="o" if dinic else "s", color="tab:blue" if dinic else "tab:orange", zorder=3)
     pad_x, pad_y = 0.05 * (max(xs) - min(xs) or 1), 0.08 * (max(ys) - min(ys) or 1)
     ax.set_xlim(min(xs) - pad_x, max(xs) + pad_x)
@@ -63,11 +73,11 @@ def main(argv=None):
     to_frac = ax.transLimits.transform  # data -> axes fraction
     heights = spread([to_frac((x, y))[1] for x, y in zip(xs, ys)], gap=1.0 / max(len(rows), 14))
     for x, y, h, r in zip(xs, ys, heights, rows):
-        label = f"{r['model']}: {float(r['sacrebleu']):.1f} @ {float(r['steps_per_token']):.2f}"
+        label = f"{r['model']}: {y:.1f} @ {x:.2f}"
         ax.annotate(label, xy=(x, y), xycoords="data", xytext=(1.03, h), textcoords="axes fraction",
                     va="center", fontsize=7.5, arrowprops=dict(arrowstyle="-", lw=0.5, color="0.6"))
     ax.set_xlabel("sequential ratio (decoding steps / output length)")
-    ax.set_ylabel("test sacreBLEU")
+    ax.set_ylabel(args.ylabel)
     ax.set_title(args.title, fontsize=10)
     ax.grid(alpha=0.3)
     fig.savefig(args.png, dpi=120)

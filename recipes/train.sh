@@ -8,12 +8,14 @@
 # KIND: insnet (task insertion_translation, insnet_small), indigo (the same task, indigo_small: InDIGO), insnet-lm (task insertion_lm, insnet_lm_small: the
 #       same decoder without source or cross-attention; DATA from recipes/prepare_lm.py), ar (fairseq `transformer`),
 #       levt (fairseq `levenshtein_transformer`, task translation_lev, criterion nat_loss),
-#       inst (fairseq `insertion_transformer`, task translation_lev, criterion nat_loss).
+#       inst (fairseq `insertion_transformer`, task translation_lev, criterion nat_loss),
+#       infill (the text-infilling paper's Self-attn baseline, `infill_transformer_small`, task translation on
+#       recipes/prepare_infill_seq2seq.py's data-bin).
 # Environment: UPDATES (500; 0: no limit), MAX_TOKENS (4096), LR (1e-3), WARMUP (400), MINUTES (no limit),
 # THREADS (torch threads; default: all cores), SCHEDULER (inverse_sqrt, or fixed: constant LR, for
 # fine-tuning). InsNet-only: ORDER (insertion order).
 set -euo pipefail
-kind=${1:?KIND: insnet|indigo|insnet-lm|ar|levt|inst}; data=${2:?DATA_BIN}; save=${3:?SAVE_DIR}; shift 3
+kind=${1:?KIND: insnet|indigo|insnet-lm|ar|levt|inst|infill}; data=${2:?DATA_BIN}; save=${3:?SAVE_DIR}; shift 3
 [ -d "$data" ] || { echo "train.sh: data directory $data does not exist (run the data recipe first, e.g. make multi30k)" >&2; exit 2; }
 size=(--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256
       --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024
@@ -30,12 +32,14 @@ case $kind in
     [ -n "${ORDER:-}" ] && model+=(--insertion-order "$ORDER") ;;
   ar)
     model=(--task translation --arch transformer --criterion label_smoothed_cross_entropy) ;;
+  infill)
+    model=(--task translation --arch infill_transformer_small --criterion label_smoothed_cross_entropy) ;;
   levt|inst)
     # fairseq's documented NAT flags (examples/nonautoregressive_translation)
     arch=levenshtein_transformer; [ "$kind" = inst ] && arch=insertion_transformer
     model=(--task translation_lev --arch $arch --criterion nat_loss --noise random_delete
            --decoder-learned-pos --encoder-learned-pos --apply-bert-init --ddp-backend legacy_ddp) ;;
-  *) echo "train.sh: unknown KIND '$kind' (insnet|indigo|insnet-lm|ar|levt|inst)" >&2; exit 2 ;;
+  *) echo "train.sh: unknown KIND '$kind' (insnet|indigo|insnet-lm|ar|levt|inst|infill)" >&2; exit 2 ;;
 esac
 sched=(--lr-scheduler inverse_sqrt --warmup-updates "${WARMUP:-400}" --warmup-init-lr 1e-7)
 [ "${SCHEDULER:-inverse_sqrt}" = fixed ] && sched=(--lr-scheduler fixed)

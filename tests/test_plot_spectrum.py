@@ -33,3 +33,14 @@ def test_plot_writes_a_png(tmp_path):
                    "tau=-inf sequential,30.0,1.0\n")
     main([str(src), str(tmp_path / "s.png")])
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_reads_other_columns_and_names_a_missing_one(tmp_path, capsys):
+    import pytest
+
+    src = tmp_path / "lm.csv"
+    src.write_text("model,bleu4,seq_ratio\ndinic-3 (paper sampling),12.5,0.18\nseq-binary (sequential),12.8,0.6\n")
+    main([str(src), str(tmp_path / "lm.png"), "--x", "seq_ratio", "--y", "bleu4", "--dinic-prefix", "dinic"])
+    assert (tmp_path / "lm.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(SystemExit, match="has no column 'steps_per_token'"):
+        main([str(src), str(tmp_path / "x.png")])
