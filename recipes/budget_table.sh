@@ -11,7 +11,8 @@
 #                                              # (checkpoint_last or _best, whichever scores higher on the
 #                                              #  valid set; CKPT=last, CKPT=best: that one)
 #                                              # (BATCH1=0: skip the batch-1 timing; OUT=name: results/name.*;
-#                                              #  MODES: InsNet decodings, "sequential parallel skip-repeats")
+#                                              #  MODES: InsNet decodings, "sequential parallel skip-repeats"
+#                                              #  and "candidates": skip-repeats + --insertion-candidates CANDIDATES)
 #   bash recipes/budget_table.sh tune ROW      # InsNet parallel decoding on the valid set, --slot-top-p 0.5..0.95
 #                                              # (GRID: ';'-separated decoding flag sets; TUNE_OUT: results/NAME.csv)
 #   bash recipes/budget_table.sh rows          # list the rows
@@ -31,7 +32,8 @@ export MINUTES=${MINUTES:-60} THREADS=${THREADS:-1} UPDATES=0
 data=data-bin/multi30k_en_de; kd=data-bin/multi30k_en_de-distill
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/multi30k_en_de/raw
 top_p=${TOP_P:-0.9}
-modes=${MODES:-sequential parallel skip-repeats}  # InsNet decodings that eval scores
+modes=${MODES:-sequential parallel skip-repeats}  # InsNet decodings that eval scores (also: candidates)
+candidates=${CANDIDATES:-2}  # MODES candidates: --skip-repeats with --insertion-candidates CANDIDATES (2: chosen on valid)
 tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
 batch1=--batch1; [ "${BATCH1:-1}" = 0 ] && batch1=  # BATCH1=0: no batch-1 timing (while other jobs run)
 out=results/${OUT:-budget_table}
@@ -168,6 +170,11 @@ eval_rows() {
               if [[ " $modes " = *" skip-repeats "* ]]; then
                 eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats)" "$ckpt" --user-dir insnet_fairseq \
                   --task insertion_translation --insertion-mode parallel --slot-top-p "$top_p" --skip-repeats
+              fi
+              if [[ " $modes " = *" candidates "* ]]; then
+                eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats, $candidates candidates)" "$ckpt" \
+                  --user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel \
+                  --slot-top-p "$top_p" --skip-repeats --insertion-candidates "$candidates"
               fi ;;
       indigo) eval_row "$r" "$r" "$ckpt" --user-dir insnet_fairseq --task insertion_translation \
                 --insertion-mode sequential ;;

@@ -45,10 +45,10 @@ row_job() {  # ROW: train, then score (budget_table.sh eval, OUT=gpu/ROW); write
   echo "train $rc" >"$logs/$r.status"
   [ $rc = 0 ] || return $rc
   mkdir -p results/gpu  # (again: a copy of the tree synced since start may have lost it)
-  MODES=sequential; [ "$r" = curriculum-query-kd ] && MODES="parallel skip-repeats"
+  MODES=sequential; [ "$r" = curriculum-query-kd ] && MODES="parallel skip-repeats candidates"
   MODES=$MODES OUT=gpu/$r bash recipes/budget_table.sh eval "$r" || rc=$?
   if [ $rc = 0 ] && [ "$r" = curriculum-query-kd ]; then
-    for extra in "" --skip-repeats; do
+    for extra in "" --skip-repeats "--skip-repeats --insertion-candidates 2"; do
       python recipes/evaluate.py --data data-bin/multi30k_en_de-distill --path $dinic_dir/checkpoint_last.pt \
         --src en --tgt de --name "dinic-kd (tau $tau from curriculum-query-kd) parallel (top-p 0.9${extra:+, $extra})" \
         --raw-ref "$raw/test.de" --tok-ref work/multi30k_en_de/test.clean.de \
