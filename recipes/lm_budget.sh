@@ -11,6 +11,8 @@
 # Lexically constrained generation on LM_DATA (data-bin/lm_multi30k, `make lm-multi30k`; the AR row reads
 # LM_DATA-ar, the keywords->sentence bitext the same recipe builds from the keyword files):
 #   seq-random, seq-binary        InsNet, sequential training, random / binary (middle word first) order
+#   seq-keywords                  InsNet, sequential training, keywords order (the sentence's keywords first, as
+#                                 decoding starts from them, then every gap left to right; LM_DATA/train.keywords)
 #   dinic-10 dinic-3 dinic-1 dinic-0.3
 #                                 InsNet-Dinic at that tau: the BASE row's checkpoint (seq-binary) fine-tuned with
 #                                 --dinic-tau for FT_MINUTES (20) more at a fixed lr of 5e-4 (the paper's
@@ -40,11 +42,11 @@ mt_tok_ref=${MT_TOK_REF:-work/multi30k_en_de/test.clean.de}; tok_ref=(); [ -f "$
 base=${BASE:-seq-binary}; ckpts=${CKPT_DIR:-checkpoints}; out_dir=${OUT_DIR:-results}
 seeds=${SEEDS:-1 2 3}
 read -r -a gen_extra <<<"${GEN_ARGS:-}"
-ROWS=(seq-random seq-binary dinic-10 dinic-3 dinic-1 dinic-0.3 uniform ar truncated noglobal mt-insnet mt-truncated mt-noglobal)
+ROWS=(seq-random seq-binary seq-keywords dinic-10 dinic-3 dinic-1 dinic-0.3 uniform ar truncated noglobal mt-insnet mt-truncated mt-noglobal)
 
 order_of() {  # sequential row -> its insertion order
-  case $1 in seq-random) echo random ;; seq-binary) echo binary ;;
-    *) echo "lm_budget.sh: BASE must be seq-random or seq-binary, not '$1'" >&2; exit 2 ;; esac
+  case $1 in seq-random) echo random ;; seq-binary) echo binary ;; seq-keywords) echo keywords ;;
+    *) echo "lm_budget.sh: BASE must be seq-random, seq-binary or seq-keywords, not '$1'" >&2; exit 2 ;; esac
 }
 
 # ROW -> "KIND DATA [train flags...]" (checkpoints: $ckpts/lm_ROW)
@@ -53,6 +55,7 @@ spec() {
   case $1 in
     seq-random) echo "insnet-lm $lm --insertion-order random" ;;
     seq-binary) echo "insnet-lm $lm --insertion-order binary" ;;
+    seq-keywords) echo "insnet-lm $lm --insertion-order keywords" ;;
     dinic-*)    echo "insnet-lm $lm --insertion-order $o --dinic-tau=${1#dinic-} --finetune-from-model $ckpts/lm_$base/checkpoint_last.pt" ;;
     uniform)    echo "insnet-lm $lm --insertion-order $o --layerization uniform --finetune-from-model $ckpts/lm_$base/checkpoint_last.pt" ;;
     ar)         echo "ar $lm-ar" ;;

@@ -14,8 +14,9 @@ target = the blank's words.
 
 Inputs (from ``recipes/prepare_lm.py`` and ``recipes/prepare_infill.py``): the sentences, tokenised and
 lowercased, of train (``WORK/train.tok``, WORK = ``work/NAME``) and of valid and test (``DATA/{split}.ref``);
-their keywords (``WORK/train.keywords``, ``DATA/{split}.keywords``; train's only with ``--ar yes``, the
-default: without them the anchors setting is left out of train, said so); ``DATA/dict.txt``.
+their keywords (``DATA/{split}.keywords``; train's from ``WORK/train.keywords`` in data prepared before
+prepare_lm.py wrote them beside the data; without them the anchors setting is left out of train, said so);
+``DATA/dict.txt``.
 
 Templates: every sentence gets ``--copies`` templates (train; 1 for valid and test), each of a setting
 drawn uniformly from the test settings (the masking of ``recipes/prepare_infill.py``, its functions
@@ -158,7 +159,9 @@ def main(argv=None):
         f.writelines(line + "\n" for line in words + [f"{BLANK} 0", f"{BOUNDARY} 0"])
     for split in SPLITS:
         text = os.path.join(work, "train.tok") if split == "train" else os.path.join(data, f"{split}.ref")
-        kw_path = os.path.join(work if split == "train" else data, f"{split}.keywords")
+        kw_path = os.path.join(data, f"{split}.keywords")
+        if split == "train" and not os.path.isfile(kw_path):  # data prepared before prepare_lm.py wrote them there
+            kw_path = os.path.join(work, "train.keywords")
         sentences = [line.split() for line in read(text)]
         keywords = None
         if split != "train" or os.path.isfile(kw_path):

@@ -17,8 +17,9 @@ side, ``en``). Steps, each skipped when its output exists:
    every kept sentence to its raw line. Word level, no BPE: a keyword is one word.
 2. ``fairseq-preprocess --only-source``: ``data-bin/NAME/dict.txt`` (the training words seen at least
    ``--min-count`` (2) times; the rest become ``<unk>``) and ``{split}.bin/.idx``.
-3. Keywords (YAKE, the ``yake`` package, as the paper) for valid and test, written next to the data:
-   ``data-bin/NAME/{valid,test}.keywords`` (one line per sentence, space-separated), with the
+3. Keywords (YAKE, the ``yake`` package, as the paper) for every split, written next to the data:
+   ``data-bin/NAME/{train,valid,test}.keywords`` (one line per sentence, space-separated; the training
+   split's are read only by ``--insertion-order keywords`` and the AR baseline's bitext), with the
    references to score against, ``data-bin/NAME/{valid,test}.ref`` (the tokenised, lowercased
    sentences; BLEU and NIST are computed on these words). The rule (:func:`sentence_keywords`):
    YAKE run on the sentence alone with unigram candidates (``n=1``, YAKE's stopwords for
@@ -30,7 +31,7 @@ side, ``en``). Steps, each skipped when its output exists:
    the order of their first occurrence in the sentence: 1 to 4 per sentence (0 only for a sentence
    with no dictionary word at all, reported).
 4. ``--ar yes`` (default): the autoregressive keywords-to-sentence baseline's bitext (Plan-And-Write
-   static, paper Table 2): the same rule on the training sentences, and ``data-bin/NAME-ar``
+   static, paper Table 2): the keywords of every split as sources, and ``data-bin/NAME-ar``
    (``{split}.kw-sent.{kw,sent}``, both sides with ``dict.txt``), with the keyword and reference
    files copied beside it.
 """
@@ -222,7 +223,7 @@ def ar_bitext(work, dest, ar_dest, workers):
     ar_work = os.path.join(work, "ar")
     os.makedirs(ar_work, exist_ok=True)
     for split in SPLITS:
-        for src, dst in ((os.path.join(work if split == "train" else dest, f"{split}.keywords"), f"{split}.kw"),
+        for src, dst in ((os.path.join(dest, f"{split}.keywords"), f"{split}.kw"),
                          (os.path.join(work, f"{split}.tok"), f"{split}.sent")):
             if not os.path.exists(os.path.join(ar_work, dst)):
                 shutil.copyfile(src, os.path.join(ar_work, dst))
@@ -276,9 +277,10 @@ def main(argv=None):
         write_keywords(os.path.join(work, f"{split}.tok"), os.path.join(dest, f"{split}.keywords"), vocab, args.lang,
                        args.max_keywords, args.workers)
         shutil.copyfile(os.path.join(work, f"{split}.tok"), os.path.join(dest, f"{split}.ref"))
+    # the training sentences' keywords: the AR baseline's sources and the keywords training order's (one rule)
+    write_keywords(os.path.join(work, "train.tok"), os.path.join(dest, "train.keywords"), vocab, args.lang,
+                   args.max_keywords, args.workers)
     if args.ar == "yes":
-        write_keywords(os.path.join(work, "train.tok"), os.path.join(work, "train.keywords"), vocab, args.lang,
-                       args.max_keywords, args.workers)
         ar_bitext(work, dest, dest + "-ar", args.workers)
         print(f"ready: {dest}-ar (AR baseline: keywords -> sentence)")
     print(f"ready: {dest}")

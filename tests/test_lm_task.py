@@ -77,6 +77,7 @@ def test_prepared_data_and_keyword_files(lm_data):
     from fairseq.data.indexed_dataset import MMapIndexedDataset
 
     vocab = prepare_lm.read_vocab(os.path.join(lm_data, "dict.txt"))
+    assert len(lines(f"{lm_data}/train.keywords")) == len(MMapIndexedDataset(f"{lm_data}/train")) == N
     for split in ("valid", "test"):
         keywords, refs = lines(f"{lm_data}/{split}.keywords"), lines(f"{lm_data}/{split}.ref")
         assert len(keywords) == len(refs) == len(MMapIndexedDataset(f"{lm_data}/{split}")) == N
@@ -193,6 +194,22 @@ def lm_task(data, **cfg):
                                                         required_seq_len_multiple=1, **cfg))
 
 
+def test_keywords_order_needs_the_training_keywords_and_the_lm_task(lm_data, tmp_path):
+    data = copy_data(lm_data, str(tmp_path / "bin"))
+    for f in ("train.bin", "train.idx"):
+        shutil.copy(os.path.join(lm_data, f), data)
+    with pytest.raises(DataError, match=r"train.keywords not found: --insertion-order keywords"):
+        lm_task(data, insertion_order="keywords").load_dataset("train")
+    lm_task(data).load_dataset("train")  # other orders train without them
+    with pytest.raises(ValueError, match="--no-keywords generates without them"):
+        lm_task(data, insertion_order="keywords", no_keywords=True)
+    from insnet_fairseq.tasks.translation import InsertionTranslationConfig, InsertionTranslationTask
+
+    d = make_dictionary(10)
+    with pytest.raises(ValueError, match="use it with --task insertion_lm"):
+        InsertionTranslationTask(InsertionTranslationConfig(insertion_order="keywords"), d, d)
+
+
 def test_bad_keyword_files_are_named(lm_data, tmp_path):
     data = copy_data(lm_data, str(tmp_path / "bin"))
     path = os.path.join(data, "test.keywords")
@@ -224,7 +241,9 @@ def test_bad_keyword_files_are_named(lm_data, tmp_path):
 
 
 @pytest.mark.parametrize("training", [dict(), dict(dinic_tau=1.0, insertion_order="binary"),
-                                      dict(layerization="uniform", insertion_order="random")])
+                                      dict(layerization="uniform", insertion_order="random"),
+                                      dict(insertion_order="keywords"),
+                                      dict(layerization="uniform", insertion_order="keywords")])
 def test_sequential_dinic_and_uniform_training_batches(lm_data, tmp_path, training):
     from insnet_fairseq.tasks.criterion import InsNetLoss
 
@@ -239,10 +258,16 @@ def test_sequential_dinic_and_uniform_training_batches(lm_data, tmp_path, traini
         def backward(self, loss):
             loss.backward()
 
+    if training.get("insertion_order") == "keywords":  # the keywords come first, in sentence order
+        keywords = [lines(f"{lm_data}/test.keywords")[int(i)].split() for i in sample["id"]]
+        target, order = sample["net_input"]["target"], sample["net_input"]["order"]
+        for b, kw in enumerate(keywords):
+            first = target[b, order[b, 2 : 2 + len(kw)]].tolist()
+            assert [task.dictionary[t] for t in first] == kw
     loss, size, log = task.train_step(sample, model, InsNetLoss(task), Backward(), 0)
     words = int(sample["ntokens"])
     assert size == words and torch.isfinite(loss)
-    if training:  # layered: fewer parallel steps than words
+    if "layerization" in training or "dinic_tau" in training:  # layered: fewer parallel steps than words
         assert 16 <= int(log["layers"]) < words
     else:
         assert "layers" not in log
@@ -381,7 +406,7 @@ def test_infilling_from_the_command_line(lm_data, lm_checkpoint, tmp_path):
 def test_lm_budget_rows():
     out = subprocess.run(["bash", "recipes/lm_budget.sh", "rows"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.split() == [
-        "seq-random", "seq-binary", "dinic-10", "dinic-3", "dinic-1", "dinic-0.3", "uniform", "ar", "truncated",
+        "seq-random", "seq-binary", "seq-keywords", "dinic-10", "dinic-3", "dinic-1", "dinic-0.3", "uniform", "ar", "truncated",
         "noglobal", "mt-insnet", "mt-truncated", "mt-noglobal"]
     out = subprocess.run(["bash", "recipes/lm_budget.sh", "train", "nope"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2 and "unknown row 'nope'" in out.stderr

@@ -72,3 +72,34 @@ def test_binary_middle_first_level_by_level():
 def test_unknown_policy_names_the_flag():
     with pytest.raises(ValueError, match="--insertion-order"):
         make_order("spiral", torch.tensor([4]), 4)
+
+
+def test_keywords_order_puts_the_given_words_first_then_fills_the_gaps_left_to_right():
+    from insnet_fairseq.data.orders import given_first_levels, given_positions, order_levels
+
+    # "<s> a man in a red hat </s>" with keywords "man hat" (docstring examples): ids a=5 man=6 in=7 red=8 hat=9
+    target = torch.tensor([[0, 5, 6, 7, 5, 8, 9, 2]])
+    source = torch.tensor([[1, 6, 9, 2]])  # left-padded keywords + </s> (pad 1, eos 2)
+    given = given_positions(source, target, pad=1, eos=2)
+    assert given.tolist() == [[False, False, True, False, False, False, True, False]]
+    lengths = torch.tensor([8])
+    assert given_first_levels(given, lengths).tolist() == [[-1, 1, 0, 1, 2, 3, 0, -1]]
+    order = make_order("keywords", lengths, 8, given=given)
+    assert order.tolist() == [[0, 7, 2, 6, 1, 3, 4, 5]]  # man, hat, then a | in, then a, red
+    # a keyword seen twice is taken at its first occurrence after the previous keyword; a missing one marks nothing
+    t2 = torch.tensor([[0, 6, 5, 6, 9, 2, 1, 1], [0, 5, 7, 2, 1, 1, 1, 1]])
+    s2 = torch.tensor([[5, 6, 2], [1, 8, 2]])  # "a man", "red" (absent from the second sentence)
+    assert given_positions(s2, t2, pad=1, eos=2).tolist() == [[False, False, True, True] + [False] * 4, [False] * 8]
+    with pytest.raises(ValueError, match="needs each sentence's keywords"):
+        order_levels("keywords", lengths, 8)
+    # random sentences and keyword subsets: a valid order, given words first in sentence order
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(3, 30, (32,))
+    n = int(lengths.max())
+    pos = torch.arange(n).unsqueeze(0)
+    given = (torch.rand(32, n, generator=g) < 0.25) & (pos > 0) & (pos < (lengths - 1).unsqueeze(1))
+    order = make_order("keywords", lengths, n, given=given)
+    check_valid(order, lengths)
+    for b in range(32):
+        k = int(given[b].sum())
+        assert order[b, 2 : 2 + k].tolist() == given[b].nonzero().view(-1).tolist()

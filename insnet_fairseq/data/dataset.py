@@ -2,13 +2,14 @@
 
 The collater keeps fairseq's batch and adds, vectorised over the batch:
 ``net_input.target`` [B, n] = ``<s> y </s>`` (right-padded) and ``net_input.order`` [B, n], the
-insertion order drawn by the task's ``--insertion-order`` policy. Random orders are seeded by
+insertion order drawn by the task's ``--insertion-order`` policy (the ``keywords`` order also puts
+``given`` [B, n], the keywords' positions, into the batch). Random orders are seeded by
 (seed, epoch, first sample id), so a resumed run sees the same orders.
 """
 import torch
 from fairseq.data import BaseWrapperDataset
 
-from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH, make_order
+from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, given_positions, make_order
 
 
 class InsertionPairDataset(BaseWrapperDataset):
@@ -38,7 +39,11 @@ class InsertionPairDataset(BaseWrapperDataset):
         generator = torch.Generator().manual_seed(
             (self.seed * 1_000_003 + self.epoch * 10_007 + int(batch["id"][0])) % (2 ** 63)
         )
-        order = make_order(self.policy, lengths, target.size(1), generator, self.anchor_depth)
+        given = None
+        if self.policy in GIVEN_POLICIES:  # the source side holds each sentence's keywords
+            given = given_positions(batch["net_input"]["src_tokens"], target, self.pad, self.dataset.tgt_dict.eos())
+            batch["given"] = given  # [B, n] for InsNet-uniform's levels (not a model input)
+        order = make_order(self.policy, lengths, target.size(1), generator, self.anchor_depth, given)
         net_input = batch["net_input"]
         net_input.pop("prev_output_tokens", None)
         net_input["target"] = target

@@ -6,7 +6,7 @@ padded steps (``t >= len``) hold ``t`` so padding stays to the right of every re
 All policies are vectorised over the batch (the binary-tree policy loops over tree depth,
 about log2(n) iterations, never over tokens).
 
-Level orders (``binary``, ``anchored``) also give every word a
+Level orders (``binary``, ``anchored``, ``keywords``) also give every word a
 *level* (:func:`order_levels`): the order inserts level by level, left to right inside a level,
 and the words of one level lie in distinct gaps of the earlier levels, so a level can be
 inserted in one parallel step (InsNet-uniform layers, :func:`insnet_fairseq.data.layerization.uniform_layers`).
@@ -16,8 +16,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-ORDER_POLICIES = ("l2r", "r2l", "random", "binary", "anchored")
-LEVEL_POLICIES = ("binary", "anchored")  # orders whose levels make parallel layers
+ORDER_POLICIES = ("l2r", "r2l", "random", "binary", "anchored", "keywords")
+LEVEL_POLICIES = ("binary", "anchored", "keywords")  # orders whose levels make parallel layers
+GIVEN_POLICIES = ("keywords",)  # orders that need each sentence's given words (insertion_lm: its keywords)
 DEFAULT_ANCHOR_DEPTH = 2
 
 
@@ -130,12 +131,66 @@ def anchored_levels(lengths: Tensor, n: int, depth: int = DEFAULT_ANCHOR_DEPTH) 
     return levels.masked_fill((pos == 0) | (pos >= last), -1)
 
 
-def order_levels(policy: str, lengths: Tensor, n: int, anchor_depth: int = DEFAULT_ANCHOR_DEPTH) -> Tensor:
-    """Levels of a level order (:data:`LEVEL_POLICIES`).  lengths [B] -> [B, n], -1 at <s>, </s>, pad."""
+def given_first_levels(given: Tensor, lengths: Tensor) -> Tensor:
+    """Levels of the ``keywords`` order: the given words (a constrained start: the keywords of
+    ``insertion_lm``) first, at level 0, then every gap between them (and <s>, </s>) filled left to
+    right, all gaps at once: the r-th word of a gap is level r. Decoding starts from ``<s> keywords </s>``
+    and fills the gaps as training did; sequentially the gaps fill level by level, left to right.
+
+    given bool [B, n] (True at the given words' positions), lengths [B] -> levels LongTensor [B, n];
+    <s>, </s> and padding get -1.
+
+    Example: "<s> a man in a red hat </s>" with "man" and "hat" given ([F, F, T, F, F, F, T, F]):
+    levels [-1, 1, 0, 1, 2, 3, 0, -1] ("a", "in" at level 1, "a" 2, "red" 3).
+    """
+    n = given.size(1)
+    pos = _positions(lengths, n)
+    last = (lengths - 1).unsqueeze(1)
+    fence = given | (pos == 0)  # words count from the fence on their left
+    left_fence = torch.where(fence, pos, torch.zeros_like(pos)).cummax(1).values  # [B, n]
+    levels = torch.where(given, torch.zeros_like(pos), pos - left_fence)
+    return levels.masked_fill((pos == 0) | (pos >= last), -1)
+
+
+def given_positions(source: Tensor, target: Tensor, pad: int, eos: int) -> Tensor:
+    """Where a sentence's given words (its keywords, in sentence order) sit in it: each keyword at its first
+    occurrence after the previous keyword's, as the constrained start is a subsequence of the sentence.
+
+    source [B, K] keyword ids (padded, left or right, ``</s>`` ignored); target [B, n] ``<s> words </s>``
+    -> bool [B, n]. Loops over the keyword index (K, at most a few), never over tokens. A keyword that
+    is not found (a sentence whose keyword file disagrees with it) marks nothing.
+    Example: keywords "man hat", target "<s> a man in a red hat </s>" -> [F, F, T, F, F, F, T, F].
+    """
+    B, n = target.shape
+    pos = torch.arange(n, device=target.device).unsqueeze(0)  # [1, n]
+    keep = source.ne(pad) & source.ne(eos)
+    # the keywords of each row, left-aligned (their order kept): stable sort moves padding right
+    idx = (~keep).long().sort(dim=1, stable=True).indices
+    words, real = source.gather(1, idx), keep.gather(1, idx)  # [B, K]
+    given = torch.zeros(B, n, dtype=torch.bool, device=target.device)
+    after = torch.zeros(B, dtype=torch.long, device=target.device)  # a keyword lies right of this position
+    for j in range(words.size(1)):
+        hit = target.eq(words[:, j : j + 1]) & (pos > after.unsqueeze(1)) & real[:, j : j + 1]  # [B, n]
+        found = hit.any(1)
+        first = hit.long().argmax(1)  # first True
+        given[found, first[found]] = True
+        after = torch.where(found, first, after)
+    return given
+
+
+def order_levels(policy: str, lengths: Tensor, n: int, anchor_depth: int = DEFAULT_ANCHOR_DEPTH,
+                 given: Optional[Tensor] = None) -> Tensor:
+    """Levels of a level order (:data:`LEVEL_POLICIES`).  lengths [B] -> [B, n], -1 at <s>, </s>, pad;
+    ``given`` (bool [B, n]): the given words of the ``keywords`` order (:func:`given_positions`)."""
     if policy == "binary":
         return tree_depth(lengths, n)
     if policy == "anchored":
         return anchored_levels(lengths, n, anchor_depth)
+    if policy == "keywords":
+        if given is None:
+            raise ValueError("--insertion-order keywords needs each sentence's keywords (task insertion_lm with a "
+                             "keyword file for the split)")
+        return given_first_levels(given, lengths)
     raise ValueError(f"--insertion-order {policy} has no levels; level orders: {', '.join(LEVEL_POLICIES)}")
 
 
@@ -146,8 +201,9 @@ def level_order(levels: Tensor, lengths: Tensor) -> Tensor:
 
 
 def make_order(policy: str, lengths: Tensor, n: int, generator: Optional[torch.Generator] = None,
-               anchor_depth: int = DEFAULT_ANCHOR_DEPTH) -> Tensor:
-    """Dispatch on the ``--insertion-order`` flag value (``anchor_depth``: ``--anchor-depth``)."""
+               anchor_depth: int = DEFAULT_ANCHOR_DEPTH, given: Optional[Tensor] = None) -> Tensor:
+    """Dispatch on the ``--insertion-order`` flag value (``anchor_depth``: ``--anchor-depth``; ``given``: the
+    given words of the ``keywords`` order)."""
     if policy == "l2r":
         return left_to_right(lengths, n)
     if policy == "r2l":
@@ -155,5 +211,5 @@ def make_order(policy: str, lengths: Tensor, n: int, generator: Optional[torch.G
     if policy == "random":
         return uniform_random(lengths, n, generator)
     if policy in LEVEL_POLICIES:
-        return level_order(order_levels(policy, lengths, n, anchor_depth), lengths)
+        return level_order(order_levels(policy, lengths, n, anchor_depth, given), lengths)
     raise ValueError(f"--insertion-order: unknown policy {policy!r}; choose one of {ORDER_POLICIES}")

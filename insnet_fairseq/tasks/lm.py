@@ -41,6 +41,7 @@ from fairseq.data import Dictionary, LanguagePairDataset, ListDataset, data_util
 from fairseq.tasks import register_task
 
 from insnet_fairseq.data.dataset import InsertionPairDataset
+from insnet_fairseq.data.orders import GIVEN_POLICIES
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.inputs import _short, line_label
 from insnet_fairseq.tasks.translation import DataError, InsertionTranslationConfig, InsertionTranslationTask, data_paths
@@ -148,6 +149,7 @@ def read_keywords(path: str, dictionary: Dictionary, n_sentences: int, data_file
 @register_task("insertion_lm", dataclass=InsertionLMConfig)
 class InsertionLMTask(InsertionTranslationTask):
     cfg: InsertionLMConfig
+    has_keywords = True
 
     @classmethod
     def setup_task(cls, cfg: InsertionLMConfig, **kwargs):
@@ -168,6 +170,9 @@ class InsertionLMTask(InsertionTranslationTask):
             raise ValueError(f"--max-output-words must be >= 1, got {cfg.max_output_words}")
         if cfg.infill and cfg.no_keywords:
             raise ValueError("--infill fills templates; --no-keywords generates from nothing: pass one of them")
+        if cfg.no_keywords and cfg.insertion_order in GIVEN_POLICIES:
+            raise ValueError(f"--insertion-order {cfg.insertion_order} trains from each sentence's keywords; "
+                             "--no-keywords generates without them: pass one of them")
 
     @property
     def dictionary(self):
@@ -191,7 +196,13 @@ class InsertionLMTask(InsertionTranslationTask):
                             "fairseq-preprocess (prepare_lm.py does)")
         keyword_path = f"{prefix}.{self.cfg.template_suffix if self.cfg.infill else KEYWORD_SUFFIX}"
         eos = torch.tensor([self.dictionary.eos()])
-        if os.path.isfile(keyword_path):
+        given_order = self.cfg.insertion_order in GIVEN_POLICIES and not self.cfg.infill
+        if given_order and not os.path.isfile(keyword_path):
+            raise DataError(f"{keyword_path} not found: --insertion-order keywords trains on each sentence's keywords, "
+                            f"one line per sentence of {data_file} (recipes/prepare_lm.py writes them for every split)")
+        # the training split reads its keywords only for the keywords order (other orders train on </s> sources)
+        training = split == getattr(self.cfg, "train_subset", "train")
+        if os.path.isfile(keyword_path) and (not training or given_order or self.cfg.infill):
             keywords = [torch.cat([k, eos]) for k in read_keywords(keyword_path, self.source_dictionary, len(tokens),
                                                                    data_file, template=self.cfg.infill)]
             source = ListDataset(keywords, np.array([len(k) for k in keywords]))

@@ -17,7 +17,7 @@ from insnet_fairseq.data.dataset import InsertionPairDataset
 from insnet_fairseq.decoding.generator import MODES, InsertionGenerator, check_decoding_flags
 from insnet_fairseq.decoding.inputs import screen_lines
 from insnet_fairseq.data.layerization import LAYERIZATIONS, PAD_LAYER, layerize, num_layers, sequential_layers, trajectory, uniform_layers
-from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH, LEVEL_POLICIES, ORDER_POLICIES
+from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES
 from insnet_fairseq.data.searched_order import search_orders
 
 logger = logging.getLogger(__name__)
@@ -32,7 +32,8 @@ class InsertionTranslationConfig(TranslationConfig):
         metadata={
             "help": "insertion order of training targets: l2r (left to right), r2l (right to left), random "
             "(uniform permutation), binary (middle word of every gap first, level by level), anchored (the "
-            "top --anchor-depth binary levels, then every gap left to right, all gaps in parallel); "
+            "top --anchor-depth binary levels, then every gap left to right, all gaps in parallel), keywords "
+            "(insertion_lm: the sentence's keywords first, then every gap left to right, all gaps in parallel); "
             "<s> and </s> always come first"
         },
     )
@@ -150,6 +151,8 @@ class InsertionTranslationTask(TranslationTask):
             raise DataError(f"{paths[0]}: source and target dictionaries disagree on <s>")
         return task
 
+    has_keywords = False  # insertion_lm: its source side holds each sentence's keywords
+
     def __init__(self, cfg: InsertionTranslationConfig, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)
         mode, tau = cfg.layerization, cfg.dinic_tau
@@ -167,6 +170,9 @@ class InsertionTranslationTask(TranslationTask):
             raise ValueError(f"--searched-order-beam must be >= 0, got {cfg.searched_order_beam}")
         if cfg.dinic_interval < 1:
             raise ValueError(f"--dinic-interval must be >= 1, got {cfg.dinic_interval}")
+        if cfg.insertion_order in GIVEN_POLICIES and not self.has_keywords:
+            raise ValueError(f"--insertion-order {cfg.insertion_order} trains on each sentence's keywords: use it with "
+                             "--task insertion_lm")
         if mode == "dinic" and cfg.insertion_order in ("l2r", "r2l"):
             logger.warning(f"--layerization dinic with --insertion-order {cfg.insertion_order}: no token of a "
                            "one-directional trajectory can be promoted (every earlier slot is taken); train with "
@@ -234,7 +240,7 @@ class InsertionTranslationTask(TranslationTask):
         lengths = target.ne(self.tgt_dict.pad()).sum(1)
         if self.layerization == "uniform":
             policy = self.cfg.insertion_order if self.cfg.insertion_order in LEVEL_POLICIES else "binary"
-            layers = uniform_layers(lengths, target.size(1), policy, self.cfg.anchor_depth)
+            layers = uniform_layers(lengths, target.size(1), policy, self.cfg.anchor_depth, sample.get("given"))
         else:
             split = "valid" if update_num is None else "train"
             stored, known = self._stored_layers(split, sample["id"], lengths, target.size(1))
