@@ -114,8 +114,9 @@ def main():
     p.add_argument("--settings", default="multi30k,len32,len64,len128,len256")
     p.add_argument("--naive-max-length", type=int, default=64,
                    help="time the naive per-prefix re-encoding only for settings up to this target length")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
     args = p.parse_args()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads or os.cpu_count() or 1)
     dict_path = os.path.join(args.data, "dict.en.txt")
     if not os.path.exists(dict_path):
         sys.exit(f"{dict_path} not found: run `make multi30k` first")
