@@ -99,6 +99,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu",
                    help="where every system decodes (default: cuda when there is a GPU)")
+    p.add_argument("--candidates", type=int, default=1,
+                   help="also decode the parallel-trained model with --insertion-candidates N (N > 1)")
     p.add_argument("--cached-only", action="store_true",
                    help="leave out the uncached decodings and the length terciles (the latency comparison only)")
     args = p.parse_args(argv)
@@ -120,6 +122,10 @@ def main(argv=None):
         par, par_task = load(args.insnet_parallel, args.data, dev)
         systems += insnet_systems("InsNet-parallel-trained par", par, par_task, mode="parallel",
                                   slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats)
+        if args.candidates > 1:  # the same model with --insertion-candidates
+            systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates", par, par_task,
+                                      mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
+                                      candidates=args.candidates)
     ar, ar_task = load(args.ar, args.data, dev)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
                                                                          max_len_a=2, max_len_b=10), ar_task, dev))
@@ -176,7 +182,8 @@ def main(argv=None):
                       "faster than uncached")
     if "batch 1" in [s for s, _, _, _ in plans]:
         ar_ms = ms("AR transformer greedy", "batch 1")
-        for name in ["InsNet seq cached", "InsNet par cached", "InsNet-parallel-trained par cached", "LevT"]:
+        for name in ["InsNet seq cached", "InsNet par cached", "InsNet-parallel-trained par cached",
+                     f"InsNet-parallel-trained par, {args.candidates} candidates cached", "LevT"]:
             if (name, "batch 1") in results:
                 print(f"batch 1: {name} is {ar_ms / ms(name, 'batch 1'):.2f}x the speed of the AR transformer "
                       f"({ms(name, 'batch 1'):.1f} vs {ar_ms:.1f} ms/sentence)")
