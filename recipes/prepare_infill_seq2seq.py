@@ -4,13 +4,8 @@
 target = the blank's words.
 
     python recipes/prepare_infill_seq2seq.py --data data-bin/lm_multi30k      # -> data-bin/lm_multi30k-infill
-    MINUTES=60 THREADS=1 UPDATES=0 bash recipes/train.sh infill data-bin/lm_multi30k-infill checkpoints/infill_selfattn
-        # = fairseq-train data-bin/lm_multi30k-infill --user-dir insnet_fairseq --task translation \\
-        #   --arch infill_transformer_small --criterion label_smoothed_cross_entropy ... (train.sh's shared settings)
-    python recipes/infill_seq2seq.py --data data-bin/lm_multi30k --model-data data-bin/lm_multi30k-infill \\
-        --path checkpoints/infill_selfattn/checkpoint_best.pt \\
-        --settings r30b1 r30b2 r40b1 r40b2 r50b1 r50b2 anchors --name "Self-attn baseline" \\
-        --markdown results/infill.md --csv results/infill.csv
+
+(``make infill-baseline-multi30k``); training, filling and scoring: see ``recipes/infill_seq2seq.py``.
 
 Inputs (from ``recipes/prepare_lm.py`` and ``recipes/prepare_infill.py``): the sentences, tokenised and
 lowercased, of train (``WORK/train.tok``, WORK = ``work/NAME``) and of valid and test (``DATA/{split}.ref``);

@@ -220,12 +220,9 @@ def infill_base_architecture(args):
 
 @register_model_architecture("infill_transformer", "infill_transformer_small")
 def infill_transformer_small(args):
-    """CPU-sized, as insnet_small: 3+3 layers, d=256, 4 heads, FFN 1024, all embeddings shared."""
-    args.encoder_layers = getattr(args, "encoder_layers", 3)
-    args.decoder_layers = getattr(args, "decoder_layers", 3)
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
+    """CPU-sized, as insnet_small: 3+3 layers, d=256, 4 heads, FFN 1024, dropout 0.1, all embeddings shared."""
+    from insnet_fairseq.models.insnet import small_size
+
+    small_size(args)
     args.share_all_embeddings = getattr(args, "share_all_embeddings", True)
     infill_base_architecture(args)

@@ -385,16 +385,19 @@ def insnet_big_paper(args):
     insnet_base_architecture(args)
 
 
+def small_size(args):
+    """The CPU-sized models' shape (the results tables'), where a flag does not set it: 3+3 layers, d=256,
+    4 heads, FFN 1024, dropout 0.1 (the decoder's width and FFN follow the encoder's in fairseq's defaults)."""
+    for name, value in (("encoder_layers", 3), ("decoder_layers", 3), ("encoder_embed_dim", 256),
+                        ("encoder_ffn_embed_dim", 1024), ("encoder_attention_heads", 4),
+                        ("decoder_attention_heads", 4), ("dropout", 0.1)):
+        setattr(args, name, getattr(args, name, value))
+
+
 @register_model_architecture("insnet", "insnet_small")
 def insnet_small(args):
     """CPU-sized: 3+3 layers, d=256, 4 heads, FFN 1024."""
-    args.encoder_layers = getattr(args, "encoder_layers", 3)
-    args.decoder_layers = getattr(args, "decoder_layers", 3)
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 4)
-    args.dropout = getattr(args, "dropout", 0.1)
+    small_size(args)
     insnet_base_architecture(args)
 
 
