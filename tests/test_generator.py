@@ -270,6 +270,35 @@ def test_slot_query_model_cached_uncached_and_batched_agree(mode):
     assert len({tuple(h["tokens"].tolist()) for h in cached}) > 1
 
 
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_fused_slot_queries_equal_the_separate_query_pass(mode, monkeypatch):
+    """--slot-query-stream, cached: a step's pass computes the next step's slot queries (fused) exactly as a
+    separate query pass over the cache does: same tokens and scores, from constrained starts, with
+    candidates, and with one pass per step (the decoder's query_stream runs only for the initial state)."""
+    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=True)
+    model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    given = [[5, 9], [11], [], [6, 8, 10], [12], []]
+    kw = dict(mode=mode, slot_top_p=0.9, max_steps=25, candidates=2)
+    sample = sample_of(src, src_lengths)
+    separate = InsertionGenerator(d, fuse_slot_queries=False, **kw).generate([model], sample, initial_tokens=given)
+    calls = []
+    query_stream = model.decoder.context.query_stream
+    monkeypatch.setattr(model.decoder.context, "query_stream", lambda *a, **k: calls.append(1) or query_stream(*a, **k))
+    fused = InsertionGenerator(d, **kw).generate([model], sample, initial_tokens=given)
+    for (a,), (b,) in zip(fused, separate):
+        assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
+        torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-4, rtol=0)
+    assert len(calls) == 1  # the initial state's queries; every step's come from its own pass
+    assert len({tuple(h["tokens"].tolist()) for (h,) in fused}) > 1
+
+
+def test_query_geometry_docstring_example():
+    offsets, blocked = InsertionGenerator.query_geometry(torch.tensor([[0, 2, 1]]), torch.tensor([[True] * 3]),
+                                                         torch.tensor([[0]]))
+    assert offsets.tolist() == [[[-1, 2, 1]]] and not blocked.any()
+
+
 def test_drop_unsure_docstring_example():
     gen = InsertionGenerator(make_dictionary(10), mode="parallel", min_token_prob=0.5)
     chosen = torch.tensor([[True, True, True, False], [True, False, True, False]])

@@ -89,6 +89,7 @@ class DecoderState:
     open_right: Optional[Tensor] = None  # [B, S] bool: the slot right of the token takes words (None: all do)
     parts: Optional[Tuple[Tensor, Tensor]] = None  # (f_l(h) [B, S, Dl], f_r(h) [B, S, Dr]); None: heads without them
     store: Optional[ColumnStore] = None  # the buffers the per-token tensors above are views of (cached decoding)
+    slot_queries: Optional[Tensor] = None  # [B, S - 1, D] every slot's query (fused --slot-query-stream decoding)
 
     def columns(self) -> Dict[str, Tensor]:
         """The per-token tensors that only ever grow by new columns (all but ``positions``), by name."""
@@ -102,7 +103,8 @@ class DecoderState:
         return out
 
     @staticmethod
-    def from_store(store: ColumnStore, size: int, positions: Tensor, last: Tensor, steps: Tensor) -> "DecoderState":
+    def from_store(store: ColumnStore, size: int, positions: Tensor, last: Tensor, steps: Tensor,
+                   slot_queries: Optional[Tensor] = None) -> "DecoderState":
         """The state whose per-token tensors are the first ``size`` columns of ``store``'s buffers."""
         v = store.views(size)
         n_layers = sum(column_dim(name) == 2 for name in v) // 2
@@ -110,6 +112,7 @@ class DecoderState:
             tokens=v["tokens"], positions=positions, real=v["real"], hidden=v["hidden"],
             cache=[(v[kn], v[vn]) for kn, vn in layer_names(n_layers)], last=last, scores=v["scores"], steps=steps,
             open_right=v.get("open_right"), parts=(v["part_l"], v["part_r"]) if "part_l" in v else None, store=store,
+            slot_queries=slot_queries,
         )
 
     def select(self, keep: Tensor) -> "DecoderState":
@@ -117,7 +120,8 @@ class DecoderState:
         if self.store is not None:
             size = self.tokens.size(1)
             return DecoderState.from_store(self.store.select(keep, size), size, self.positions[keep], self.last[keep],
-                                           self.steps[keep])
+                                           self.steps[keep],
+                                           None if self.slot_queries is None else self.slot_queries[keep])
         return DecoderState(
             tokens=self.tokens[keep], positions=self.positions[keep], real=self.real[keep],
             hidden=self.hidden[keep], cache=[(k[keep], v[keep]) for k, v in self.cache],
@@ -241,11 +245,15 @@ class InsertionGenerator:
         keywords_from_source: bool = False,
         blank_id: Optional[int] = None,
         candidates: int = 1,
+        fuse_slot_queries: bool = True,
     ):
         check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold)
         if candidates < 1:
             raise ValueError(f"--insertion-candidates must be >= 1, got {candidates}")
         self.candidates = candidates
+        # --slot-query-stream models, cached decoding: a step's pass also computes every slot's query for the next
+        # step (one pass per step instead of two; the same outputs)
+        self.fuse_slot_queries = fuse_slot_queries
         self.tgt_dict = tgt_dict
         self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
         self.mode = mode
@@ -511,7 +519,37 @@ class InsertionGenerator:
             return state
         # room for as many insertions as the longest output may take (sequential decoding: exactly enough)
         store = ColumnStore(state.columns(), S + capacity)
-        return DecoderState.from_store(store, S, positions, state.last, state.steps)
+        z = None
+        if self.fused(decoder):  # every slot's query, for the first step
+            z = decoder.context.query_stream(*self.query_geometry(positions, real, self.all_slots(positions)), cache,
+                                             source_kv, source_pad)
+        return DecoderState.from_store(store, S, positions, state.last, state.steps, z)
+
+    def fused(self, decoder) -> bool:
+        """Whether a step computes the next step's slot queries in its own pass (see ``fuse_slot_queries``)."""
+        return self.fuse_slot_queries and self.use_cache and decoder.context.slot_query is not None
+
+    @staticmethod
+    def all_slots(positions: Tensor) -> Tensor:
+        """[B, S - 1]: slot k of every sentence (k = 0 .. S - 2), those beyond its length included."""
+        B, S = positions.shape
+        return torch.arange(S - 1, device=positions.device).unsqueeze(0).expand(B, S - 1)
+
+    @staticmethod
+    def query_geometry(positions: Tensor, real: Tensor, slot_of: Tensor) -> Tuple[Tensor, Tensor]:
+        """Offsets and mask of slot queries (``--slot-query-stream``): the query of slot ``slot_of[b, g]`` reads
+        every token at the offset it will have from the word inserted there.
+
+        positions [B, S] (HOLE at holes), real bool [B, S], slot_of [B, G] -> (offsets [B, G, S], blocked bool
+        [B, G, S]). Example: "<s> a </s>" (positions [0, 2, 1]), slot 0 (between <s> and a): the word goes to
+        position 1, so offsets [-1, 2, 1] (a and </s> move one to the right).
+        """
+        S = positions.size(1)
+        p = (slot_of + 1).unsqueeze(2)  # [B, G, 1] the word's position once inserted
+        pos = positions.unsqueeze(1)  # [B, 1, S] (HOLE at holes)
+        offsets = (pos - p + (pos >= p).long()).clamp(-(S - 1), S - 1)  # [B, G, S], holes bounded
+        blocked = ~real.unsqueeze(1).expand(-1, slot_of.size(1), -1)  # [B, G, S]
+        return offsets, blocked
 
     @staticmethod
     def slot_parts(decoder, h: Tensor):
@@ -641,12 +679,10 @@ class InsertionGenerator:
         e = cls.chosen_slot_repr(decoder, state, slots, chosen)  # [N, D]
         if decoder.context.slot_query is None:
             return decoder.heads.token_logits(e)
+        if state.slot_queries is not None:  # computed by the pass that made this state
+            return decoder.heads.token_logits(e, state.slot_queries[chosen])
         slot_of, g_real, _ = compact(chosen)  # [B, G]
-        S = state.positions.size(1)
-        p = (slot_of + 1).unsqueeze(2)  # [B, G, 1] the word's position once inserted
-        pos = state.positions.unsqueeze(1)  # [B, 1, S] (HOLE at holes)
-        offsets = (pos - p + (pos >= p).long()).clamp(-(S - 1), S - 1)  # [B, G, S], holes bounded
-        blocked = ~state.real.unsqueeze(1).expand(-1, slot_of.size(1), -1)  # [B, G, S]
+        offsets, blocked = cls.query_geometry(state.positions, state.real, slot_of)  # [B, G, S]
         z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, G, D]
         return decoder.heads.token_logits(e, z[g_real])
 
@@ -734,14 +770,20 @@ class InsertionGenerator:
             ).unsqueeze(0)  # [B, G, S + G]
             store = state.store.reserve(S, G)
             writers = [store.writer(kn, vn, S) for kn, vn in layer_names(len(state.cache))]
-            h_new, _ = decoder.context(g_tok, offsets, mask, source_kv, source_pad, past=writers)  # writes k, v
+            z = None
+            if self.fused(decoder):  # the new tokens and every slot's query for the next step, in one pass
+                q_geometry = self.query_geometry(pos_all, real_all, self.all_slots(pos_all))  # [B, S + G - 1, S + G]
+                h_new, _, z = decoder.context.forward_with_queries(g_tok, offsets, mask, source_kv, source_pad, writers,
+                                                                   *q_geometry)
+            else:
+                h_new, _ = decoder.context(g_tok, offsets, mask, source_kv, source_pad, past=writers)  # writes k, v
             new = dict(tokens=g_tok, real=g_real, scores=g_score, hidden=h_new)
             if state.open_right is not None:
                 new["open_right"] = g_real
             if state.parts is not None:
                 new["part_l"], new["part_r"] = self.slot_parts(decoder, h_new)
             store, _ = store.append(S, new)
-            return DecoderState.from_store(store, S + G, pos_all, last, steps)
+            return DecoderState.from_store(store, S + G, pos_all, last, steps, z)
         tokens_all = torch.cat([state.tokens, g_tok], 1)
         real_all = torch.cat([state.real, g_real], 1)
         hidden, cache = self._encode_all(decoder, tokens_all, pos_all, real_all, source_kv, source_pad)

@@ -85,6 +85,26 @@ class InsNetDecoderLayer(nn.Module):
             x = self._residual(x, self.cross_attn_norm, lambda y: self.cross_attn(y, source_kv, source_padding_mask))
         return self._residual(x, self.final_norm, self._ffn)
 
+    def forward_with_queries(self, x: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
+                             source_kv: Tuple[Tensor, Tensor], source_padding_mask: Optional[Tensor],
+                             past, q: Tensor, q_offsets: Tensor, q_mask: Tensor):
+        """:meth:`forward` for new tokens and :meth:`query` for slot queries that read every token, the new
+        ones included, in one pass (cached decoding): the tokens' self-attention first (their keys/values
+        join ``past``), then the queries' over all keys; cross-attention and the FFN run once over both.
+        x [B, T, D], offsets/attn_mask [B, T, S]; q [B, Q, D], q_offsets/q_mask [B, Q, S]
+        -> (x' [B, T, D], q' [B, Q, D], (k, v) [B, H, S, Dh])."""
+        kv = []
+
+        def self_attention(y):
+            out, new_kv = self.self_attn(y, offsets, rel_table, attn_mask, past)
+            kv.append(new_kv)
+            return out
+
+        x = self._residual(x, self.self_attn_norm, self_attention)
+        q = self._residual(q, self.self_attn_norm, lambda y: self.self_attn.query(y, kv[0], q_offsets, rel_table, q_mask))
+        both = self._rest(torch.cat([x, q], 1), source_kv, source_padding_mask)  # [B, T + Q, D]
+        return both[:, : x.size(1)], both[:, x.size(1) :], kv[0]
+
     def query(self, x: Tensor, kv: Tuple[Tensor, Tensor], offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
               source_kv: Tuple[Tensor, Tensor], source_padding_mask: Optional[Tensor]) -> Tensor:
         """The slot query stream through this layer (same weights): x [B, Q, D] reads the tokens'
@@ -167,6 +187,28 @@ class InsNetContextEncoder(nn.Module):
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         return x, new_past
+
+    def forward_with_queries(self, tokens: Tensor, offsets: Tensor, attn_mask: Tensor,
+                             source_kv: List[Tuple[Tensor, Tensor]], source_padding_mask: Optional[Tensor], past,
+                             q_offsets: Tensor, q_mask: Tensor) -> Tuple[Tensor, List[Tuple[Tensor, Tensor]], Tensor]:
+        """:meth:`forward` over the new tokens and :meth:`query_stream` over queries whose context is every
+        token (the new ones included), in one pass: a decoding step encodes its insertions and the next
+        step's slot queries together (``--slot-query-stream``). q_offsets/q_mask [B, Q, S] as in
+        :meth:`query_stream`. Returns (h [B, T, D], per-layer (k, v) [B, H, S, Dh], z [B, Q, D])."""
+        x = self.embed_scale * self.embed_tokens(tokens)
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        offsets, q_offsets = self.clip(offsets), self.clip(q_offsets)
+        B, Q, _ = q_offsets.shape
+        q = F.dropout((self.embed_scale * self.slot_query).expand(B, Q, -1), p=self.dropout, training=self.training)
+        new_past = []
+        for i, layer in enumerate(self.layers):
+            x, q, kv = layer.forward_with_queries(x, offsets, self.offset_embed, attn_mask, source_kv[i],
+                                                  source_padding_mask, None if past is None else past[i],
+                                                  q, q_offsets, q_mask)
+            new_past.append(kv)
+        if self.layer_norm is not None:
+            x, q = self.layer_norm(x), self.layer_norm(q)
+        return x, new_past, q
 
     def query_stream(
         self,
