@@ -99,8 +99,8 @@ def main(argv=None):
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu",
                    help="where every system decodes (default: cuda when there is a GPU)")
-    p.add_argument("--unfused", action="store_true",
-                   help="also decode the parallel-trained (--slot-query-stream) model with a separate query pass per step")
+    p.add_argument("--fused", action="store_true",
+                   help="also decode the parallel-trained (--slot-query-stream) model with --fuse-slot-queries")
     p.add_argument("--candidates", type=int, default=1,
                    help="also decode the parallel-trained model with --insertion-candidates N (N > 1)")
     p.add_argument("--cached-only", action="store_true",
@@ -124,10 +124,10 @@ def main(argv=None):
         par, par_task = load(args.insnet_parallel, args.data, dev)
         systems += insnet_systems("InsNet-parallel-trained par", par, par_task, mode="parallel",
                                   slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats)
-        if args.unfused:  # the same decoding with a separate slot-query pass per step
-            systems += insnet_systems("InsNet-parallel-trained par, separate query pass", par, par_task,
+        if args.fused:  # the same decoding with the next step's slot queries in each step's pass
+            systems += insnet_systems("InsNet-parallel-trained par, fused queries", par, par_task,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
-                                      fuse_slot_queries=False)
+                                      fuse_slot_queries=True)
         if args.candidates > 1:  # the same model with --insertion-candidates
             systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates", par, par_task,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
@@ -189,7 +189,7 @@ def main(argv=None):
     if "batch 1" in [s for s, _, _, _ in plans]:
         ar_ms = ms("AR transformer greedy", "batch 1")
         for name in ["InsNet seq cached", "InsNet par cached", "InsNet-parallel-trained par cached",
-                     "InsNet-parallel-trained par, separate query pass cached",
+                     "InsNet-parallel-trained par, fused queries cached",
                      f"InsNet-parallel-trained par, {args.candidates} candidates cached", "LevT"]:
             if (name, "batch 1") in results:
                 print(f"batch 1: {name} is {ar_ms / ms(name, 'batch 1'):.2f}x the speed of the AR transformer "

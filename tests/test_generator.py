@@ -281,11 +281,11 @@ def test_fused_slot_queries_equal_the_separate_query_pass(mode, monkeypatch):
     given = [[5, 9], [11], [], [6, 8, 10], [12], []]
     kw = dict(mode=mode, slot_top_p=0.9, max_steps=25, candidates=2)
     sample = sample_of(src, src_lengths)
-    separate = InsertionGenerator(d, fuse_slot_queries=False, **kw).generate([model], sample, initial_tokens=given)
+    separate = InsertionGenerator(d, **kw).generate([model], sample, initial_tokens=given)
     calls = []
     query_stream = model.decoder.context.query_stream
     monkeypatch.setattr(model.decoder.context, "query_stream", lambda *a, **k: calls.append(1) or query_stream(*a, **k))
-    fused = InsertionGenerator(d, **kw).generate([model], sample, initial_tokens=given)
+    fused = InsertionGenerator(d, fuse_slot_queries=True, **kw).generate([model], sample, initial_tokens=given)
     for (a,), (b,) in zip(fused, separate):
         assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
         torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-4, rtol=0)

@@ -291,6 +291,7 @@ class InsertionLMTask(InsertionTranslationTask):
             min_length_ratio=self.cfg.min_length_ratio,
             dedupe=self.cfg.dedupe,
             candidates=self.cfg.insertion_candidates,
+            fuse_slot_queries=self.cfg.fuse_slot_queries,
             conditional=False,
             keywords_from_source=not self.cfg.no_keywords,
             blank_id=self.dictionary.bos() if self.cfg.infill else None,

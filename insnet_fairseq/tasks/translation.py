@@ -88,6 +88,12 @@ class InsertionTranslationConfig(TranslationConfig):
                   "K most probable (with --sampling: K samples), and output the one of highest mean log-probability "
                   "per insertion (the model's own score); 1: off"},
     )
+    fuse_slot_queries: bool = field(
+        default=False,
+        metadata={"help": "--slot-query-stream models: each cached decoding step computes the next step's slot queries "
+                  "(every slot's) in its own pass: one decoder pass per step instead of two, the same outputs "
+                  "(no faster on CPU; meant for GPUs, where a step's time is kernel launches)"},
+    )
     no_insertion_cache: bool = field(
         default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
     )
@@ -383,4 +389,5 @@ class InsertionTranslationTask(TranslationTask):
             min_length_ratio=self.cfg.min_length_ratio,
             dedupe=self.cfg.dedupe,
             candidates=self.cfg.insertion_candidates,
+            fuse_slot_queries=self.cfg.fuse_slot_queries,
         )
