@@ -381,6 +381,7 @@ def test_dedupe_removes_exactly_the_adjacent_repeats(model_and_batch):
         assert len(b["positional_scores"]) == len(expected)
 
 
+@torch.no_grad()
 def first_words(model, d, src, src_lengths, k):
     """The k most probable words of the first parallel step from ``<s> </s>`` ([B, k]) and their log-probs."""
     gen = InsertionGenerator(d, mode="parallel")
