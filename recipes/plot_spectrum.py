@@ -62,8 +62,12 @@ def main(argv=None):
             sys.exit(f"plot_spectrum: {args.csv} has no column {col!r} (columns: {', '.join(rows[0])})")
     xs = [float(r[args.x]) for r in rows]
     ys = [float(r[args.y]) for r in rows]
-    fig, ax = plt.subplots(figsize=(8, 4.6))
-    fig.subplots_adjust(left=0.09, right=0.62, bottom=0.12, top=0.9)
+    labels = [f"{r['model']}: {y:.1f} @ {x:.2f}" for x, y, r in zip(xs, ys, rows)]
+    # axes 4.2 inches wide after a 0.8-inch margin; the label column as wide as the longest label needs
+    label_width = 0.3 + 0.068 * max(len(label) for label in labels)  # inches at fontsize 7.5
+    width = 0.8 + 4.2 + label_width
+    fig, ax = plt.subplots(figsize=(width, 4.6))
+    fig.subplots_adjust(left=0.8 / width, right=5.0 / width, bottom=0.12, top=0.9)
     for x, y, r in zip(xs, ys, rows):
         dinic = r["model"].startswith(args.dinic_prefix)
         ax.scatter([x], [y], marker="o" if dinic else "s", color="tab:blue" if dinic else "tab:orange", zorder=3)
@@ -72,8 +76,7 @@ def main(argv=None):
     ax.set_ylim(min(ys) - pad_y, max(ys) + pad_y)
     to_frac = ax.transLimits.transform  # data -> axes fraction
     heights = spread([to_frac((x, y))[1] for x, y in zip(xs, ys)], gap=1.0 / max(len(rows), 14))
-    for x, y, h, r in zip(xs, ys, heights, rows):
-        label = f"{r['model']}: {y:.1f} @ {x:.2f}"
+    for x, y, h, label in zip(xs, ys, heights, labels):
         ax.annotate(label, xy=(x, y), xycoords="data", xytext=(1.03, h), textcoords="axes fraction",
                     va="center", fontsize=7.5, arrowprops=dict(arrowstyle="-", lw=0.5, color="0.6"))
     ax.set_xlabel("sequential ratio (decoding steps / output length)")
