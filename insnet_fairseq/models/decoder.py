@@ -70,6 +70,11 @@ class InsNetDecoderLayer(nn.Module):
         past: Optional[Tuple[Tensor, Tensor]] = None,
     ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         """x [B, T, D] -> ([B, T, D], self-attention (k, v) of all S keys for caching)."""
+        x, kv = self._token_self_attention(x, offsets, rel_table, attn_mask, past)
+        return self._rest(x, source_kv, source_padding_mask), kv
+
+    def _token_self_attention(self, x: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor, past):
+        """The self-attention sub-layer of the tokens' stream: x [B, T, D] -> ([B, T, D], (k, v) of all S keys)."""
         kv = []
 
         def self_attention(y):
@@ -77,8 +82,7 @@ class InsNetDecoderLayer(nn.Module):
             kv.append(new_kv)
             return out
 
-        x = self._residual(x, self.self_attn_norm, self_attention)
-        return self._rest(x, source_kv, source_padding_mask), kv[0]
+        return self._residual(x, self.self_attn_norm, self_attention), kv[0]
 
     def _rest(self, x: Tensor, source_kv, source_padding_mask) -> Tensor:
         if self.cross_attn is not None:
@@ -93,17 +97,10 @@ class InsNetDecoderLayer(nn.Module):
         join ``past``), then the queries' over all keys; cross-attention and the FFN run once over both.
         x [B, T, D], offsets/attn_mask [B, T, S]; q [B, Q, D], q_offsets/q_mask [B, Q, S]
         -> (x' [B, T, D], q' [B, Q, D], (k, v) [B, H, S, Dh])."""
-        kv = []
-
-        def self_attention(y):
-            out, new_kv = self.self_attn(y, offsets, rel_table, attn_mask, past)
-            kv.append(new_kv)
-            return out
-
-        x = self._residual(x, self.self_attn_norm, self_attention)
-        q = self._residual(q, self.self_attn_norm, lambda y: self.self_attn.query(y, kv[0], q_offsets, rel_table, q_mask))
+        x, kv = self._token_self_attention(x, offsets, rel_table, attn_mask, past)
+        q = self._residual(q, self.self_attn_norm, lambda y: self.self_attn.query(y, kv, q_offsets, rel_table, q_mask))
         both = self._rest(torch.cat([x, q], 1), source_kv, source_padding_mask)  # [B, T + Q, D]
-        return both[:, : x.size(1)], both[:, x.size(1) :], kv[0]
+        return both[:, : x.size(1)], both[:, x.size(1) :], kv
 
     def query(self, x: Tensor, kv: Tuple[Tensor, Tensor], offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
               source_kv: Tuple[Tensor, Tensor], source_padding_mask: Optional[Tensor]) -> Tensor:
