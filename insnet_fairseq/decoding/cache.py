@@ -54,14 +54,21 @@ class ColumnStore:
             return self
         return type(self)(self.views(size), max(2 * self.capacity, size + extra))
 
+    def write(self, size: int, new: Dict[str, Tensor]) -> None:
+        """Write ``new`` (some buffers' next G columns) after the first ``size``, in place, without marking
+        them filled: a step writes what it knows before its pass (see :meth:`reserve`), the rest after it
+        with :meth:`append`."""
+        extra = _columns(new, self.dims)
+        for name, t in new.items():
+            self.buffers[name].narrow(self.dims[name], size, extra).copy_(t)
+
     def append(self, size: int, new: Dict[str, Tensor]) -> Tuple["ColumnStore", Dict[str, Tensor]]:
         """Write ``new`` (every buffer's next G columns) after the first ``size``; returns the store
         written to and its views of ``size + G`` columns. Buffers not in ``new`` must have been written
-        already (see :meth:`writer`)."""
+        already (:meth:`write`, :meth:`writer`)."""
         extra = _columns(new, self.dims)
         store = self.reserve(size, extra)
-        for name, t in new.items():
-            store.buffers[name].narrow(self.dims[name], size, extra).copy_(t)
+        store.write(size, new)
         store.filled = size + extra
         return store, store.views(size + extra)
 

@@ -762,14 +762,18 @@ class InsertionGenerator:
         pos_all = torch.cat([old_pos, g_pos], 1)
         last, steps = S + n_new - 1, state.steps + 1
         if self.use_cache:  # encode the new tokens only, appending their columns to the cache in place
-            real_all = torch.cat([state.real, g_real], 1)
+            store = state.store.reserve(S, G)
+            known = dict(tokens=g_tok, real=g_real, scores=g_score)
+            if state.open_right is not None:
+                known["open_right"] = g_real
+            store.write(S, known)  # before the pass, which needs the grown real mask
+            real_all = store.buffers["real"][:, : S + G]  # [B, S + G]
             offsets = group_offsets(pos_all, g_pos, g_real)  # [B, G, S + G]
             m = torch.arange(G, device=h.device)
             later_new = m.view(1, G) > m.view(G, 1)  # new key m' > query m
             mask = ~real_all.unsqueeze(1) | torch.cat(
                 [torch.zeros(G, S, dtype=torch.bool, device=h.device), later_new], 1
             ).unsqueeze(0)  # [B, G, S + G]
-            store = state.store.reserve(S, G)
             writers = [store.writer(kn, vn, S) for kn, vn in layer_names(len(state.cache))]
             z = None
             if self.fused(decoder):  # the new tokens and every slot's query for the next step, in one pass
@@ -778,9 +782,7 @@ class InsertionGenerator:
                                                                    *q_geometry)
             else:
                 h_new, _ = decoder.context(g_tok, offsets, mask, source_kv, source_pad, past=writers)  # writes k, v
-            new = dict(tokens=g_tok, real=g_real, scores=g_score, hidden=h_new)
-            if state.open_right is not None:
-                new["open_right"] = g_real
+            new = dict(hidden=h_new)
             if state.parts is not None:
                 new["part_l"], new["part_r"] = self.slot_parts(decoder, h_new)
             store, _ = store.append(S, new)
