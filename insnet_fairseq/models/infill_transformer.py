@@ -27,7 +27,6 @@ source ``a man in an orange hat <seg> __m__ <seg> something . </s>``, seg ids 0 
 positions 1..6, 64, 65, 128, 129, 130, 131; the decoder reads ``</s>`` (bob) "staring at" at 64, 65, 66
 and writes "staring at </s>" (eob).
 """
-import math
 from typing import List, Optional
 
 import torch
@@ -35,6 +34,7 @@ import torch.nn as nn
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase, TransformerModel
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
+from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
 from torch import Tensor
 
 BLANK = "__m__"  # an unfilled blank (recipes/prepare_infill.py)
@@ -92,14 +92,11 @@ def blank_positions(prev_output_tokens: Tensor, segment: Tensor, pad: int, base:
 
 
 def sinusoids(positions: Tensor, dim: int) -> Tensor:
-    """fairseq's sinusoidal embedding (sines in the first half, cosines in the second) of any integer
-    positions, computed without a table: [B, T] -> float [B, T, dim]; zero where ``positions < 0``."""
-    half = dim // 2
-    freq = torch.exp(torch.arange(half, dtype=torch.float, device=positions.device) * -(math.log(10000) / (half - 1)))
-    angle = positions.unsqueeze(-1).float() * freq  # [B, T, half]
-    emb = torch.cat([angle.sin(), angle.cos()], -1)
-    if dim % 2:
-        emb = torch.cat([emb, emb.new_zeros(emb.shape[:-1] + (1,))], -1)
+    """fairseq's sinusoidal embedding (:meth:`SinusoidalPositionalEmbedding.get_embedding`, a table up to the
+    largest position of the batch) of any integer positions: [B, T] -> float [B, T, dim]; zero where
+    ``positions < 0`` (padding)."""
+    table = SinusoidalPositionalEmbedding.get_embedding(int(positions.max().clamp(min=0)) + 1, dim)
+    emb = table.to(positions.device)[positions.clamp(min=0)]  # [B, T, dim]
     return emb * positions.ge(0).unsqueeze(-1)
 
 
