@@ -59,10 +59,16 @@ def render(words: List[Tuple[str, int]]) -> str:
     return "".join(out)
 
 
-def decode_system(path: str, mode: str, args, ids: List[int]):
+def load_system(path: str, mode: str, args):
+    """(models, task) of a checkpoint decoding in ``mode``, with ``--split`` loaded."""
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [path], arg_overrides={"data": args.data, "insertion_mode": mode, "slot_top_p": args.slot_top_p})
     task.load_dataset(args.split)
+    return models, task
+
+
+def decode_system(models, task, args, ids: List[int]):
+    """{sentence id: (source text, [(word, step)], steps)} of the sentences ``ids``."""
     ds = task.dataset(args.split)
     gen = task.build_generator(models, Namespace(sampling=False, sampling_topk=-1, retain_iter_history=True))
     batch = ds.collater([ds[i] for i in ids])
@@ -99,13 +105,11 @@ def main(argv=None):
         if not os.path.isfile(path):
             p.error(f"--system {name}: checkpoint {path} not found")
         systems.append((name, path, mode))
-    if args.ids:
-        ids = args.ids
-    else:
-        _, _, task = checkpoint_utils.load_model_ensemble_and_task([systems[0][1]], arg_overrides={"data": args.data})
-        task.load_dataset(args.split)
-        ids = sorted(random.Random(args.seed).sample(range(len(task.dataset(args.split))), args.sentences))
-    results = [(name, mode, decode_system(path, mode, args, ids)) for name, path, mode in systems]
+    loaded = [load_system(path, mode, args) for _, path, mode in systems]
+    n = len(loaded[0][1].dataset(args.split))
+    ids = args.ids or sorted(random.Random(args.seed).sample(range(n), args.sentences))
+    results = [(name, mode, decode_system(models, task, args, ids))
+               for (name, _, mode), (models, task) in zip(systems, loaded)]
     rows = []
     for sid in ids:
         src = results[0][2][sid][0]
