@@ -92,7 +92,7 @@ class InsertionTranslationConfig(TranslationConfig):
         default=False,
         metadata={"help": "--slot-query-stream models: each cached decoding step computes the next step's slot queries "
                   "(every slot's) in its own pass: one decoder pass per step instead of two, the same outputs "
-                  "(no faster on CPU; meant for GPUs, where a step's time is kernel launches)"},
+                  "(faster at batch 1, slower at large batches: every slot's query is computed)"},
     )
     no_insertion_cache: bool = field(
         default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
