@@ -8,7 +8,8 @@ The package, by role:
   offset attention (:mod:`.models.attention`), offsets (:mod:`.models.offsets`) and slot heads
   (:mod:`.models.slots`); InDIGO on the same machinery (:mod:`.models.indigo`); the text-infilling
   paper's self-attention baseline, fairseq's transformer with segment-aware positions
-  (:mod:`.models.infill_transformer`);
+  (:mod:`.models.infill_transformer`); fairseq's Levenshtein Transformer started from, and keeping, its
+  source words, the lexically constrained generation baseline (:mod:`.models.levt_keywords`);
 * ``data``: the fairseq dataset (:mod:`.data.dataset`), insertion orders (:mod:`.data.orders`) and
   InsNet-Dinic / uniform layerings (:mod:`.data.layerization`);
 * ``tasks``: ``insertion_translation`` (:mod:`.tasks.translation`), ``insertion_lm``
@@ -40,7 +41,7 @@ atomic_checkpoints.install()
 clean_errors.install()
 insertion_targets.install()
 
-from insnet_fairseq.models import indigo, infill_transformer, insnet  # noqa: E402,F401  (registration side effects)
+from insnet_fairseq.models import indigo, infill_transformer, insnet, levt_keywords  # noqa: E402,F401  (registration side effects)
 from insnet_fairseq.tasks import criterion, lm, translation  # noqa: E402,F401
 
 __version__ = "0.1.0"

@@ -19,6 +19,9 @@
 #                                 "parallelization fine-tuning" after sequential training)
 #   uniform                       InsNet-uniform (the binary tree's levels), fine-tuned from BASE the same way
 #   ar                            autoregressive transformer, keywords -> sentence (Plan-And-Write static)
+#   levt                          fairseq's Levenshtein Transformer on the same bitext, decoded from the keywords
+#                                 (insnet_fairseq/models/levt_keywords.py: starts from <s> keywords </s>, never
+#                                 deletes a keyword; scored also with deletion allowed)
 #   truncated, noglobal           ablations (Table 6): BASE's setting with --offset-clip 1 / --no-global-slot
 # Multi30k En->De translation (MT_DATA, data-bin/multi30k_en_de, `make multi30k`; order MT_ORDER, l2r):
 #   mt-insnet, mt-truncated, mt-noglobal
@@ -27,7 +30,7 @@
 # coverage, held-out token / position / termination NLL; InsNet rows decode as the paper (--paper-sampling: parallel,
 # 70% of the slot mass, top-k sampling k = 1, 1, 3, 3, 5 for tau = 10, 3, 1, 0.3, -inf; sequential rows are tau = -inf;
 # the uniform row greedy), averaged over SEEDS ("1 2 3"); sequential rows also greedy sequential decoding; AR greedy
-# and beam 5. MT rows: recipes/evaluate.py (sacreBLEU, tokenised BLEU, greedy sequential) with --nll.
+# and beam 5; LevT 9 iterations, eos penalty 0. MT rows: recipes/evaluate.py (sacreBLEU, tokenised BLEU, greedy sequential) with --nll.
 # Output: OUT_DIR/lm_table.{md,csv}, OUT_DIR/lm_ablation_mt.{md,csv} (OUT_DIR: results).
 # Environment: MINUTES, FT_MINUTES, THREADS, UPDATES (0: no update limit; set it for a quick check), BASE (seq-binary),
 # CKPT_DIR (checkpoints: rows train into CKPT_DIR/lm_<row>), LM_DATA, MT_DATA, MT_RAW (../shared/data/multi30k),
@@ -42,7 +45,7 @@ mt_tok_ref=${MT_TOK_REF:-work/multi30k_en_de/test.clean.de}; tok_ref=(); [ -f "$
 base=${BASE:-seq-binary}; ckpts=${CKPT_DIR:-checkpoints}; out_dir=${OUT_DIR:-results}
 seeds=${SEEDS:-1 2 3}
 read -r -a gen_extra <<<"${GEN_ARGS:-}"
-ROWS=(seq-random seq-binary seq-keywords dinic-10 dinic-3 dinic-1 dinic-0.3 uniform ar truncated noglobal mt-insnet mt-truncated mt-noglobal)
+ROWS=(seq-random seq-binary seq-keywords dinic-10 dinic-3 dinic-1 dinic-0.3 uniform ar levt truncated noglobal mt-insnet mt-truncated mt-noglobal)
 
 order_of() {  # sequential row -> its insertion order
   case $1 in seq-random) echo random ;; seq-binary) echo binary ;; seq-keywords) echo keywords ;;
@@ -59,6 +62,7 @@ spec() {
     dinic-*)    echo "insnet-lm $lm --insertion-order $o --dinic-tau=${1#dinic-} --finetune-from-model $ckpts/lm_$base/checkpoint_last.pt" ;;
     uniform)    echo "insnet-lm $lm --insertion-order $o --layerization uniform --finetune-from-model $ckpts/lm_$base/checkpoint_last.pt" ;;
     ar)         echo "ar $lm-ar" ;;
+    levt)       echo "levt $lm-ar --arch levenshtein_transformer_keywords" ;;
     truncated)  echo "insnet-lm $lm --insertion-order $o --offset-clip 1" ;;
     noglobal)   echo "insnet-lm $lm --insertion-order $o --no-global-slot" ;;
     mt-insnet)  echo "insnet $mt --insertion-order $mt_order" ;;
@@ -115,6 +119,11 @@ eval_rows() {
       ar)
         lm_eval "$r (greedy)" "$ckpt" "$d" --nll -- --user-dir insnet_fairseq --task translation --beam 1
         lm_eval "$r (beam 5)" "$ckpt" "$d" -- --user-dir insnet_fairseq --task translation --beam 5 ;;
+      levt)
+        local lev=(--user-dir insnet_fairseq --task translation_lev --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1)
+        lm_eval "$r (from the keywords, kept)" "$ckpt" "$d" -- "${lev[@]}"
+        lm_eval "$r (from the keywords, deletable)" "$ckpt" "$d" -- "${lev[@]}" \
+          --model-overrides "{'delete_source_words': True}" ;;
       mt-*)
         python recipes/evaluate.py --data "$d" --path "$ckpt" --src en --tgt de --name "$r (sequential, greedy)" --nll \
           --raw-ref "$mt_raw/test.de" "${tok_ref[@]}" --csv "$out_dir/lm_ablation_mt.csv" --markdown "$out_dir/lm_ablation_mt.md" \
