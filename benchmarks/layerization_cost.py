@@ -8,6 +8,11 @@ order) it times, interleaved over --rounds: one training step (forward + backwar
 objective) and one layerization from the sequential layering (no gradient) at each tau, and one
 layerization continuing from the previous layering (what later epochs pay). Prints median
 seconds, promotion rounds, layers per sentence and the ratio to a training step.
+
+``--max-rounds R`` adds the progressive layering of ``--dinic-max-rounds R``: each visit of a batch
+(one per epoch) runs at most R rounds and the next continues from its result, so the rows
+``tau T, <= R rounds, visit v`` give what the v-th epoch pays and how many layers it trains on, up
+to the visit that reaches the fixpoint (``--visits``, 6, at most).
 """
 import argparse
 import os
@@ -35,6 +40,8 @@ def main(argv=None):
     p.add_argument("--batches", type=int, default=3)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--taus", type=float, nargs="+", default=[0.3, 1.0, 3.0, 10.0])
+    p.add_argument("--max-rounds", type=int, default=0, help="also the progressive layering, R rounds per visit")
+    p.add_argument("--visits", type=int, default=6)
     args = p.parse_args(argv)
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides={"data": args.data})
     model = models[0]
@@ -52,10 +59,10 @@ def main(argv=None):
         opt.step()
         opt.zero_grad()
 
-    def layer(sample, tau, start=None, ladder=False):
+    def layer(sample, tau, start=None, ladder=False, max_rounds=0):
         ni = sample["net_input"]
         return layerize(model, ni["src_tokens"], ni["src_lengths"], ni["target"], ni["order"], tau, start=start,
-                        ladder=ladder)
+                        ladder=ladder, max_rounds=max_rounds)
 
     kinds = ["", ", ladder", ", continued"]
     times = {k: [] for k in ["train step"] + [f"tau {t}{kind}" for t in args.taus for kind in kinds]}
@@ -79,6 +86,15 @@ def main(argv=None):
                 times[f"tau {tau}, continued"].append(time.perf_counter() - t)
                 for kind, r, lay in [("", rounds, layers), (", ladder", rounds1, laddered), (", continued", rounds2, layers)]:
                     stats.setdefault(f"tau {tau}{kind}", []).append((r, float(num_layers(lay).float().mean())))
+                start = None
+                for v in range(1, args.visits + 1 if args.max_rounds > 0 else 1):
+                    name = f"tau {tau}, <= {args.max_rounds} rounds, visit {v}"
+                    t = time.perf_counter()
+                    start, r = layer(s, tau, start=start, max_rounds=args.max_rounds)
+                    times.setdefault(name, []).append(time.perf_counter() - t)
+                    stats.setdefault(name, []).append((r, float(num_layers(start).float().mean())))
+                    if r < args.max_rounds:  # nothing moved in its last round: the fixpoint
+                        break
     words = statistics.mean(float((s["net_input"]["target"].ne(1).sum(1) - 2).float().mean()) for s in samples)
     base = statistics.median(times["train step"])
     print(f"\n{args.batches} Multi30k valid batches of <= {args.max_tokens} tokens ({words:.1f} words/sentence), "

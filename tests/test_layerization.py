@@ -112,6 +112,23 @@ def test_max_rounds_and_continuing_from_a_layering():
     assert torch.equal(cont, full)
 
 
+def test_capped_visits_compose_to_the_fixpoint():
+    """--dinic-max-rounds R: visits of at most R rounds, each continuing from the last (one per epoch, the
+    model held fixed), reach the layering of one uncapped layerization, at a finite tau too."""
+    model, d, src, src_lengths, target, n_tok = batch(seed=3)
+    order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(2))
+    full, full_rounds = layerize(model, src, src_lengths, target, order, 1.0)
+    assert full_rounds > 2  # the cap below does bind
+    layers, visits = None, 0
+    while True:
+        layers, rounds = layerize(model, src, src_lengths, target, order, 1.0, start=layers, max_rounds=2)
+        visits += 1
+        assert rounds <= 2
+        if rounds < 2 or visits > full_rounds:
+            break
+    assert visits > 1 and torch.equal(layers, full)
+
+
 def layered_logprobs(model, src, src_lengths, target, layers):
     order, context = trajectory(layers)
     out = model(src, src_lengths, target, order, context=context)
