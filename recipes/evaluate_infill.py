@@ -51,6 +51,16 @@ def fill_back(output, template, vocab=None):
     return out
 
 
+def reference_blanks(reference, template):
+    """The words each blank of ``template`` (words, BLANK at blanks) holds in ``reference`` (words), left to
+    right, or None when the reference does not fit the template. Where a template word also occurs next to a
+    blank the split is ambiguous; the earliest blank takes the fewest words.
+    Example: "a b c d e" with "a __m__ d __m__" -> [["b", "c"], ["e"]]."""
+    pattern = "".join(r"((?: \S+)*?)" if w == BLANK else " " + re.escape(w) for w in template)
+    m = re.fullmatch(pattern, "".join(" " + w for w in reference))
+    return None if m is None else [g.split() for g in m.groups()]
+
+
 def template_kept(output, template) -> bool:
     return fill_back(output, template) is not None
 
@@ -82,7 +92,7 @@ def score(outputs, steps, refs, templates, source="templates", vocab=None):
 
 
 ROUND = {"bleu4": 2, "bleu2": 2, "template_bleu4": 2, "kept": 1, "masked": 1, "filled": 2, "steps": 2,
-         "seq_ratio": 3, "wall_s": 1}
+         "seq_ratio": 3, "wall_s": 1, "ppl": 2}
 
 
 def main(argv=None):

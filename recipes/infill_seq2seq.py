@@ -20,8 +20,14 @@ hypothesis into the first blank. A blank gets 1 to ``--max-len`` words (fairseq'
 default: the checkpoint's folder), one per line. Template words are copied verbatim (never ``<unk>``),
 so ``kept`` is 100 by construction. ``steps``: decoder steps per sentence (words + one ``</s>`` per
 blank); ``wall_s``: seconds of filling the setting (model loading excluded).
+
+``--ppl`` adds the paper's perplexity (its Tables 1 and 3): each test sentence's blanks, as its reference holds
+them (:func:`evaluate_infill.reference_blanks`), scored by teacher forcing blank by blank, left to right, earlier
+blanks holding their reference words (the training examples of ``prepare_infill_seq2seq.examples``);
+``ppl`` = exp(NLL / tokens) over every blank's words and its closing ``</s>``.
 """
 import argparse
+import math
 import os
 import sys
 import time
@@ -33,9 +39,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from evaluate import append_row  # noqa: E402
-from evaluate_infill import ROUND, score  # noqa: E402
+from evaluate_infill import ROUND, reference_blanks, score  # noqa: E402
 from evaluate_lm import read_lines  # noqa: E402
-from prepare_infill_seq2seq import source  # noqa: E402
+from prepare_infill_seq2seq import examples, source  # noqa: E402
 
 from insnet_fairseq.models.infill_transformer import BLANK, BOUNDARY  # noqa: E402
 
@@ -84,6 +90,42 @@ def fill(templates: List[List[str]], generator, models, dictionary, batch_size: 
     return filled, steps
 
 
+def reference_nll(model, dictionary, pairs, batch_size: int = 64) -> Tuple[float, int]:
+    """Teacher-forced NLL (nats) of the targets of ``pairs`` [(source words, target words)], each target's words
+    and its ``</s>``, summed over the pairs: (nll, tokens). The decoder reads ``</s>`` then the words, as in training.
+    Example: one pair (["a", "<seg>", "__m__"], ["b", "c"]) scores p(b | </s>) p(c | </s> b) p(</s> | </s> b c)."""
+    from fairseq.data import data_utils
+
+    pad, eos = dictionary.pad(), dictionary.eos()
+    device = next(model.parameters()).device
+    nll, tokens = 0.0, 0
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        src_tokens, src_lengths = encode([src for src, _ in chunk], dictionary)
+        rows = [dictionary.encode_line(" ".join(t), add_if_not_exist=False, append_eos=True).long() for _, t in chunk]
+        target = data_utils.collate_tokens(rows, pad, eos, left_pad=False)  # [B, T]: words </s> pad...
+        prev = data_utils.collate_tokens(rows, pad, eos, left_pad=False, move_eos_to_beginning=True)  # </s> words
+        with torch.no_grad():
+            out = model(src_tokens.to(device), src_lengths.to(device), prev.to(device))
+            lprobs = model.get_normalized_probs(out, log_probs=True).float()  # [B, T, V]
+        target = target.to(device)
+        real = target.ne(pad)
+        nll -= float(lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)[real].sum())
+        tokens += int(real.sum())
+    return nll, tokens
+
+
+def reference_pairs(templates: List[List[str]], refs: List[List[str]], path: str):
+    """Every (source, target) example of the test sentences' blanks as their references fill them."""
+    pairs = []
+    for j, (t, r) in enumerate(zip(templates, refs)):
+        blanks = reference_blanks(r, t)
+        if blanks is None:
+            sys.exit(f"infill_seq2seq.py: {path}:{j + 1}: the reference sentence does not fit its template")
+        pairs.extend(examples(t, blanks))
+    return pairs
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="the LM data-bin: SUBSET.ref and SUBSET.template.S")
@@ -99,6 +141,7 @@ def main(argv=None):
     p.add_argument("--csv")
     p.add_argument("--markdown")
     p.add_argument("--cpu", action="store_true", help="stay on the CPU when CUDA is available")
+    p.add_argument("--ppl", action="store_true", help="also the perplexity of the reference fillings (the paper's)")
     args = p.parse_args(argv)
     for flag, v in (("--beam", args.beam), ("--max-len", args.max_len), ("--batch-size", args.batch_size)):
         if v < 1:
@@ -135,6 +178,13 @@ def main(argv=None):
             f.writelines(" ".join(s) + "\n" for s in filled)
         metrics = score({i: " ".join(s) for i, s in enumerate(filled)}, dict(enumerate(steps)), refs, templates, tpath)
         row = {"system": args.name or args.path, "setting": setting, **metrics, "wall_s": wall}
+        if args.ppl:
+            if len(templates) != len(refs):
+                sys.exit(f"infill_seq2seq.py: {tpath} has {len(templates)} lines for {len(refs)} references")
+            nll, tokens = reference_nll(models[0], dictionary,
+                                        reference_pairs([t.split() for t in templates], [r.split() for r in refs], tpath),
+                                        args.batch_size)
+            row["ppl"] = math.exp(nll / tokens)
         row = {k: round(v, ROUND[k]) if k in ROUND else v for k, v in row.items()}
         print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
         append_row(row, args.csv, args.markdown)

@@ -172,3 +172,37 @@ def test_incremental_decoding_equals_full_redecoding():
             tokens, lps = greedy_full(model, d, src, 6)
             assert h[0]["tokens"].tolist() == tokens
             assert torch.allclose(h[0]["positional_scores"], torch.tensor(lps), atol=1e-4)
+
+
+def test_reference_blanks():
+    from evaluate_infill import reference_blanks
+    assert reference_blanks("a b c d e".split(), f"a {BLANK} d {BLANK}".split()) == [["b", "c"], ["e"]]
+    assert reference_blanks("a b c".split(), f"a {BLANK} b c".split()) == [[]]  # a blank may hold nothing
+    assert reference_blanks("a x c".split(), f"a {BLANK} b c".split()) is None  # the template does not fit
+
+
+def test_reference_nll_batched_equals_one_token_at_a_time():
+    """--ppl: the batched, padded teacher-forced NLL equals the sum of each target token's log-probability
+    computed alone from its prefix (blank by blank, earlier blanks holding the reference words)."""
+    from evaluate_infill import reference_blanks
+    model, d = tiny_model(seed=2)
+    rng = random.Random(5)
+    refs = [[f"w{rng.randrange(24)}" for _ in range(rng.randint(3, 9))] for _ in range(6)]
+    templates = [prep.template_with_blanks(r, rng.choice(prep.RANDOM_SETTINGS), rng)[0] for r in refs]
+    pairs = fill_recipe.reference_pairs(templates, refs, "templates")
+    assert len(pairs) == sum(t.count(BLANK) for t in templates)
+    nll, tokens = fill_recipe.reference_nll(model, d, pairs, batch_size=4)
+    naive, count = 0.0, 0
+    with torch.no_grad():
+        for src_words, tgt_words in pairs:
+            src = d.encode_line(" ".join(src_words), add_if_not_exist=False).long().unsqueeze(0)
+            tgt = [d.index(w) for w in tgt_words] + [d.eos()]
+            prefix = [d.eos()]
+            for tok in tgt:
+                logits, _ = model(src, torch.tensor([src.size(1)]), torch.tensor([prefix]))
+                naive -= float(F.log_softmax(logits[0, -1].float(), -1)[tok])
+                prefix.append(tok)
+                count += 1
+    assert tokens == count and abs(nll - naive) < 1e-3 * count
+    for t, r in zip(templates, refs):  # the examples rebuild each reference
+        assert fill_back(r, t) == r and reference_blanks(r, t) is not None
