@@ -20,6 +20,10 @@
    data-bin/NAME/dict.SRC.txt --joined-dictionary) into data-bin/NAME-distill/; the original
    valid and test binaries are copied, so they are the same sets.
 
+``--suffix`` (DISTILL_SUFFIX, default ``distill``) names the outputs data-bin/NAME-SUFFIX and work/NAME-SUFFIX, so
+a second teacher's corpus sits beside the first: ``DISTILL_SUFFIX=distill-t120
+TEACHER=checkpoints/t120_ar/checkpoint_best.pt python recipes/distill.py multi30k_en_de``.
+
 Every step is skipped when its output exists. The direction is read from data-bin/NAME
 (train.SRC-TGT.*); SRC=.. TGT=.. (or --src/--tgt) choose the other one.
 """
@@ -185,13 +189,17 @@ def main(argv=None):
     p.add_argument("--checkpoint-dir", default="checkpoints")
     p.add_argument("--src", default=os.environ.get("SRC", ""))
     p.add_argument("--tgt", default=os.environ.get("TGT", ""))
+    p.add_argument("--suffix", default=os.environ.get("DISTILL_SUFFIX", "distill"),
+                   help="outputs data-bin/NAME-SUFFIX and work/NAME-SUFFIX (default: distill)")
     args = p.parse_args(argv)
+    if not args.suffix or "/" in args.suffix:
+        fail(f"--suffix must be a non-empty name without '/', got '{args.suffix}'")
     data = os.path.abspath(os.path.join(args.data_dir, args.name))
     if not os.path.isdir(data):
         fail(f"{data} does not exist: prepare the corpus first (make multi30k, make wmt-ro-en, ...)")
     src, tgt = (args.src, args.tgt) if args.src and args.tgt else languages(data)
-    work = os.path.abspath(os.path.join(args.work_dir, f"{args.name}-distill"))
-    dest = os.path.abspath(os.path.join(args.data_dir, f"{args.name}-distill"))
+    work = os.path.abspath(os.path.join(args.work_dir, f"{args.name}-{args.suffix}"))
+    dest = os.path.abspath(os.path.join(args.data_dir, f"{args.name}-{args.suffix}"))
     os.makedirs(work, exist_ok=True)
     ckpt = train_teacher(data, os.path.abspath(os.path.join(args.checkpoint_dir, f"{args.name}-teacher")))
     generated = os.path.join(work, "generate-train.txt")
