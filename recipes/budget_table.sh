@@ -29,7 +29,9 @@
 # on the valid set, see README), parallel also with --skip-repeats; LevT/InsT fairseq's iterative refinement (9 iterations).
 set -euo pipefail
 export MINUTES=${MINUTES:-60} THREADS=${THREADS:-1} UPDATES=0
-data=data-bin/multi30k_en_de; kd=data-bin/multi30k_en_de-distill
+data=data-bin/multi30k_en_de; kd=${KD_DATA:-data-bin/multi30k_en_de-distill}
+# KD_DATA: another distilled corpus (recipes/distill.py --suffix), with KD_TAG naming its runs (checkpoints/t60TAG_ROW)
+[ -n "${KD_DATA:-}" ] && [ -z "${KD_TAG:-}" ] && { echo "budget_table.sh: KD_DATA needs KD_TAG (e.g. KD_TAG=_kd120)" >&2; exit 2; }
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/multi30k_en_de/raw
 top_p=${TOP_P:-0.9}
 modes=${MODES:-sequential parallel skip-repeats}  # InsNet decodings that eval scores (also: candidates)
@@ -40,7 +42,7 @@ out=results/${OUT:-budget_table}
 # Save directories are checkpoints/t${MINUTES}_ROW. A longer budget (MINUTES > 60) starts from a copy of the
 # 60-minute run when it exists and continues it: the lr schedules do not depend on the budget and fairseq
 # resumes data order and time from checkpoint_last.pt, so this is the same run as training from scratch.
-t=t$MINUTES
+t=t$MINUTES${KD_TAG:-}
 
 # ROW -> "KIND DATA SAVE_DIR [train flags...]"
 spec() {
@@ -78,7 +80,7 @@ ROWS=(ar ar-kd insnet-l2r insnet-l2r-kd insnet-r2l insnet-binary insnet-random i
 
 train_row() {
   read -r kind d save flags <<<"$(spec "$1")"
-  local t60=${save/\/$t\_//t60_}; [ "$1" = ar ] && t60=checkpoints/multi30k_en_de-teacher
+  local t60=${save/\/$t\_//t60${KD_TAG:-}_}; [ "$1" = ar ] && t60=checkpoints/multi30k_en_de-teacher
   if [ "$MINUTES" -gt 60 ] && [ ! -f "$save/checkpoint_last.pt" ] && [ -f "$t60/checkpoint_last.pt" ]; then
     echo "budget_table.sh: $save continues the 60-minute run $t60"; mkdir -p "$save"; cp "$t60"/checkpoint_last.pt "$save"/
   fi
