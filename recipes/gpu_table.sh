@@ -16,14 +16,19 @@
 # best of the CPU tau spectrum) as recipes/tau_spectrum.sh does; levt-kd, inst-kd. Saves in checkpoints/tMINUTES_*.
 # Environment: MINUTES, CURRICULUM_MINUTES, DINIC_TAU, DINIC_UPDATES, ROWS (a subset), CKPT (budget_table.sh's
 # checkpoint choice: valid (default), last, best), MULTI30K_DIR (the raw test.de / valid.de, when ../shared is not
-# beside the checkpoint). Every row's process is its own session (setsid): it outlives the shell that started it.
+# beside the checkpoint), KD_DATA + KD_TAG (the +KD rows on another distilled corpus, e.g. the 120-minute CPU teacher's:
+# KD_DATA=data-bin/multi30k_en_de-distill-t120 KD_TAG=_kd120; recipes/distill.py --suffix makes it).
+# Every row's process is its own session (setsid): it outlives the shell that started it.
 set -euo pipefail
 export MINUTES=${MINUTES:-12}
 export CURRICULUM_MINUTES=${CURRICULUM_MINUTES:-$((MINUTES / 2))} BATCH1=0
 raw=${MULTI30K_DIR:-../shared/data/multi30k}
 tau=${DINIC_TAU:-3}; dinic_updates=${DINIC_UPDATES:-256}
 rows=(${ROWS:-ar ar-kd insnet-l2r insnet-l2r-kd curriculum-query-kd levt-kd inst-kd})  # ROWS: a subset
-t=t$MINUTES; logs=logs/gpu; dinic_dir=checkpoints/spectrum_${t}_curriculum_query_kd_$tau
+kd=${KD_DATA:-data-bin/multi30k_en_de-distill}; export KD_DATA KD_TAG
+[ -n "${KD_DATA:-}" ] && [ "$kd" != data-bin/multi30k_en_de-distill ] && [ -z "${KD_TAG:-}" ] && {
+  echo "gpu_table.sh: KD_DATA needs KD_TAG" >&2; exit 2; }
+t=t$MINUTES${KD_TAG:-}; logs=logs/gpu; dinic_dir=checkpoints/spectrum_${t}_curriculum_query_kd_$tau
 mkdir -p $logs results/gpu
 
 row_job() {  # ROW: train, then score (budget_table.sh eval, OUT=gpu/ROW); writes logs/gpu/ROW.status
@@ -38,7 +43,7 @@ row_job() {  # ROW: train, then score (budget_table.sh eval, OUT=gpu/ROW); write
   fi
   bash recipes/budget_table.sh train "$r" || rc=$?
   if [ $rc = 0 ] && [ "$r" = curriculum-query-kd ]; then  # InsNet-Dinic from the curriculum base
-    (unset MINUTES; STEP=train SETTINGS=$tau TAG=${t}_curriculum_query_kd DATA=data-bin/multi30k_en_de-distill \
+    (unset MINUTES; STEP=train SETTINGS=$tau TAG=${t}_curriculum_query_kd DATA=$kd \
       MODEL_FLAGS=--slot-query-stream bash recipes/tau_spectrum.sh \
       checkpoints/${t}_curriculum_query_kd/checkpoint_last.pt "$dinic_updates") || rc=$?
   fi
@@ -49,7 +54,7 @@ row_job() {  # ROW: train, then score (budget_table.sh eval, OUT=gpu/ROW); write
   MODES=$MODES OUT=gpu/$r bash recipes/budget_table.sh eval "$r" || rc=$?
   if [ $rc = 0 ] && [ "$r" = curriculum-query-kd ]; then
     for extra in "" --skip-repeats "--skip-repeats --insertion-candidates 2"; do
-      python recipes/evaluate.py --data data-bin/multi30k_en_de-distill --path $dinic_dir/checkpoint_last.pt \
+      python recipes/evaluate.py --data "$kd" --path $dinic_dir/checkpoint_last.pt \
         --src en --tgt de --name "dinic-kd (tau $tau from curriculum-query-kd) parallel (top-p 0.9${extra:+, $extra})" \
         --raw-ref "$raw/test.de" --tok-ref work/multi30k_en_de/test.clean.de \
         --csv results/gpu/dinic.csv --markdown results/gpu/dinic.md \

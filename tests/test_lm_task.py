@@ -406,7 +406,7 @@ def test_infilling_from_the_command_line(lm_data, lm_checkpoint, tmp_path):
 def test_lm_budget_rows():
     out = subprocess.run(["bash", "recipes/lm_budget.sh", "rows"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.split() == [
-        "seq-random", "seq-binary", "seq-keywords", "dinic-10", "dinic-3", "dinic-1", "dinic-0.3", "uniform", "ar", "truncated",
+        "seq-random", "seq-binary", "seq-keywords", "dinic-10", "dinic-3", "dinic-1", "dinic-0.3", "uniform", "ar", "levt", "truncated",
         "noglobal", "mt-insnet", "mt-truncated", "mt-noglobal"]
     out = subprocess.run(["bash", "recipes/lm_budget.sh", "train", "nope"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2 and "unknown row 'nope'" in out.stderr

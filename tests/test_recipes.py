@@ -343,3 +343,12 @@ def test_distillation_on_a_tiny_slice(multi30k_bin):
     assert_ok(again)
     for step in ("teacher", "decoding", "distilled text", "binarise"):
         assert f"distill: {step}: done before, skipped" in again.stdout, again.stdout
+
+    # a second teacher's corpus beside the first (--suffix), from a given checkpoint (TEACHER)
+    teacher = tmp / "ckpt" / "multi30k_en_de-teacher" / "checkpoint_last.pt"
+    other = subprocess.run(cmd + ["--suffix", "distill-b"], cwd=ROOT, env=dict(env, TEACHER=str(teacher)),
+                           capture_output=True, text=True, timeout=600)
+    assert_ok(other)
+    assert "training the teacher" not in other.stdout
+    assert (tmp / "work" / "multi30k_en_de-distill-b" / "train.de").read_text(encoding="utf-8").splitlines() == hyps
+    assert n_sentences(str(tmp / "bin" / "multi30k_en_de-distill-b" / "train.en-de.de")) == N
