@@ -206,3 +206,18 @@ def test_reference_nll_batched_equals_one_token_at_a_time():
     assert tokens == count and abs(nll - naive) < 1e-3 * count
     for t, r in zip(templates, refs):  # the examples rebuild each reference
         assert fill_back(r, t) == r and reference_blanks(r, t) is not None
+
+
+def test_segment_positions_embed_as_fairseq_sinusoids():
+    """The cached table gives fairseq's SinusoidalPositionalEmbedding rows (zeros at padding), also after it grows."""
+    from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
+
+    from insnet_fairseq.models.infill_transformer import SegmentPositions, sinusoids
+    emb = SegmentPositions(dim=16, boundary=S, pad=P, base=8, max_positions=512)
+    ref = SinusoidalPositionalEmbedding.get_embedding(300, 16)
+    for pos in (torch.tensor([[-1, 0, 3, 7]]), torch.tensor([[5, 250, -1, 17]])):  # the second outgrows the table
+        out = sinusoids(pos, 16, emb.table(pos))
+        assert torch.equal(out[pos < 0], torch.zeros(int((pos < 0).sum()), 16))
+        assert torch.allclose(out[pos >= 0], ref[pos[pos >= 0]], atol=1e-6)
+        assert torch.allclose(out, sinusoids(pos, 16), atol=1e-6)  # the same without a cached table
+    assert emb.table(torch.tensor([[2]])).size(0) > 250  # grown, kept

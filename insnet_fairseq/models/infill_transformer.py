@@ -91,12 +91,15 @@ def blank_positions(prev_output_tokens: Tensor, segment: Tensor, pad: int, base:
     return torch.where(real, segment.unsqueeze(1) * base + t, torch.full_like(t, -1))
 
 
-def sinusoids(positions: Tensor, dim: int) -> Tensor:
-    """fairseq's sinusoidal embedding (:meth:`SinusoidalPositionalEmbedding.get_embedding`, a table up to the
-    largest position of the batch) of any integer positions: [B, T] -> float [B, T, dim]; zero where
-    ``positions < 0`` (padding)."""
-    table = SinusoidalPositionalEmbedding.get_embedding(int(positions.max().clamp(min=0)) + 1, dim)
-    emb = table.to(positions.device)[positions.clamp(min=0)]  # [B, T, dim]
+def sinusoids(positions: Tensor, dim: int, table: Optional[Tensor] = None) -> Tensor:
+    """fairseq's sinusoidal embedding (:meth:`SinusoidalPositionalEmbedding.get_embedding`) of any integer
+    positions: [B, T] -> float [B, T, dim]; zero where ``positions < 0`` (padding). ``table`` ([N, dim], rows
+    0..N-1 of that embedding, on the positions' device) is used when it covers every position, else one is built.
+    Example: positions [[-1, 0, 65]] -> [[zeros, row 0, row 65]]."""
+    top = int(positions.max().clamp(min=0))
+    if table is None or table.size(0) <= top:
+        table = SinusoidalPositionalEmbedding.get_embedding(top + 1, dim).to(positions.device)
+    emb = table[positions.clamp(min=0)]  # [B, T, dim]
     return emb * positions.ge(0).unsqueeze(-1)
 
 
@@ -111,13 +114,23 @@ class SegmentPositions(nn.Module):
         self.dim, self.boundary, self.pad, self.base, self.max_positions = dim, boundary, pad, base, max_positions
         self.segment: Optional[Tensor] = None
         self.register_buffer("_float_tensor", torch.FloatTensor(1), persistent=False)  # follows .half()
+        self._table: Optional[Tensor] = None  # the embedding's first rows, grown when a larger position comes
+
+    def table(self, positions: Tensor) -> Tensor:
+        """Rows 0..N-1 of the sinusoidal embedding with N > every position (doubled when outgrown): built
+        once, not at every decoding step."""
+        top = int(positions.max().clamp(min=0))
+        if self._table is None or self._table.size(0) <= top or self._table.device != positions.device:
+            size = max(top + 1, 2 * (self._table.size(0) if self._table is not None else self.base))
+            self._table = SinusoidalPositionalEmbedding.get_embedding(size, self.dim).to(positions.device)
+        return self._table
 
     def forward(self, tokens: Tensor, incremental_state=None) -> Tensor:
         if self.segment is None:
             pos = segment_positions(tokens, self.boundary, self.pad, self.base)
         else:
             pos = blank_positions(tokens, self.segment, self.pad, self.base)
-        return sinusoids(pos, self.dim).to(self._float_tensor)
+        return sinusoids(pos, self.dim, self.table(pos)).to(self._float_tensor)
 
 
 def symbol_ids(dictionary, role: str) -> List[int]:
