@@ -86,8 +86,8 @@ def main(argv=None):
                 times[f"tau {tau}, continued"].append(time.perf_counter() - t)
                 for kind, r, lay in [("", rounds, layers), (", ladder", rounds1, laddered), (", continued", rounds2, layers)]:
                     stats.setdefault(f"tau {tau}{kind}", []).append((r, float(num_layers(lay).float().mean())))
-                start = None
-                for v in range(1, args.visits + 1 if args.max_rounds > 0 else 1):
+                start = None  # --max-rounds: one visit per epoch, each continuing the last, until the fixpoint
+                for v in range(1, args.visits + 1) if args.max_rounds > 0 else ():
                     name = f"tau {tau}, <= {args.max_rounds} rounds, visit {v}"
                     t = time.perf_counter()
                     start, r = layer(s, tau, start=start, max_rounds=args.max_rounds)

@@ -26,8 +26,7 @@ raw=${MULTI30K_DIR:-../shared/data/multi30k}
 tau=${DINIC_TAU:-3}; dinic_updates=${DINIC_UPDATES:-256}
 rows=(${ROWS:-ar ar-kd insnet-l2r insnet-l2r-kd curriculum-query-kd levt-kd inst-kd})  # ROWS: a subset
 kd=${KD_DATA:-data-bin/multi30k_en_de-distill}; export KD_DATA KD_TAG
-[ -n "${KD_DATA:-}" ] && [ "$kd" != data-bin/multi30k_en_de-distill ] && [ -z "${KD_TAG:-}" ] && {
-  echo "gpu_table.sh: KD_DATA needs KD_TAG" >&2; exit 2; }
+[ -n "${KD_DATA:-}" ] && [ -z "${KD_TAG:-}" ] && { echo "gpu_table.sh: KD_DATA needs KD_TAG (as budget_table.sh)" >&2; exit 2; }
 t=t$MINUTES${KD_TAG:-}; logs=logs/gpu; dinic_dir=checkpoints/spectrum_${t}_curriculum_query_kd_$tau
 mkdir -p $logs results/gpu
 

@@ -171,19 +171,17 @@ def main(argv=None):
     os.makedirs(out_dir, exist_ok=True)
     for setting, tpath in zip(args.settings, paths[1:]):
         templates = read_lines(tpath)
+        template_words = [t.split() for t in templates]
         start = time.perf_counter()
-        filled, steps = fill([t.split() for t in templates], generator, models, dictionary, args.batch_size)
+        filled, steps = fill(template_words, generator, models, dictionary, args.batch_size)
         wall = time.perf_counter() - start
         with open(os.path.join(out_dir, f"{args.gen_subset}.filled.{setting}"), "w", encoding="utf-8") as f:
             f.writelines(" ".join(s) + "\n" for s in filled)
         metrics = score({i: " ".join(s) for i, s in enumerate(filled)}, dict(enumerate(steps)), refs, templates, tpath)
         row = {"system": args.name or args.path, "setting": setting, **metrics, "wall_s": wall}
-        if args.ppl:
-            if len(templates) != len(refs):
-                sys.exit(f"infill_seq2seq.py: {tpath} has {len(templates)} lines for {len(refs)} references")
-            nll, tokens = reference_nll(models[0], dictionary,
-                                        reference_pairs([t.split() for t in templates], [r.split() for r in refs], tpath),
-                                        args.batch_size)
+        if args.ppl:  # (score() has refused a template file whose line count differs from the references')
+            pairs = reference_pairs(template_words, [r.split() for r in refs], tpath)
+            nll, tokens = reference_nll(models[0], dictionary, pairs, args.batch_size)
             row["ppl"] = math.exp(nll / tokens)
         row = {k: round(v, ROUND[k]) if k in ROUND else v for k, v in row.items()}
         print("  ".join(f"{k}={v}" for k, v in row.items()), flush=True)
