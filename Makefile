@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 SHARED_MULTI30K := $(abspath ../shared/data/multi30k)
 MULTI30K_DIR ?= $(SHARED_MULTI30K)
 
-.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom infill-multi30k infill-baseline-multi30k bench-train bench-memory kill-campaign fuzz clean
+.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom lm-parse-multi30k infill-multi30k infill-baseline-multi30k bench-train bench-memory kill-campaign fuzz clean
 
 install: $(INSTALLED)
 
@@ -72,6 +72,13 @@ lm-custom: install
 	  echo "usage: make lm-custom NAME=name RAW_DIR=folder-with-{train,valid,test}.txt [EXT=txt] [LM_LANG=en]" >&2; exit 2; fi
 	PATH=$(BIN):$$PATH $(BIN)/python recipes/prepare_lm.py --name '$(NAME)' --raw-dir '$(RAW_DIR)' \
 	  --ext '$(or $(EXT),txt)' --lang '$(or $(LM_LANG),en)' $(LM_FLAGS)
+
+# make lm-parse-multi30k: an English dependency parse of every sentence of data-bin/lm_multi30k,
+# data-bin/lm_multi30k/{train,valid,test}.deps (HEAD:DEPREL per token; recipes/parse_dependencies.py, spaCy 2
+# in its own .venv-parse, installed on first use).
+lm-parse-multi30k: lm-multi30k
+	PATH=$(BIN):$$PATH $(BIN)/python recipes/parse_dependencies.py --name lm_multi30k --raw-dir $(or $(RAW_DIR),$(MULTI30K_DIR)) \
+	  --ext en
 
 # make infill-multi30k: text-infilling templates for data-bin/lm_multi30k (recipes/prepare_infill.py);
 # fill them with fairseq-generate --task insertion_lm --infill, score with recipes/evaluate_infill.py.

@@ -9,14 +9,18 @@ The package, by role:
   (:mod:`.models.slots`); InDIGO on the same machinery (:mod:`.models.indigo`); the text-infilling
   paper's self-attention baseline, fairseq's transformer with segment-aware positions
   (:mod:`.models.infill_transformer`); fairseq's Levenshtein Transformer started from, and keeping, its
-  source words, the lexically constrained generation baseline (:mod:`.models.levt_keywords`);
-* ``data``: the fairseq dataset (:mod:`.data.dataset`), insertion orders (:mod:`.data.orders`) and
-  InsNet-Dinic / uniform layerings (:mod:`.data.layerization`);
+  source words, the lexically constrained generation baseline (:mod:`.models.levt_keywords`); the iterative
+  expansion LM, a Transformer over dependency-tree level transitions (:mod:`.models.expansion_lm`);
+* ``data``: the fairseq dataset (:mod:`.data.dataset`), insertion orders (:mod:`.data.orders`),
+  InsNet-Dinic / uniform layerings (:mod:`.data.layerization`), dependency trees (:mod:`.data.dependency`: the
+  InsNet syntactic order's levels, the expansion LM's transitions) and the expansion LM's dataset
+  (:mod:`.data.expansion_dataset`);
 * ``tasks``: ``insertion_translation`` (:mod:`.tasks.translation`), ``insertion_lm``
-  (:mod:`.tasks.lm`), the criterion (:mod:`.tasks.criterion`) and the checks that refuse a
+  (:mod:`.tasks.lm`), the criterion (:mod:`.tasks.criterion`), ``expansion_lm`` with its criterion
+  (:mod:`.tasks.expansion_lm`) and the checks that refuse a
   checkpoint that does not fit its dictionaries, task or model (:mod:`.tasks.checkpoint_checks`);
 * ``decoding``: the iterative generator (:mod:`.decoding.generator`; InDIGO's step:
-  :mod:`.decoding.indigo_generator`), raw-line screening
+  :mod:`.decoding.indigo_generator`; the expansion LM's: :mod:`.decoding.expansion_generator`), raw-line screening
   (:mod:`.decoding.inputs`) and the hub interface (:mod:`.decoding.hub`);
 * ``fairseq_fixes``: patches to fairseq 0.12 installed on import: loading its checkpoints under
   torch >= 2.6 (:mod:`.fairseq_fixes.checkpoint_compat`), batching that drops the last sentences of
@@ -41,7 +45,8 @@ atomic_checkpoints.install()
 clean_errors.install()
 insertion_targets.install()
 
-from insnet_fairseq.models import indigo, infill_transformer, insnet, levt_keywords  # noqa: E402,F401  (registration side effects)
-from insnet_fairseq.tasks import criterion, lm, translation  # noqa: E402,F401
+from insnet_fairseq.models import (expansion_lm, indigo, infill_transformer, insnet,  # noqa: E402,F401  (registration)
+                                   levt_keywords)
+from insnet_fairseq.tasks import criterion, expansion_lm as expansion_lm_task, lm, translation  # noqa: E402,F401
 
 __version__ = "0.1.0"

@@ -6,6 +6,7 @@
 #
 #   bash recipes/lm_budget.sh train ROW [fairseq-train flags...]   # train one row (extra flags are appended)
 #   bash recipes/lm_budget.sh eval [ROW...]                        # score the rows that exist (all by default)
+#   bash recipes/lm_budget.sh eval-unconditional [ROW...]          # unconditional samples: BLEU-5 / self-BLEU-5
 #   bash recipes/lm_budget.sh rows                                 # list the rows
 #
 # Lexically constrained generation on LM_DATA (data-bin/lm_multi30k, `make lm-multi30k`; the AR row reads
@@ -18,6 +19,11 @@
 #                                 --dinic-tau for FT_MINUTES (20) more at a fixed lr of 5e-4 (the paper's
 #                                 "parallelization fine-tuning" after sequential training)
 #   uniform                       InsNet-uniform (the binary tree's levels), fine-tuned from BASE the same way
+#   dependency                    InsNet's syntactic order: uniform layers along each sentence's binarised dependency
+#                                 parse (--insertion-order dependency, LM_DATA/{split}.deps: make lm-parse-multi30k),
+#                                 fine-tuned from BASE the same way
+#   expansion                     the iterative expansion LM (task expansion_lm, 4 layers, d=256), MINUTES from scratch;
+#                                 unconditional: scored by eval-unconditional only
 #   ar                            autoregressive transformer, keywords -> sentence (Plan-And-Write static)
 #   levt                          fairseq's Levenshtein Transformer on the same bitext, decoded from the keywords
 #                                 (insnet_fairseq/models/levt_keywords.py: starts from <s> keywords </s>, never
@@ -45,7 +51,8 @@ mt_tok_ref=${MT_TOK_REF:-work/multi30k_en_de/test.clean.de}; tok_ref=(); [ -f "$
 base=${BASE:-seq-binary}; ckpts=${CKPT_DIR:-checkpoints}; out_dir=${OUT_DIR:-results}
 seeds=${SEEDS:-1 2 3}
 read -r -a gen_extra <<<"${GEN_ARGS:-}"
-ROWS=(seq-random seq-binary seq-keywords dinic-10 dinic-3 dinic-1 dinic-0.3 uniform ar levt truncated noglobal mt-insnet mt-truncated mt-noglobal)
+ROWS=(seq-random seq-binary seq-keywords dinic-10 dinic-3 dinic-1 dinic-0.3 uniform dependency ar levt truncated noglobal mt-insnet mt-truncated mt-noglobal expansion)
+UNCONDITIONAL_ROWS=(expansion dependency uniform dinic-3 seq-binary)
 
 order_of() {  # sequential row -> its insertion order
   case $1 in seq-random) echo random ;; seq-binary) echo binary ;; seq-keywords) echo keywords ;;
@@ -61,6 +68,8 @@ spec() {
     seq-keywords) echo "insnet-lm $lm --insertion-order keywords" ;;
     dinic-*)    echo "insnet-lm $lm --insertion-order $o --dinic-tau=${1#dinic-} --finetune-from-model $ckpts/lm_$base/checkpoint_last.pt" ;;
     uniform)    echo "insnet-lm $lm --insertion-order $o --layerization uniform --finetune-from-model $ckpts/lm_$base/checkpoint_last.pt" ;;
+    dependency) echo "insnet-lm $lm --insertion-order dependency --layerization uniform --finetune-from-model $ckpts/lm_$base/checkpoint_last.pt" ;;
+    expansion)  echo "expansion-lm $lm" ;;
     ar)         echo "ar $lm-ar" ;;
     levt)       echo "levt $lm-ar --arch levenshtein_transformer_keywords" ;;
     truncated)  echo "insnet-lm $lm --insertion-order $o --offset-clip 1" ;;
@@ -77,8 +86,11 @@ train_row() {
   spec "$row" >/dev/null  # an unknown row stops here
   read -r kind d flags <<<"$(spec "$row")"
   [ -d "$d" ] || { echo "lm_budget.sh: $d missing (make lm-multi30k, or make multi30k for the mt-* rows)" >&2; exit 2; }
+  case $row in dependency|expansion)
+    [ -f "$d/train.deps" ] || { echo "lm_budget.sh: $d/train.deps missing: the $row row trains on dependency parses (make lm-parse-multi30k)" >&2; exit 2; } ;;
+  esac
   case $row in
-    dinic-*|uniform)
+    dinic-*|uniform|dependency)
       [ -f "$ckpts/lm_$base/checkpoint_last.pt" ] || { echo "lm_budget.sh: train the base first: bash recipes/lm_budget.sh train $base" >&2; exit 2; }
       # the fine-tuning inherits the base's training time (fairseq keeps it through --finetune-from-model)
       export SCHEDULER=fixed LR=5e-4 MINUTES=$((MINUTES + ft_minutes)) ;;
@@ -113,9 +125,10 @@ eval_rows() {
         lm_eval "$r (sequential, greedy)" "$ckpt" "$d" -- "${insnet[@]}" --insertion-mode sequential ;;
       dinic-*)
         lm_eval "$r (paper sampling)" "$ckpt" "$d" --paper-sampling="${r#dinic-}" --seeds $seeds --nll -- "${insnet[@]}" ;;
-      uniform)
+      uniform|dependency)
         lm_eval "$r (parallel, 70% slot mass, greedy)" "$ckpt" "$d" --nll -- "${insnet[@]}" --insertion-mode parallel \
           --slot-top-p 0.7 ;;
+      expansion) echo "skip $r: unconditional (bash recipes/lm_budget.sh eval-unconditional)" ;;
       ar)
         lm_eval "$r (greedy)" "$ckpt" "$d" --nll -- --user-dir insnet_fairseq --task translation --beam 1
         lm_eval "$r (beam 5)" "$ckpt" "$d" -- --user-dir insnet_fairseq --task translation --beam 5 ;;
@@ -134,9 +147,45 @@ eval_rows() {
   return 0
 }
 
+# Unconditional generation, the expansion LM paper's evaluation (recipes/evaluate_unconditional.py): one sample per
+# test sentence with nucleus sampling (--sampling-topp TOP_P, 0.9) for every row, SEEDS seeds; InsNet rows decode from
+# <s> </s> (--no-keywords; the training sentences had no keywords either), the expansion LM from its root placeholder.
+# Output: OUT_DIR/lm_unconditional.{md,csv}, with the held-out sentences' own figures (against the training set,
+# LM_TRAIN_TEXT: work/NAME/train.tok).
+eval_unconditional() {
+  mkdir -p "$out_dir"; rm -f "$out_dir"/lm_unconditional.{md,csv}
+  local rows=("$@"); [ ${#rows[@]} -gt 0 ] || rows=("${UNCONDITIONAL_ROWS[@]}")
+  local top_p=${TOP_P:-0.9} out=(--csv "$out_dir/lm_unconditional.csv" --markdown "$out_dir/lm_unconditional.md")
+  local nucleus=(--sampling --sampling-topp "$top_p" --beam 1)
+  for r in "${rows[@]}"; do spec "$r" >/dev/null; done
+  local train_text=${LM_TRAIN_TEXT:-work/$(basename "$lm")/train.tok}
+  [ -f "$train_text" ] && python recipes/evaluate_unconditional.py --data "$lm" --reference-rows "$train_text" "${out[@]}"
+  for r in "${rows[@]}"; do
+    ckpt=$(checkpoint_of "$ckpts/lm_$r")
+    [ -f "$ckpt" ] || { echo "skip $r: no $ckpt"; continue; }
+    # shellcheck disable=SC2086
+    case $r in
+      expansion)
+        python recipes/evaluate_unconditional.py --data "$lm" --path "$ckpt" --name "$r (nucleus $top_p)" --seeds $seeds \
+          "${out[@]}" -- --user-dir insnet_fairseq --task expansion_lm "${nucleus[@]}" ;;
+      seq-*|truncated|noglobal)
+        python recipes/evaluate_unconditional.py --data "$lm" --path "$ckpt" --name "$r (sequential, nucleus $top_p)" \
+          --seeds $seeds "${out[@]}" -- --user-dir insnet_fairseq --task insertion_lm --no-keywords \
+          --insertion-mode sequential "${nucleus[@]}" "${gen_extra[@]}" ;;
+      dinic-*|uniform|dependency)
+        python recipes/evaluate_unconditional.py --data "$lm" --path "$ckpt" --name "$r (parallel 70%, nucleus $top_p)" \
+          --seeds $seeds "${out[@]}" -- --user-dir insnet_fairseq --task insertion_lm --no-keywords \
+          --insertion-mode parallel --slot-top-p 0.7 "${nucleus[@]}" "${gen_extra[@]}" ;;
+      *) echo "skip $r: not an unconditional LM" ;;
+    esac
+  done
+  cat "$out_dir/lm_unconditional.md"
+}
+
 case ${1:-} in
   train) shift; row=${1:?ROW}; shift; train_row "$row" "$@" ;;
   eval) shift; eval_rows "$@" ;;
+  eval-unconditional) shift; eval_unconditional "$@" ;;
   rows) printf '%s\n' "${ROWS[@]}" ;;
-  *) echo "usage: bash recipes/lm_budget.sh train ROW [fairseq-train flags] | eval [ROW...] | rows" >&2; exit 2 ;;
+  *) echo "usage: bash recipes/lm_budget.sh train ROW [fairseq-train flags] | eval [ROW...] | eval-unconditional [ROW...] | rows" >&2; exit 2 ;;
 esac

@@ -10,16 +10,19 @@
 #       levt (fairseq `levenshtein_transformer`, task translation_lev, criterion nat_loss),
 #       inst (fairseq `insertion_transformer`, task translation_lev, criterion nat_loss),
 #       infill (the text-infilling paper's Self-attn baseline, `infill_transformer_small`, task translation on
-#       recipes/prepare_infill_seq2seq.py's data-bin).
+#       recipes/prepare_infill_seq2seq.py's data-bin), expansion-lm (the iterative expansion LM, task expansion_lm,
+#       expansion_lm_small: 4 layers, d=256; the LM data with its parses, make lm-parse-multi30k; no label smoothing,
+#       no encoder to share embeddings with).
 # Environment: UPDATES (500; 0: no limit), MAX_TOKENS (4096), LR (1e-3), WARMUP (400), MINUTES (no limit),
 # THREADS (torch threads; default: all cores), SCHEDULER (inverse_sqrt, or fixed: constant LR, for
 # fine-tuning). InsNet-only: ORDER (insertion order).
 set -euo pipefail
-kind=${1:?KIND: insnet|indigo|insnet-lm|ar|levt|inst|infill}; data=${2:?DATA_BIN}; save=${3:?SAVE_DIR}; shift 3
+kind=${1:?KIND: insnet|indigo|insnet-lm|ar|levt|inst|infill|expansion-lm}; data=${2:?DATA_BIN}; save=${3:?SAVE_DIR}; shift 3
 [ -d "$data" ] || { echo "train.sh: data directory $data does not exist (run the data recipe first, e.g. make multi30k)" >&2; exit 2; }
 size=(--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256
       --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024
       --encoder-attention-heads 4 --decoder-attention-heads 4 --dropout 0.1)
+shared=(--share-all-embeddings --label-smoothing 0.1)
 case $kind in
   insnet)
     model=(--task insertion_translation --arch insnet_small --criterion insnet_loss)
@@ -39,15 +42,17 @@ case $kind in
     arch=levenshtein_transformer; [ "$kind" = inst ] && arch=insertion_transformer
     model=(--task translation_lev --arch $arch --criterion nat_loss --noise random_delete
            --decoder-learned-pos --encoder-learned-pos --apply-bert-init --ddp-backend legacy_ddp) ;;
-  *) echo "train.sh: unknown KIND '$kind' (insnet|indigo|insnet-lm|ar|levt|inst|infill)" >&2; exit 2 ;;
+  expansion-lm)
+    model=(--task expansion_lm --arch expansion_lm_small --criterion expansion_lm_loss)
+    size=(--layers 4 --embed-dim 256 --ffn-embed-dim 1024 --attention-heads 4 --dropout 0.1); shared=() ;;
+  *) echo "train.sh: unknown KIND '$kind' (insnet|indigo|insnet-lm|ar|levt|inst|infill|expansion-lm)" >&2; exit 2 ;;
 esac
 sched=(--lr-scheduler inverse_sqrt --warmup-updates "${WARMUP:-400}" --warmup-init-lr 1e-7)
 [ "${SCHEDULER:-inverse_sqrt}" = fixed ] && sched=(--lr-scheduler fixed)
 limit=()
 [ -n "${MINUTES:-}" ] && limit=(--stop-time-hours "$(python -c "print(${MINUTES} / 60)")")
 [ -n "${THREADS:-}" ] && export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
-exec fairseq-train "$data" --user-dir insnet_fairseq "${model[@]}" "${size[@]}" \
-  --share-all-embeddings --label-smoothing 0.1 \
+exec fairseq-train "$data" --user-dir insnet_fairseq "${model[@]}" "${size[@]}" "${shared[@]}" \
   --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 1.0 \
   --lr "${LR:-1e-3}" "${sched[@]}" \
   --max-tokens "${MAX_TOKENS:-4096}" --max-update "${UPDATES:-500}" --max-epoch 1000 "${limit[@]}" \

@@ -56,6 +56,24 @@ def small_data(tmp_path_factory):
     return str(tmp / "bin" / "m30k_small")
 
 
+LM_LINES = 300  # lines of every split in lm_data
+
+
+@pytest.fixture(scope="session")
+def lm_data(tmp_path_factory):
+    """data-bin of the first 300 English lines of every Multi30k split, with keywords and the AR bitext (the LM
+    task's data, recipes/prepare_lm.py), built once per session."""
+    if not os.path.isdir(SHARED_DATA):
+        pytest.skip("../shared/data/multi30k not present")
+    tmp = tmp_path_factory.mktemp("lm")
+    out = run([sys.executable, "recipes/prepare_lm.py", "--name", "lm_small", "--raw-dir", SHARED_DATA, "--ext", "en",
+               "--max-lines", str(LM_LINES), "--work-dir", str(tmp / "work"), "--dest-dir", str(tmp / "bin"),
+               "--workers", "1"], timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "keywords per sentence" in out.stdout
+    return str(tmp / "bin" / "lm_small")
+
+
 @pytest.fixture(scope="session")
 def tiny_checkpoint(small_data, tmp_path_factory):
     """A tiny InsNet trained 30 updates on small_data: checkpoint_last.pt."""

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "recipes"))
 import evaluate_lm  # noqa: E402
 import prepare_lm  # noqa: E402
 
-N = 300
+from conftest import LM_LINES as N  # noqa: E402
 TINY_LM = ["--arch", "insnet_lm_small", "--decoder-layers", "1", "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim",
            "128", "--decoder-attention-heads", "2"]
 LM = ["--user-dir", "insnet_fairseq", "--task", "insertion_lm"]
@@ -57,20 +57,6 @@ def test_keyword_rule():
     # case-insensitive match, the sentence's spelling kept; every keyword once
     assert prepare_lm.sentence_keywords("two Dogs and two dogs play .".split(), yake, {"Dogs", "dogs", "play"}) == \
         ["Dogs", "play"]
-
-
-@pytest.fixture(scope="module")
-def lm_data(tmp_path_factory):
-    """data-bin of the first 300 English lines of every Multi30k split, with keywords and the AR bitext."""
-    if not os.path.isdir(SHARED_DATA):
-        pytest.skip("../shared/data/multi30k not present")
-    tmp = tmp_path_factory.mktemp("lm")
-    out = run([sys.executable, "recipes/prepare_lm.py", "--name", "lm_small", "--raw-dir", SHARED_DATA, "--ext", "en",
-               "--max-lines", str(N), "--work-dir", str(tmp / "work"), "--dest-dir", str(tmp / "bin"), "--workers", "1"],
-              timeout=600)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    assert "keywords per sentence" in out.stdout
-    return str(tmp / "bin" / "lm_small")
 
 
 def test_prepared_data_and_keyword_files(lm_data):
@@ -240,6 +226,16 @@ def test_bad_keyword_files_are_named(lm_data, tmp_path):
         lm_task(data)
 
 
+class Backward:  # the part of fairseq's optimizer wrapper that train_step uses
+    def backward(self, loss):
+        loss.backward()
+
+
+def tiny_lm_model(task):
+    torch.manual_seed(0)
+    return InsNetLMModel.build_model(tiny_args(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=1), task)
+
+
 @pytest.mark.parametrize("training", [dict(), dict(dinic_tau=1.0, insertion_order="binary"),
                                       dict(layerization="uniform", insertion_order="random"),
                                       dict(insertion_order="keywords"),
@@ -251,13 +247,7 @@ def test_sequential_dinic_and_uniform_training_batches(lm_data, tmp_path, traini
     task.load_dataset("test")
     dataset = task.datasets["test"]
     sample = dataset.collater([dataset[i] for i in range(16)])
-    torch.manual_seed(0)
-    model = InsNetLMModel.build_model(tiny_args(decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_layers=1),
-                                      task)
-    class Backward:  # the part of fairseq's optimizer wrapper that train_step uses
-        def backward(self, loss):
-            loss.backward()
-
+    model = tiny_lm_model(task)
     if training.get("insertion_order") == "keywords":  # the keywords come first, in sentence order
         keywords = [lines(f"{lm_data}/test.keywords")[int(i)].split() for i in sample["id"]]
         target, order = sample["net_input"]["target"], sample["net_input"]["order"]
@@ -406,7 +396,10 @@ def test_infilling_from_the_command_line(lm_data, lm_checkpoint, tmp_path):
 def test_lm_budget_rows():
     out = subprocess.run(["bash", "recipes/lm_budget.sh", "rows"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.split() == [
-        "seq-random", "seq-binary", "seq-keywords", "dinic-10", "dinic-3", "dinic-1", "dinic-0.3", "uniform", "ar", "levt", "truncated",
-        "noglobal", "mt-insnet", "mt-truncated", "mt-noglobal"]
+        "seq-random", "seq-binary", "seq-keywords", "dinic-10", "dinic-3", "dinic-1", "dinic-0.3", "uniform", "dependency",
+        "ar", "levt", "truncated", "noglobal", "mt-insnet", "mt-truncated", "mt-noglobal", "expansion"]
     out = subprocess.run(["bash", "recipes/lm_budget.sh", "train", "nope"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and "unknown row 'nope'" in out.stderr
+    out = subprocess.run(["bash", "recipes/lm_budget.sh", "eval-unconditional", "nope"], cwd=ROOT, capture_output=True,
+                         text=True)
     assert out.returncode == 2 and "unknown row 'nope'" in out.stderr

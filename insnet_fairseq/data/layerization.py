@@ -68,18 +68,19 @@ def sequential_layers(order: Tensor, lengths: Tensor) -> Tensor:
 
 
 def uniform_layers(lengths: Tensor, n: int, policy: str = "binary", anchor_depth: int = DEFAULT_ANCHOR_DEPTH,
-                   given: Optional[Tensor] = None) -> Tensor:
+                   given: Optional[Tensor] = None, levels: Optional[Tensor] = None) -> Tensor:
     """InsNet-uniform: layer l + 1 holds the level-l words of a level order (:func:`insnet_fairseq.data.orders.order_levels`).
     The paper's InsNet-uniform is the balanced binary tree (``binary``: every gap's middle word,
     about log2(len) layers); ``anchored`` gives depth + about len / 2**depth layers; ``keywords`` (with
-    ``given``) the keywords in one layer, then one layer per word of the longest gap.
+    ``given``) the keywords in one layer, then one layer per word of the longest gap; ``dependency`` (with
+    ``levels``) one layer per level of the binarised parse, the root first.
     lengths [B] -> layers [B, n].
 
     Example: len 7 (words at positions 1..5), binary -> [0, 2, 3, 1, 2, 3, 0]: the middle word 3
     first, then 1 and 4, then 2 and 5.
     """
     pos = _positions(len(lengths), n, lengths.device)
-    layers = order_levels(policy, lengths, n, anchor_depth, given) + 1  # <s>, </s>: level -1 -> layer 0
+    layers = order_levels(policy, lengths, n, anchor_depth, given, levels) + 1  # <s>, </s>: level -1 -> layer 0
     return layers.masked_fill(pos >= lengths.unsqueeze(1), PAD_LAYER)
 
 

@@ -6,7 +6,7 @@ padded steps (``t >= len``) hold ``t`` so padding stays to the right of every re
 All policies are vectorised over the batch (the binary-tree policy loops over tree depth,
 about log2(n) iterations, never over tokens).
 
-Level orders (``binary``, ``anchored``, ``keywords``) also give every word a
+Level orders (``binary``, ``anchored``, ``keywords``, ``dependency``) also give every word a
 *level* (:func:`order_levels`): the order inserts level by level, left to right inside a level,
 and the words of one level lie in distinct gaps of the earlier levels, so a level can be
 inserted in one parallel step (InsNet-uniform layers, :func:`insnet_fairseq.data.layerization.uniform_layers`).
@@ -16,9 +16,10 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-ORDER_POLICIES = ("l2r", "r2l", "random", "binary", "anchored", "keywords")
-LEVEL_POLICIES = ("binary", "anchored", "keywords")  # orders whose levels make parallel layers
+ORDER_POLICIES = ("l2r", "r2l", "random", "binary", "anchored", "keywords", "dependency")
+LEVEL_POLICIES = ("binary", "anchored", "keywords", "dependency")  # orders whose levels make parallel layers
 GIVEN_POLICIES = ("keywords",)  # orders that need each sentence's given words (insertion_lm: its keywords)
+TREE_POLICIES = ("dependency",)  # orders whose levels come with the data (insertion_lm: {split}.deps parses)
 DEFAULT_ANCHOR_DEPTH = 2
 
 
@@ -179,9 +180,16 @@ def given_positions(source: Tensor, target: Tensor, pad: int, eos: int) -> Tenso
 
 
 def order_levels(policy: str, lengths: Tensor, n: int, anchor_depth: int = DEFAULT_ANCHOR_DEPTH,
-                 given: Optional[Tensor] = None) -> Tensor:
+                 given: Optional[Tensor] = None, levels: Optional[Tensor] = None) -> Tensor:
     """Levels of a level order (:data:`LEVEL_POLICIES`).  lengths [B] -> [B, n], -1 at <s>, </s>, pad;
-    ``given`` (bool [B, n]): the given words of the ``keywords`` order (:func:`given_positions`)."""
+    ``given`` (bool [B, n]): the given words of the ``keywords`` order (:func:`given_positions`);
+    ``levels`` (long [B, n]): the ``dependency`` order's levels, each word's depth in its sentence's
+    binarised parse (:func:`insnet_fairseq.data.dependency.dependency_levels`), as the data gives them."""
+    if policy in TREE_POLICIES:
+        if levels is None:
+            raise ValueError(f"--insertion-order {policy} needs each sentence's dependency parse (task insertion_lm "
+                             "with a {split}.deps file for the split: recipes/parse_dependencies.py)")
+        return levels
     if policy == "binary":
         return tree_depth(lengths, n)
     if policy == "anchored":
@@ -201,9 +209,10 @@ def level_order(levels: Tensor, lengths: Tensor) -> Tensor:
 
 
 def make_order(policy: str, lengths: Tensor, n: int, generator: Optional[torch.Generator] = None,
-               anchor_depth: int = DEFAULT_ANCHOR_DEPTH, given: Optional[Tensor] = None) -> Tensor:
+               anchor_depth: int = DEFAULT_ANCHOR_DEPTH, given: Optional[Tensor] = None,
+               levels: Optional[Tensor] = None) -> Tensor:
     """Dispatch on the ``--insertion-order`` flag value (``anchor_depth``: ``--anchor-depth``; ``given``: the
-    given words of the ``keywords`` order)."""
+    given words of the ``keywords`` order; ``levels``: those of the ``dependency`` order)."""
     if policy == "l2r":
         return left_to_right(lengths, n)
     if policy == "r2l":
@@ -211,5 +220,5 @@ def make_order(policy: str, lengths: Tensor, n: int, generator: Optional[torch.G
     if policy == "random":
         return uniform_random(lengths, n, generator)
     if policy in LEVEL_POLICIES:
-        return level_order(order_levels(policy, lengths, n, anchor_depth, given), lengths)
+        return level_order(order_levels(policy, lengths, n, anchor_depth, given, levels), lengths)
     raise ValueError(f"--insertion-order: unknown policy {policy!r}; choose one of {ORDER_POLICIES}")

@@ -63,6 +63,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from insnet_fairseq.decoding.cache import ColumnStore, column_dim, layer_names
+from insnet_fairseq.decoding.sampling import sample
 from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
 from insnet_fairseq.models.slots import gather_steps
 
@@ -234,6 +235,7 @@ class InsertionGenerator:
         use_cache: bool = True,
         sampling: bool = False,
         sampling_topk: int = -1,
+        sampling_topp: float = -1.0,
         retain_history: bool = False,
         skip_repeats: bool = False,
         replace_repeats: bool = False,
@@ -261,7 +263,7 @@ class InsertionGenerator:
         self.slot_top_p = slot_top_p
         self.max_steps, self.max_steps_a, self.max_steps_b = max_steps, max_steps_a, max_steps_b
         self.use_cache = use_cache
-        self.sampling, self.sampling_topk = sampling, sampling_topk
+        self.sampling, self.sampling_topk, self.sampling_topp = sampling, sampling_topk, sampling_topp
         self.retain_history = retain_history
         if skip_repeats and replace_repeats:
             raise ValueError("--skip-repeats and --replace-repeats exclude each other: choose one")
@@ -604,12 +606,7 @@ class InsertionGenerator:
         if rank is not None and not self.sampling:
             tokens = lprobs.topk(int(rank.max()) + 1, dim=-1).indices.gather(1, rank.unsqueeze(1)).squeeze(1)
         elif self.sampling:
-            if self.sampling_topk > 0:
-                top, top_idx = lprobs.topk(self.sampling_topk, dim=-1)
-                pick = torch.multinomial(top.exp(), 1)
-                tokens = top_idx.gather(1, pick).squeeze(1)
-            else:
-                tokens = torch.multinomial(lprobs.exp(), 1).squeeze(1)
+            tokens = sample(lprobs, self.sampling_topk, self.sampling_topp)
         else:
             tokens = lprobs.argmax(-1)
         return tokens, lprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)

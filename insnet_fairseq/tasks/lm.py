@@ -41,7 +41,8 @@ from fairseq.data import Dictionary, LanguagePairDataset, ListDataset, data_util
 from fairseq.tasks import register_task
 
 from insnet_fairseq.data.dataset import InsertionPairDataset
-from insnet_fairseq.data.orders import GIVEN_POLICIES
+from insnet_fairseq.data.dependency import TreeError, levels_of_file
+from insnet_fairseq.data.orders import GIVEN_POLICIES, TREE_POLICIES
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.inputs import _short, line_label
 from insnet_fairseq.tasks.translation import DataError, InsertionTranslationConfig, InsertionTranslationTask, data_paths
@@ -102,8 +103,8 @@ class LMDataset(InsertionPairDataset):
     the source side, or None (the source is ``</s>`` only); ``missing_keywords`` the file that was
     looked for in vain."""
 
-    def __init__(self, dataset, policy, bos, seed, anchor_depth, keyword_file=None, missing_keywords=None):
-        super().__init__(dataset, policy, bos, seed=seed, anchor_depth=anchor_depth)
+    def __init__(self, dataset, policy, bos, seed, anchor_depth, keyword_file=None, missing_keywords=None, levels=None):
+        super().__init__(dataset, policy, bos, seed=seed, anchor_depth=anchor_depth, levels=levels)
         self.keyword_file, self.missing_keywords = keyword_file, missing_keywords
 
 
@@ -212,11 +213,27 @@ class InsertionLMTask(InsertionTranslationTask):
             found, missing = None, keyword_path
         pairs = LanguagePairDataset(source, source.sizes, self.source_dictionary, tokens, sizes, self.dictionary,
                                     left_pad_source=self.cfg.left_pad_source, left_pad_target=False)
+        levels = self.dependency_levels(prefix, sizes - 1) if self.cfg.insertion_order in TREE_POLICIES else None
         self.datasets[split] = LMDataset(pairs, self.cfg.insertion_order, self.dictionary.bos(), self.cfg.seed,
-                                         self.cfg.anchor_depth, keyword_file=found, missing_keywords=missing)
+                                         self.cfg.anchor_depth, keyword_file=found, missing_keywords=missing,
+                                         levels=levels)
         logger.info(f"{split}: {len(tokens):,} sentences from {data_file}"
                     + (f", {'templates' if self.cfg.infill else 'keywords'} from {found}" if found else
                        " (no keyword file)"))
+
+    def dependency_levels(self, prefix: str, word_counts):
+        """``--insertion-order dependency``: the levels of the split's parses, ``{prefix}.deps``."""
+        path = f"{prefix}.deps"
+        if not os.path.isfile(path):
+            raise DataError(f"{path} not found: --insertion-order dependency trains along each sentence's dependency "
+                            "parse, one line per sentence (recipes/parse_dependencies.py; make lm-parse-multi30k)")
+        try:
+            flat, offsets, lifted, steps = levels_of_file(path, word_counts.tolist())
+        except TreeError as e:
+            raise DataError(str(e)) from None
+        logger.info(f"dependency levels from {path}: {len(offsets) - 1:,} parses ({lifted:,} made projective), "
+                    f"{steps / max(len(flat), 1):.2f} levels per word")
+        return flat, offsets
 
     def build_dataset_for_inference(self, src_tokens, src_lengths, constraints=None):
         """fairseq-interactive: every input line is a sentence's keywords (its source side)."""

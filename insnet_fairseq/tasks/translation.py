@@ -17,7 +17,8 @@ from insnet_fairseq.data.dataset import InsertionPairDataset
 from insnet_fairseq.decoding.generator import MODES, InsertionGenerator, check_decoding_flags
 from insnet_fairseq.decoding.inputs import screen_lines
 from insnet_fairseq.data.layerization import LAYERIZATIONS, PAD_LAYER, layerize, num_layers, sequential_layers, trajectory, uniform_layers
-from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES
+from insnet_fairseq.data.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES,
+                                       TREE_POLICIES)
 from insnet_fairseq.data.searched_order import search_orders
 
 logger = logging.getLogger(__name__)
@@ -33,7 +34,8 @@ class InsertionTranslationConfig(TranslationConfig):
             "help": "insertion order of training targets: l2r (left to right), r2l (right to left), random "
             "(uniform permutation), binary (middle word of every gap first, level by level), anchored (the "
             "top --anchor-depth binary levels, then every gap left to right, all gaps in parallel), keywords "
-            "(insertion_lm: the sentence's keywords first, then every gap left to right, all gaps in parallel); "
+            "(insertion_lm: the sentence's keywords first, then every gap left to right, all gaps in parallel), "
+            "dependency (insertion_lm: level by level down the sentence's binarised dependency parse, {split}.deps); "
             "<s> and </s> always come first"
         },
     )
@@ -179,6 +181,9 @@ class InsertionTranslationTask(TranslationTask):
         if cfg.insertion_order in GIVEN_POLICIES and not self.has_keywords:
             raise ValueError(f"--insertion-order {cfg.insertion_order} trains on each sentence's keywords: use it with "
                              "--task insertion_lm")
+        if cfg.insertion_order in TREE_POLICIES and not self.has_keywords:
+            raise ValueError(f"--insertion-order {cfg.insertion_order} trains on each sentence's dependency parse "
+                             "({split}.deps, English): use it with --task insertion_lm")
         if mode == "dinic" and cfg.insertion_order in ("l2r", "r2l"):
             logger.warning(f"--layerization dinic with --insertion-order {cfg.insertion_order}: no token of a "
                            "one-directional trajectory can be promoted (every earlier slot is taken); train with "
@@ -246,7 +251,8 @@ class InsertionTranslationTask(TranslationTask):
         lengths = target.ne(self.tgt_dict.pad()).sum(1)
         if self.layerization == "uniform":
             policy = self.cfg.insertion_order if self.cfg.insertion_order in LEVEL_POLICIES else "binary"
-            layers = uniform_layers(lengths, target.size(1), policy, self.cfg.anchor_depth, sample.get("given"))
+            layers = uniform_layers(lengths, target.size(1), policy, self.cfg.anchor_depth, sample.get("given"),
+                                    sample.get("levels"))
         else:
             split = "valid" if update_num is None else "train"
             stored, known = self._stored_layers(split, sample["id"], lengths, target.size(1))
@@ -381,6 +387,7 @@ class InsertionTranslationTask(TranslationTask):
             use_cache=not self.cfg.no_insertion_cache,
             sampling=getattr(args, "sampling", False),
             sampling_topk=getattr(args, "sampling_topk", -1),
+            sampling_topp=getattr(args, "sampling_topp", -1.0),
             retain_history=getattr(args, "retain_iter_history", False),
             skip_repeats=self.cfg.skip_repeats,
             replace_repeats=self.cfg.replace_repeats,
