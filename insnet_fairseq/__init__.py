@@ -17,7 +17,8 @@ The package, by role:
   (:mod:`.data.expansion_dataset`);
 * ``tasks``: ``insertion_translation`` (:mod:`.tasks.translation`), ``insertion_lm``
   (:mod:`.tasks.lm`), the criterion (:mod:`.tasks.criterion`), ``expansion_lm`` with its criterion
-  (:mod:`.tasks.expansion_lm`) and the checks that refuse a
+  (:mod:`.tasks.expansion_lm`), fairseq's ``language_modeling`` sampling from nothing (:mod:`.tasks.unconditional_lm`)
+  and the checks that refuse a
   checkpoint that does not fit its dictionaries, task or model (:mod:`.tasks.checkpoint_checks`);
 * ``decoding``: the iterative generator (:mod:`.decoding.generator`; InDIGO's step:
   :mod:`.decoding.indigo_generator`; the expansion LM's: :mod:`.decoding.expansion_generator`), raw-line screening
@@ -28,12 +29,13 @@ The package, by role:
   a bad input line (:mod:`.fairseq_fixes.interactive`), distributed training that needs CUDA
   (:mod:`.fairseq_fixes.distributed_cpu`), checkpoint copies that a kill can leave truncated
   (:mod:`.fairseq_fixes.atomic_checkpoints`), InsT's ``--label-tau`` loss failing on its float64 targets
-  (:mod:`.fairseq_fixes.insertion_targets`), and tracebacks printed for a bad flag or file
+  (:mod:`.fairseq_fixes.insertion_targets`), ``--task language_modeling`` under numpy 2
+  (:mod:`.fairseq_fixes.numpy_compat`), and tracebacks printed for a bad flag or file
   (:mod:`.fairseq_fixes.clean_errors`: one line instead);
 * :mod:`.reference`: naive per-prefix implementations the tests check the one-pass code against.
 """
 from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, checkpoint_compat, clean_errors, distributed_cpu,
-                                          insertion_targets, interactive)
+                                          insertion_targets, interactive, numpy_compat)
 from insnet_fairseq.tasks import checkpoint_checks
 
 checkpoint_compat.install()
@@ -44,9 +46,10 @@ distributed_cpu.install()
 atomic_checkpoints.install()
 clean_errors.install()
 insertion_targets.install()
+numpy_compat.install()
 
 from insnet_fairseq.models import (expansion_lm, indigo, infill_transformer, insnet,  # noqa: E402,F401  (registration)
                                    levt_keywords)
-from insnet_fairseq.tasks import criterion, expansion_lm as expansion_lm_task, lm, translation  # noqa: E402,F401
+from insnet_fairseq.tasks import criterion, expansion_lm as expansion_lm_task, lm, translation, unconditional_lm  # noqa: E402,F401
 
 __version__ = "0.1.0"

@@ -131,7 +131,7 @@ def generate(args, extra, seed):
     cmd = ["fairseq-generate", args.data, "--path", args.path, "--gen-subset", args.gen_subset,
            "--batch-size", str(args.batch_size), "--seed", str(seed), *extra]
     task = extra[extra.index("--task") + 1] if "--task" in extra else "translation"
-    if task != "translation":  # fairseq's autoregressive generator has no step count to print
+    if task not in ("translation", "language_modeling", "unconditional_language_modeling"):  # AR: no step count
         cmd.append("--print-step")
     start = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True)

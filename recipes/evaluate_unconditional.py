@@ -15,7 +15,8 @@ once per ``--seeds`` value; the row (``--csv`` / ``--markdown``: appended) is th
 penalty against the closest reference length: NLTK's ``corpus_bleu`` with every sample given the same
 reference list, computed here from each n-gram's largest reference count, so 1,000 samples against 1,000
 references take a second), ``length`` (mean words), ``steps`` and ``seq_ratio`` (decoding steps per sentence,
-and per word), and the training data's own figures for reference (``--reference-rows``: the held-out set
+and per word; ``steps_1_9``, ``steps_10_13``, ``steps_14_plus``: mean steps of the samples of that many words),
+and the training data's own figures for reference (``--reference-rows``: the held-out set
 scored as if it were samples: its BLEU-5 against the training sentences, its self-BLEU-5).
 """
 import argparse
@@ -98,6 +99,20 @@ def self_bleu(hyps, order=ORDER):
     return _bleu(matches, totals, hyp_len, ref_len, order)
 
 
+LENGTH_BINS = ((1, 9), (10, 13), (14, 10 ** 9))  # output words: short, middle, long (Multi30k's median is 12)
+
+
+def steps_by_length(hyps, steps):
+    """Mean decoding steps of the samples of 1-9, 10-13 and 14+ words (None where no sample has that length; an
+    autoregressive model: words + 1)."""
+    out = {}
+    for lo, hi in LENGTH_BINS:
+        sel = [i for i, h in enumerate(hyps) if lo <= len(h) <= hi]
+        name = f"steps_{lo}_{hi}" if hi < 10 ** 9 else f"steps_{lo}_plus"
+        out[name] = (sum(steps[i] if steps else len(hyps[i]) + 1 for i in sel) / len(sel)) if sel else None
+    return out
+
+
 def main(argv=None):
     argv, extra = split_extra(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -122,7 +137,8 @@ def main(argv=None):
         train = [t.split() for t in read_lines(args.reference_rows)]
         rows.append({"model": f"held-out sentences ({ref_path}) vs {args.reference_rows}",
                      "bleu5": round(shared_reference_bleu(refs, train), 2), "self_bleu5": round(self_bleu(refs), 2),
-                     "length": round(sum(map(len, refs)) / len(refs), 2), "steps": None, "seq_ratio": None, "seeds": ""})
+                     "length": round(sum(map(len, refs)) / len(refs), 2), "steps": "", "seq_ratio": "",
+                     "steps_1_9": "", "steps_10_13": "", "steps_14_plus": "", "seeds": ""})
     if args.path:
         runs = []
         for seed in args.seeds:
@@ -134,10 +150,12 @@ def main(argv=None):
             length = sum(map(len, hyps)) / len(hyps)
             mean_steps = sum(steps.values()) / len(steps) if steps else length + 1
             runs.append({"bleu5": shared_reference_bleu(hyps, refs), "self_bleu5": self_bleu(hyps), "length": length,
-                         "steps": mean_steps, "seq_ratio": mean_steps / max(length, 1e-9)})
+                         "steps": mean_steps, "seq_ratio": mean_steps / max(length, 1e-9),
+                         **steps_by_length(hyps, [steps[i] for i in sorted(tok)] if steps else None)})
         row = {"model": args.name or args.path}
         for key in runs[0]:
-            row[key] = round(sum(r[key] for r in runs) / len(runs), 3 if key == "seq_ratio" else 2)
+            values = [r[key] for r in runs if r[key] is not None]
+            row[key] = round(sum(values) / len(values), 3 if key == "seq_ratio" else 2) if values else ""
         row["seeds"] = " ".join(map(str, args.seeds))
         rows.append(row)
     for row in rows:

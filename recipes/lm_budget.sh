@@ -24,6 +24,8 @@
 #                                 fine-tuned from BASE the same way
 #   expansion                     the iterative expansion LM (task expansion_lm, 4 layers, d=256), MINUTES from scratch;
 #                                 unconditional: scored by eval-unconditional only
+#   ar-lm                         fairseq's transformer_lm (3 layers, d=256), the unconditional autoregressive LM of the
+#                                 expansion LM paper's comparison, MINUTES from scratch; eval-unconditional only
 #   ar                            autoregressive transformer, keywords -> sentence (Plan-And-Write static)
 #   levt                          fairseq's Levenshtein Transformer on the same bitext, decoded from the keywords
 #                                 (insnet_fairseq/models/levt_keywords.py: starts from <s> keywords </s>, never
@@ -51,8 +53,8 @@ mt_tok_ref=${MT_TOK_REF:-work/multi30k_en_de/test.clean.de}; tok_ref=(); [ -f "$
 base=${BASE:-seq-binary}; ckpts=${CKPT_DIR:-checkpoints}; out_dir=${OUT_DIR:-results}
 seeds=${SEEDS:-1 2 3}
 read -r -a gen_extra <<<"${GEN_ARGS:-}"
-ROWS=(seq-random seq-binary seq-keywords dinic-10 dinic-3 dinic-1 dinic-0.3 uniform dependency ar levt truncated noglobal mt-insnet mt-truncated mt-noglobal expansion)
-UNCONDITIONAL_ROWS=(expansion dependency uniform dinic-3 seq-binary)
+ROWS=(seq-random seq-binary seq-keywords dinic-10 dinic-3 dinic-1 dinic-0.3 uniform dependency ar levt truncated noglobal mt-insnet mt-truncated mt-noglobal expansion ar-lm)
+UNCONDITIONAL_ROWS=(ar-lm expansion dependency uniform dinic-3 seq-binary)
 
 order_of() {  # sequential row -> its insertion order
   case $1 in seq-random) echo random ;; seq-binary) echo binary ;; seq-keywords) echo keywords ;;
@@ -70,6 +72,7 @@ spec() {
     uniform)    echo "insnet-lm $lm --insertion-order $o --layerization uniform --finetune-from-model $ckpts/lm_$base/checkpoint_last.pt" ;;
     dependency) echo "insnet-lm $lm --insertion-order dependency --layerization uniform --finetune-from-model $ckpts/lm_$base/checkpoint_last.pt" ;;
     expansion)  echo "expansion-lm $lm" ;;
+    ar-lm)      echo "ar-lm $lm" ;;
     ar)         echo "ar $lm-ar" ;;
     levt)       echo "levt $lm-ar --arch levenshtein_transformer_keywords" ;;
     truncated)  echo "insnet-lm $lm --insertion-order $o --offset-clip 1" ;;
@@ -128,7 +131,7 @@ eval_rows() {
       uniform|dependency)
         lm_eval "$r (parallel, 70% slot mass, greedy)" "$ckpt" "$d" --nll -- "${insnet[@]}" --insertion-mode parallel \
           --slot-top-p 0.7 ;;
-      expansion) echo "skip $r: unconditional (bash recipes/lm_budget.sh eval-unconditional)" ;;
+      expansion|ar-lm) echo "skip $r: unconditional (bash recipes/lm_budget.sh eval-unconditional)" ;;
       ar)
         lm_eval "$r (greedy)" "$ckpt" "$d" --nll -- --user-dir insnet_fairseq --task translation --beam 1
         lm_eval "$r (beam 5)" "$ckpt" "$d" -- --user-dir insnet_fairseq --task translation --beam 5 ;;
@@ -168,6 +171,10 @@ eval_unconditional() {
       expansion)
         python recipes/evaluate_unconditional.py --data "$lm" --path "$ckpt" --name "$r (nucleus $top_p)" --seeds $seeds \
           "${out[@]}" -- --user-dir insnet_fairseq --task expansion_lm "${nucleus[@]}" ;;
+      ar-lm)
+        python recipes/evaluate_unconditional.py --data "$lm" --path "$ckpt" --name "$r (nucleus $top_p)" --seeds $seeds \
+          "${out[@]}" -- --user-dir insnet_fairseq --task unconditional_language_modeling --sample-break-mode eos \
+          "${nucleus[@]}" ;;
       seq-*|truncated|noglobal)
         python recipes/evaluate_unconditional.py --data "$lm" --path "$ckpt" --name "$r (sequential, nucleus $top_p)" \
           --seeds $seeds "${out[@]}" -- --user-dir insnet_fairseq --task insertion_lm --no-keywords \

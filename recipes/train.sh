@@ -12,12 +12,13 @@
 #       infill (the text-infilling paper's Self-attn baseline, `infill_transformer_small`, task translation on
 #       recipes/prepare_infill_seq2seq.py's data-bin), expansion-lm (the iterative expansion LM, task expansion_lm,
 #       expansion_lm_small: 4 layers, d=256; the LM data with its parses, make lm-parse-multi30k; no label smoothing,
-#       no encoder to share embeddings with).
+#       no encoder to share embeddings with), ar-lm (fairseq's `transformer_lm`, task language_modeling, one sentence per
+#       sample: the unconditional autoregressive LM, 3 layers, d=256, tied input/output embeddings).
 # Environment: UPDATES (500; 0: no limit), MAX_TOKENS (4096), LR (1e-3), WARMUP (400), MINUTES (no limit),
 # THREADS (torch threads; default: all cores), SCHEDULER (inverse_sqrt, or fixed: constant LR, for
 # fine-tuning). InsNet-only: ORDER (insertion order).
 set -euo pipefail
-kind=${1:?KIND: insnet|indigo|insnet-lm|ar|levt|inst|infill|expansion-lm}; data=${2:?DATA_BIN}; save=${3:?SAVE_DIR}; shift 3
+kind=${1:?KIND: insnet|indigo|insnet-lm|ar|levt|inst|infill|expansion-lm|ar-lm}; data=${2:?DATA_BIN}; save=${3:?SAVE_DIR}; shift 3
 [ -d "$data" ] || { echo "train.sh: data directory $data does not exist (run the data recipe first, e.g. make multi30k)" >&2; exit 2; }
 size=(--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256
       --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024
@@ -45,7 +46,11 @@ case $kind in
   expansion-lm)
     model=(--task expansion_lm --arch expansion_lm_small --criterion expansion_lm_loss)
     size=(--layers 4 --embed-dim 256 --ffn-embed-dim 1024 --attention-heads 4 --dropout 0.1); shared=() ;;
-  *) echo "train.sh: unknown KIND '$kind' (insnet|indigo|insnet-lm|ar|levt|inst|infill|expansion-lm)" >&2; exit 2 ;;
+  ar-lm)
+    model=(--task language_modeling --arch transformer_lm --criterion cross_entropy --sample-break-mode eos)
+    size=(--decoder-layers 3 --decoder-embed-dim 256 --decoder-ffn-embed-dim 1024 --decoder-attention-heads 4 --dropout 0.1)
+    shared=(--share-decoder-input-output-embed) ;;
+  *) echo "train.sh: unknown KIND '$kind' (insnet|indigo|insnet-lm|ar|levt|inst|infill|expansion-lm|ar-lm)" >&2; exit 2 ;;
 esac
 sched=(--lr-scheduler inverse_sqrt --warmup-updates "${WARMUP:-400}" --warmup-init-lr 1e-7)
 [ "${SCHEDULER:-inverse_sqrt}" = fixed ] && sched=(--lr-scheduler fixed)

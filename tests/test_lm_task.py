@@ -397,7 +397,7 @@ def test_lm_budget_rows():
     out = subprocess.run(["bash", "recipes/lm_budget.sh", "rows"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.split() == [
         "seq-random", "seq-binary", "seq-keywords", "dinic-10", "dinic-3", "dinic-1", "dinic-0.3", "uniform", "dependency",
-        "ar", "levt", "truncated", "noglobal", "mt-insnet", "mt-truncated", "mt-noglobal", "expansion"]
+        "ar", "levt", "truncated", "noglobal", "mt-insnet", "mt-truncated", "mt-noglobal", "expansion", "ar-lm"]
     out = subprocess.run(["bash", "recipes/lm_budget.sh", "train", "nope"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2 and "unknown row 'nope'" in out.stderr
     out = subprocess.run(["bash", "recipes/lm_budget.sh", "eval-unconditional", "nope"], cwd=ROOT, capture_output=True,
