@@ -154,15 +154,17 @@ eval_rows() {
 # test sentence with nucleus sampling (--sampling-topp TOP_P, 0.9) for every row, SEEDS seeds; InsNet rows decode from
 # <s> </s> (--no-keywords; the training sentences had no keywords either), the expansion LM from its root placeholder.
 # Output: OUT_DIR/lm_unconditional.{md,csv}, with the held-out sentences' own figures (against the training set,
-# LM_TRAIN_TEXT: work/NAME/train.tok).
+# LM_TRAIN_TEXT: work/NAME/train.tok); APPEND=1 adds rows to the files instead (no held-out row).
 eval_unconditional() {
-  mkdir -p "$out_dir"; rm -f "$out_dir"/lm_unconditional.{md,csv}
+  mkdir -p "$out_dir"; [ "${APPEND:-0}" = 1 ] || rm -f "$out_dir"/lm_unconditional.{md,csv}
   local rows=("$@"); [ ${#rows[@]} -gt 0 ] || rows=("${UNCONDITIONAL_ROWS[@]}")
   local top_p=${TOP_P:-0.9} out=(--csv "$out_dir/lm_unconditional.csv" --markdown "$out_dir/lm_unconditional.md")
   local nucleus=(--sampling --sampling-topp "$top_p" --beam 1)
   for r in "${rows[@]}"; do spec "$r" >/dev/null; done
   local train_text=${LM_TRAIN_TEXT:-work/$(basename "$lm")/train.tok}
-  [ -f "$train_text" ] && python recipes/evaluate_unconditional.py --data "$lm" --reference-rows "$train_text" "${out[@]}"
+  if [ -f "$train_text" ] && [ "${APPEND:-0}" != 1 ]; then
+    python recipes/evaluate_unconditional.py --data "$lm" --reference-rows "$train_text" "${out[@]}"
+  fi
   for r in "${rows[@]}"; do
     ckpt=$(checkpoint_of "$ckpts/lm_$r")
     [ -f "$ckpt" ] || { echo "skip $r: no $ckpt"; continue; }

@@ -403,3 +403,16 @@ def test_lm_budget_rows():
     out = subprocess.run(["bash", "recipes/lm_budget.sh", "eval-unconditional", "nope"], cwd=ROOT, capture_output=True,
                          text=True)
     assert out.returncode == 2 and "unknown row 'nope'" in out.stderr
+
+
+def test_generator_reads_the_sampling_flags(lm_data, tmp_path):
+    """insertion_lm and insertion_translation build the generator from the same options: --sampling-topk and
+    --sampling-topp reach it (a nucleus flag that the LM task dropped sampled from the full distribution)."""
+    import argparse
+
+    task = lm_task(copy_data(lm_data, str(tmp_path / "bin")), no_keywords=True)
+    gen = task.build_generator([tiny_lm_model(task)], argparse.Namespace(sampling=True, sampling_topp=0.7,
+                                                                         sampling_topk=-1))
+    assert gen.sampling and gen.sampling_topp == 0.7 and gen.sampling_topk == -1
+    gen = task.build_generator([tiny_lm_model(task)], argparse.Namespace(sampling=True, sampling_topk=3))
+    assert gen.sampling_topk == 3 and gen.sampling_topp == -1.0

@@ -14,7 +14,7 @@ alone without a keyword file, e.g. for training). The model (``--arch insnet_lm_
 source. Decoding (fairseq-generate, fairseq-interactive, whose input lines are keywords) starts from
 ``<s> keywords </s>`` (the generator's constrained start), which insertion never deletes or
 reorders; ``--no-keywords`` decodes from ``<s> </s>`` instead. Sequential, Dinic and uniform
-training, the decoding modes and fairseq's ``--sampling --sampling-topk K`` are those of
+training, the decoding modes and fairseq's ``--sampling --sampling-topk K`` / ``--sampling-topp P`` are those of
 ``insertion_translation``.
 
 Text infilling (``--infill``): the source side is a *template* instead, read from
@@ -292,23 +292,9 @@ class InsertionLMTask(InsertionTranslationTask):
         self.check_keywords()
         return InsertionGenerator(
             self.target_dictionary,
-            mode=self.cfg.insertion_mode,
-            slot_top_p=self.cfg.slot_top_p,
-            max_steps=self.cfg.max_insertion_steps,
+            **self.generator_options(args),
             max_steps_a=0.0,
             max_steps_b=self.cfg.max_output_words,
-            use_cache=not self.cfg.no_insertion_cache,
-            sampling=getattr(args, "sampling", False),
-            sampling_topk=getattr(args, "sampling_topk", -1),
-            retain_history=getattr(args, "retain_iter_history", False),
-            skip_repeats=self.cfg.skip_repeats,
-            replace_repeats=self.cfg.replace_repeats,
-            min_token_prob=self.cfg.min_token_prob,
-            stop_threshold=self.cfg.stop_threshold,
-            min_length_ratio=self.cfg.min_length_ratio,
-            dedupe=self.cfg.dedupe,
-            candidates=self.cfg.insertion_candidates,
-            fuse_slot_queries=self.cfg.fuse_slot_queries,
             conditional=False,
             keywords_from_source=not self.cfg.no_keywords,
             blank_id=self.dictionary.bos() if self.cfg.infill else None,

@@ -379,8 +379,13 @@ class InsertionTranslationTask(TranslationTask):
         generator = InsertionGenerator
         if any(isinstance(model, IndigoModel) for model in models):
             from insnet_fairseq.decoding.indigo_generator import IndigoGenerator as generator
-        return generator(
-            self.target_dictionary,
+        return generator(self.target_dictionary, **self.generator_options(args))
+
+    def generator_options(self, args) -> dict:
+        """The decoding options of :class:`InsertionGenerator` read from the task's flags and fairseq's generation
+        flags (``--sampling``, ``--sampling-topk``, ``--sampling-topp``, ``--retain-iter-history``); shared by every
+        task that decodes with it."""
+        return dict(
             mode=self.cfg.insertion_mode,
             slot_top_p=self.cfg.slot_top_p,
             max_steps=self.cfg.max_insertion_steps,
