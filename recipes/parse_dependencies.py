@@ -86,7 +86,9 @@ def read_lines(path):
 
 
 def idx_sentences(path):
-    """The number of sentences a fairseq mmap .idx file indexes (None when it is not one)."""
+    """The number of sentences a fairseq mmap .idx file indexes (None when it is not one). Its header is read
+    here rather than through fairseq's MMapIndexedDataset: importing fairseq logs to stderr, and this recipe's
+    errors are one line."""
     with open(path, "rb") as f:
         head = f.read(26)
     if len(head) < 26 or head[:9] != b"MMIDIDX\x00\x00":
@@ -101,14 +103,7 @@ def raw_tokenizer(raw_dir, ext, lang, tokenized, unescape_mode):
         where = f"raw files {raw_dir}/{{train,valid,test}}.{ext} not found" if raw_dir else "no --raw-dir"
         print(f"{where}: parsing the lowercased tokens", flush=True)
         return None
-    do_unescape, is_tok = prepare_lm.decide(raw_dir, ext, lang, tokenized, unescape_mode)
-    tokenize = pb.make_line_tokenizer(lang, "pretokenized" if is_tok else "moses")
-
-    def line_tokens(line):
-        text = tokenize(pb.unescape(line) if do_unescape else line)
-        return " ".join(pb._LINE_BREAK.sub(" ", text).split())
-
-    return line_tokens
+    return prepare_lm.line_text(raw_dir, ext, lang, tokenized, unescape_mode)
 
 
 def parser_input(tok_lines, kept, raw_path, line_tokens):

@@ -171,14 +171,25 @@ def decide(raw_dir, ext, lang, tokenized, unescape_mode):
     return do_unescape, is_tok
 
 
+def line_text(raw_dir, ext, lang, tokenized, unescape_mode):
+    """Line function: a raw line of the corpus -> its tokens as one string (unescaped and Moses-tokenised as
+    :func:`decide` says, line breaks as spaces, single spaces), cased; ``prepare_text`` lowercases it."""
+    do_unescape, is_tok = decide(raw_dir, ext, lang, tokenized, unescape_mode)
+    tokenize = pb.make_line_tokenizer(lang, "pretokenized" if is_tok else "moses")
+
+    def text(line):
+        return " ".join(pb._LINE_BREAK.sub(" ", tokenize(pb.unescape(line) if do_unescape else line)).split())
+
+    return text
+
+
 def prepare_text(raw_dir, work, ext, lang, tokenized, unescape_mode, lowercase, max_lines):
     """{split}.EXT -> work/{split}.tok (tokenised, lowercased, no empty line) and {split}.lines."""
     outs = [os.path.join(work, f"{s}.{f}") for s in SPLITS for f in ("tok", "lines")]
     if all(os.path.exists(p) for p in outs):
         print("tokenise: done before, skipped", flush=True)
         return
-    do_unescape, is_tok = decide(raw_dir, ext, lang, tokenized, unescape_mode)
-    tokenize = pb.make_line_tokenizer(lang, "pretokenized" if is_tok else "moses")
+    line_tokens = line_text(raw_dir, ext, lang, tokenized, unescape_mode)
     for split in SPLITS:
         raw = os.path.join(raw_dir, f"{split}.{ext}")
         tok, kept = os.path.join(work, f"{split}.tok"), os.path.join(work, f"{split}.lines")
@@ -187,8 +198,7 @@ def prepare_text(raw_dir, work, ext, lang, tokenized, unescape_mode, lowercase, 
             for i, line in enumerate(pb.raw_lines(raw), 1):
                 if max_lines and i > max_lines:
                     break
-                text = tokenize(pb.unescape(line) if do_unescape else line)
-                text = " ".join(pb._LINE_BREAK.sub(" ", text).split())
+                text = line_tokens(line)
                 if lowercase:
                     text = text.lower()
                 if not text:

@@ -170,10 +170,15 @@ def binarize(heads: Sequence[int]) -> List[int]:
     return out
 
 
+def generation_tree(heads: Sequence[int]) -> List[int]:
+    """The tree both systems generate along: the parse made projective, then binarised."""
+    return binarize(projectivize(heads))
+
+
 def dependency_levels(heads: Sequence[int]) -> List[int]:
     """Levels of the InsNet syntactic order: the depth of every word in the projective, binarised tree.
     Example: [1, 3, 3, -1, 3, 4] ("my dog also likes eating sausage") -> [2, 1, 2, 0, 1, 2]."""
-    return tree_depths(binarize(projectivize(heads)))
+    return tree_depths(generation_tree(heads))
 
 
 def expansion_pattern(deprels: Sequence[str], left: Sequence[int], right: Sequence[int]) -> str:
@@ -251,9 +256,8 @@ def levels_of_file(path: str, word_counts: Sequence[int]):
 
     flat, offsets, lifted, steps = [], [0], 0, 0
     for heads, _ in read_deps(path, word_counts):
-        proj = projectivize(heads)
-        lifted += proj != heads
-        depths = tree_depths(binarize(proj))
+        lifted += not is_projective(heads)
+        depths = dependency_levels(heads)
         steps += max(depths) + 1
         flat += depths
         offsets.append(len(flat))

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from fairseq.data import Dictionary, FairseqDataset, data_utils
 
-from insnet_fairseq.data.dependency import HEAD, binarize, children, projectivize, read_deps, tree_depths
+from insnet_fairseq.data.dependency import HEAD, children, expansion_pattern, generation_tree, read_deps, tree_depths
 
 logger = logging.getLogger(__name__)
 
@@ -38,21 +38,15 @@ def placeholder(deprel: str) -> str:
     return f"[{deprel}]"
 
 
-def binary_pattern(deprels: Sequence[str], heads: Sequence[int], node: int, kids: List[List[int]]) -> str:
-    """Expansion pattern of ``node`` in a binarised tree: "[left-HEAD-right]" with the missing sides left out."""
-    left = [deprels[c] for c in kids[node] if c < node]
-    right = [deprels[c] for c in kids[node] if c > node]
-    return "[" + "-".join(left + [HEAD] + right) + "]"
-
-
 def sentence_trees(path: str, word_counts: Sequence[int]):
-    """``{split}.deps`` -> per sentence (binarised heads, deprels, depths, patterns)."""
+    """``{split}.deps`` -> per sentence (binarised heads, deprels, depths, expansion patterns)."""
     out = []
     for heads, deprels in read_deps(path, word_counts):
-        bin_heads = binarize(projectivize(heads))
-        kids = children(bin_heads)
-        out.append((bin_heads, deprels, tree_depths(bin_heads),
-                    [binary_pattern(deprels, bin_heads, x, kids) for x in range(len(heads))]))
+        tree = generation_tree(heads)
+        kids = children(tree)
+        out.append((tree, deprels, tree_depths(tree),
+                    [expansion_pattern(deprels, [c for c in k if c < x], [c for c in k if c > x])
+                     for x, k in enumerate(kids)]))
     return out
 
 
@@ -97,11 +91,17 @@ class ExpansionDataset(FairseqDataset):
     patterns."""
 
     def __init__(self, tokens, trees, tokens_dict: Dictionary, expansions: Dictionary):
-        self.tokens, self.trees = tokens, trees
+        self.tokens = tokens
         self.tokens_dict, self.expansions = tokens_dict, expansions
         self.pad = tokens_dict.pad()
-        self.ph = {}  # deprel -> placeholder id (an unknown relation reads as <unk>)
-        self.sizes = np.array([sum(np.cumsum(np.bincount(d))) for _, _, d, _ in trees], dtype=np.int64)
+        # per sentence, once: heads, depths, placeholder ids (an unknown relation reads as <unk>), pattern ids
+        placeholders = {}
+        self.trees = []
+        for heads, rels, depth, pats in trees:
+            ph = [placeholders.setdefault(r, tokens_dict.index(placeholder(r))) for r in rels]
+            self.trees.append((np.asarray(heads), np.asarray(depth), np.asarray(ph),
+                               np.asarray([expansions.index(p) for p in pats])))
+        self.sizes = np.array([np.cumsum(np.bincount(d)).sum() for _, d, _, _ in self.trees], dtype=np.int64)
 
     def __len__(self):
         return len(self.trees)
@@ -115,19 +115,11 @@ class ExpansionDataset(FairseqDataset):
     def ordered_indices(self):
         return np.argsort(self.sizes, kind="mergesort")
 
-    def _placeholder(self, rel: str) -> int:
-        if rel not in self.ph:
-            self.ph[rel] = self.tokens_dict.index(placeholder(rel))
-        return self.ph[rel]
-
     def __getitem__(self, index) -> Dict:
-        heads, rels, depth, pats = self.trees[index]
+        heads, depth, ph, pat = self.trees[index]
         words = self.tokens[index][:-1].numpy()  # drop </s>
-        heads, depth = np.asarray(heads), np.asarray(depth)
-        ph = np.array([self._placeholder(r) for r in rels])
-        pat = np.array([self.expansions.index(p) for p in pats])
         steps = []
-        for t in range(int(depth.max()) + 1):
+        for t in range(int(depth.max()) + 1):  # one vectorised transition per level
             keep = depth <= t
             nodes = np.nonzero(keep)[0]  # surface order
             rank = np.cumsum(keep) - 1  # node -> its input position
