@@ -103,6 +103,8 @@ def main(argv=None):
                    help="also decode the parallel-trained (--slot-query-stream) model with --fuse-slot-queries")
     p.add_argument("--candidates", type=int, default=1,
                    help="also decode the parallel-trained model with --insertion-candidates N (N > 1)")
+    p.add_argument("--stop-check-prob", type=float, default=0.0,
+                   help="also decode the parallel-trained model with --stop-check-prob P (P > 0)")
     p.add_argument("--cached-only", action="store_true",
                    help="leave out the uncached decodings and the length terciles (the latency comparison only)")
     args = p.parse_args(argv)
@@ -132,6 +134,12 @@ def main(argv=None):
             systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates", par, par_task,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       candidates=args.candidates)
+        if args.stop_check_prob > 0:  # the same model with --stop-check-prob (and, if asked, the candidates)
+            label = f"InsNet-parallel-trained par, stop check {args.stop_check_prob}" + (
+                f", {args.candidates} candidates" if args.candidates > 1 else "")
+            systems += insnet_systems(label, par, par_task,
+                                      mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
+                                      stop_check_prob=args.stop_check_prob, candidates=args.candidates)
     ar, ar_task = load(args.ar, args.data, dev)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
                                                                          max_len_a=2, max_len_b=10), ar_task, dev))
@@ -188,10 +196,8 @@ def main(argv=None):
                       "faster than uncached")
     if "batch 1" in [s for s, _, _, _ in plans]:
         ar_ms = ms("AR transformer greedy", "batch 1")
-        for name in ["InsNet seq cached", "InsNet par cached", "InsNet-parallel-trained par cached",
-                     "InsNet-parallel-trained par, fused queries cached",
-                     f"InsNet-parallel-trained par, {args.candidates} candidates cached", "LevT"]:
-            if (name, "batch 1") in results:
+        for name in dict.fromkeys(n for n, _ in results):  # every system, once, in the order they ran
+            if name != "AR transformer greedy" and not name.endswith("uncached") and (name, "batch 1") in results:
                 print(f"batch 1: {name} is {ar_ms / ms(name, 'batch 1'):.2f}x the speed of the AR transformer "
                       f"({ms(name, 'batch 1'):.1f} vs {ar_ms:.1f} ms/sentence)")
 

@@ -12,7 +12,10 @@
 #                                              #  valid set; CKPT=last, CKPT=best: that one)
 #                                              # (BATCH1=0: skip the batch-1 timing; OUT=name: results/name.*;
 #                                              #  MODES: InsNet decodings, "sequential parallel skip-repeats"
-#                                              #  and "candidates": skip-repeats + --insertion-candidates CANDIDATES)
+#                                              #  and "candidates": skip-repeats + --insertion-candidates CANDIDATES;
+#                                              #  "stop-check": skip-repeats + --stop-check-prob STOP_CHECK;
+#                                              #  "stop-check-candidates": both, STOP_CHECK_CANDIDATES;
+#                                              #  RESULTS_DIR: results/ by default)
 #   bash recipes/budget_table.sh tune ROW      # InsNet parallel decoding on the valid set, --slot-top-p 0.5..0.95
 #                                              # (GRID: ';'-separated decoding flag sets; TUNE_OUT: results/NAME.csv)
 #   bash recipes/budget_table.sh rows          # list the rows
@@ -34,11 +37,14 @@ data=data-bin/multi30k_en_de; kd=${KD_DATA:-data-bin/multi30k_en_de-distill}
 [ -n "${KD_DATA:-}" ] && [ -z "${KD_TAG:-}" ] && { echo "budget_table.sh: KD_DATA needs KD_TAG (e.g. KD_TAG=_kd120)" >&2; exit 2; }
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/multi30k_en_de/raw
 top_p=${TOP_P:-0.9}
-modes=${MODES:-sequential parallel skip-repeats}  # InsNet decodings that eval scores (also: candidates)
+modes=${MODES:-sequential parallel skip-repeats}  # InsNet decodings that eval scores (also: candidates, stop-check...)
 candidates=${CANDIDATES:-2}  # MODES candidates: --skip-repeats with --insertion-candidates CANDIDATES (2: chosen on valid)
+stop_check=${STOP_CHECK:-0.75}  # MODES stop-check: --skip-repeats --stop-check-prob STOP_CHECK; stop-check-candidates: with
+stop_check_k=${STOP_CHECK_CANDIDATES:-0.6}  # --insertion-candidates too, STOP_CHECK_CANDIDATES (both chosen on the valid set:
+# results/stop_check_valid.csv)
 tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
 batch1=--batch1; [ "${BATCH1:-1}" = 0 ] && batch1=  # BATCH1=0: no batch-1 timing (while other jobs run)
-out=results/${OUT:-budget_table}
+out=${RESULTS_DIR:-results}/${OUT:-budget_table}
 # Save directories are checkpoints/t${MINUTES}_ROW. A longer budget (MINUTES > 60) starts from a copy of the
 # 60-minute run when it exists and continues it: the lr schedules do not depend on the budget and fairseq
 # resumes data order and time from checkpoint_last.pt, so this is the same run as training from scratch.
@@ -153,7 +159,7 @@ eval_row() {  # ROW NAME CHECKPOINT fairseq-generate flags...
 }
 
 eval_rows() {
-  mkdir -p results; rm -f $out.md $out.csv
+  mkdir -p "$(dirname "$out")"; rm -f $out.md $out.csv
   local rows=("$@"); [ ${#rows[@]} -gt 0 ] || rows=("${ROWS[@]}")
   for r in "${rows[@]}"; do
     read -r kind d save flags <<<"$(spec "$r")"
@@ -177,6 +183,16 @@ eval_rows() {
                 eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats, $candidates candidates)" "$ckpt" \
                   --user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel \
                   --slot-top-p "$top_p" --skip-repeats --insertion-candidates "$candidates"
+              fi
+              if [[ " $modes " = *" stop-check "* ]]; then
+                eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats, --stop-check-prob $stop_check)" "$ckpt" \
+                  --user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel \
+                  --slot-top-p "$top_p" --skip-repeats --stop-check-prob "$stop_check"
+              fi
+              if [[ " $modes " = *" stop-check-candidates "* ]]; then
+                eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats, --stop-check-prob $stop_check_k, $candidates candidates)" \
+                  "$ckpt" --user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel \
+                  --slot-top-p "$top_p" --skip-repeats --stop-check-prob "$stop_check_k" --insertion-candidates "$candidates"
               fi ;;
       indigo) eval_row "$r" "$r" "$ckpt" --user-dir insnet_fairseq --task insertion_translation \
                 --insertion-mode sequential ;;

@@ -7,7 +7,9 @@
 #
 #   bash recipes/gpu_table.sh start        # launch every row in the background (setsid), logs/gpu/ROW.log
 #   bash recipes/gpu_table.sh wait SECONDS # print progress every 60 s until all rows are done or SECONDS pass
-#   bash recipes/gpu_table.sh table        # results/gpu_table.{md,csv} from the rows' tables, + the latency run
+#   bash recipes/gpu_table.sh table        # results/gpu_table.{md,csv} from the rows' tables (logs/gpu/results/:
+#                                          # ignored by git, so a copy of the tree synced to the GPU machine
+#                                          # between calls keeps them, as it keeps checkpoints/)
 #
 # Rows: ar, ar-kd, insnet-l2r, insnet-l2r-kd, curriculum-query-kd (its first CURRICULUM_MINUTES (MINUTES/2)
 # are insnet-l2r-kd's run: that row waits for the snapshot, then continues it; so for indigo-sao and indigo-l2r,
@@ -28,7 +30,7 @@ rows=(${ROWS:-ar ar-kd insnet-l2r insnet-l2r-kd curriculum-query-kd levt-kd inst
 kd=${KD_DATA:-data-bin/multi30k_en_de-distill}; export KD_DATA KD_TAG
 [ -n "${KD_DATA:-}" ] && [ -z "${KD_TAG:-}" ] && { echo "gpu_table.sh: KD_DATA needs KD_TAG (as budget_table.sh)" >&2; exit 2; }
 t=t$MINUTES${KD_TAG:-}; logs=logs/gpu; dinic_dir=checkpoints/spectrum_${t}_curriculum_query_kd_$tau
-mkdir -p $logs results/gpu
+res=$logs/results; mkdir -p $res
 
 row_job() {  # ROW: train, then score (budget_table.sh eval, OUT=gpu/ROW); writes logs/gpu/ROW.status
   local r=$1 rc=0
@@ -48,15 +50,15 @@ row_job() {  # ROW: train, then score (budget_table.sh eval, OUT=gpu/ROW); write
   fi
   echo "train $rc" >"$logs/$r.status"
   [ $rc = 0 ] || return $rc
-  mkdir -p results/gpu  # (again: a copy of the tree synced since start may have lost it)
-  MODES=sequential; [ "$r" = curriculum-query-kd ] && MODES="parallel skip-repeats candidates"
-  MODES=$MODES OUT=gpu/$r bash recipes/budget_table.sh eval "$r" || rc=$?
+  local modes=sequential; [ "$r" = curriculum-query-kd ] && modes="parallel skip-repeats candidates stop-check stop-check-candidates"
+  MODES=$modes RESULTS_DIR=$res OUT=$r bash recipes/budget_table.sh eval "$r" || rc=$?
   if [ $rc = 0 ] && [ "$r" = curriculum-query-kd ]; then
-    for extra in "" --skip-repeats "--skip-repeats --insertion-candidates 2"; do
+    local sc="--skip-repeats --stop-check-prob" sc1=${STOP_CHECK:-0.75} sc2=${STOP_CHECK_CANDIDATES:-0.6}
+    for extra in "" --skip-repeats "--skip-repeats --insertion-candidates 2" "$sc $sc1" "$sc $sc2 --insertion-candidates 2"; do
       python recipes/evaluate.py --data "$kd" --path $dinic_dir/checkpoint_last.pt \
         --src en --tgt de --name "dinic-kd (tau $tau from curriculum-query-kd) parallel (top-p 0.9${extra:+, $extra})" \
         --raw-ref "$raw/test.de" --tok-ref work/multi30k_en_de/test.clean.de \
-        --csv results/gpu/dinic.csv --markdown results/gpu/dinic.md \
+        --csv $res/dinic.csv --markdown $res/dinic.md \
         -- --user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel --slot-top-p 0.9 $extra || rc=$?
     done
   fi
@@ -88,16 +90,16 @@ case ${1:-} in
     done ;;
   table)
     out=results/gpu_table
-    ls results/gpu/*.md >/dev/null 2>&1 || { echo "gpu_table.sh: no row scored yet (results/gpu/*.md)" >&2; exit 1; }
-    { head -2 "$(ls results/gpu/*.md | head -1)"
-      for r in "${rows[@]}" dinic; do [ -f results/gpu/$r.md ] && tail -n +3 results/gpu/$r.md; done; } >$out.md
-    { head -1 "$(ls results/gpu/*.csv | head -1)"
-      for r in "${rows[@]}" dinic; do [ -f results/gpu/$r.csv ] && tail -n +2 results/gpu/$r.csv; done; } >$out.csv
+    ls $res/*.md >/dev/null 2>&1 || { echo "gpu_table.sh: no row scored yet ($res/*.md)" >&2; exit 1; }
+    { head -2 "$(ls $res/*.md | head -1)"
+      for r in "${rows[@]}" dinic; do [ -f $res/$r.md ] && tail -n +3 $res/$r.md; done; } >$out.md
+    { head -1 "$(ls $res/*.csv | head -1)"
+      for r in "${rows[@]}" dinic; do [ -f $res/$r.csv ] && tail -n +2 $res/$r.csv; done; } >$out.csv
     cat $out.md ;;
   latency)  # alone on the GPU, after every row is done
     python benchmarks/decode_latency.py --cached-only --sentences ${SENTENCES:-200} --rounds ${ROUNDS:-2} \
       --insnet checkpoints/${t}_insnet_l2r_kd/checkpoint_last.pt --insnet-parallel $dinic_dir/checkpoint_last.pt \
-      --skip-repeats --slot-top-p 0.9 --ar checkpoints/${t}_ar/checkpoint_last.pt \
+      --skip-repeats --slot-top-p 0.9 --stop-check-prob ${STOP_CHECK:-0.75} --ar checkpoints/${t}_ar/checkpoint_last.pt \
       --levt checkpoints/${t}_levt_kd/checkpoint_last.pt | tee results/gpu_latency.txt ;;
   *) echo "usage: bash recipes/gpu_table.sh start | wait SECONDS | table | latency" >&2; exit 2 ;;
 esac

@@ -6,7 +6,10 @@
         [--mode parallel] [--keywords "Hund Strand"]
 
 Raw text in: Moses tokenisation and BPE as in the recipes. ``--keywords`` starts from those
-target words (constrained generation: they are kept, in order).
+target words (constrained generation: they are kept, in order). ``--explain`` also prints, under each
+partial output, the termination head's q(stop) and the most probable slots, each with its mass and its
+best word (and that word's probability): why the model stopped, and what it would have inserted.
+``--stop-check-prob P`` decodes with that flag.
 """
 import argparse
 import os
@@ -21,6 +24,44 @@ from fairseq import checkpoint_utils  # noqa: E402
 from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
 
 
+class ExplainingGenerator(InsertionGenerator):
+    """The generator, noting for every partial output (after each step, and before the first) q(stop) and the
+    ``top`` most probable slots with their best words; ``notes[k]`` belongs to the history's k-th state."""
+
+    def __init__(self, tgt_dict, top: int = 4, **kw):
+        super().__init__(tgt_dict, **kw)
+        self.top, self.notes, self.source = top, [], None
+
+    def step(self, decoder, state, source_kv, source_pad, *args, **kwargs):
+        if self.source is None:  # the initial state, before the first step
+            self.source = (decoder, source_kv, source_pad)
+            self.notes.append(self.explain(state))
+        return super().step(decoder, state, source_kv, source_pad, *args, **kwargs)
+
+    def _record(self, history, state, ids):
+        super()._record(history, state, ids)
+        if self.source is not None:
+            self.notes.append(self.explain(state))
+
+    @torch.no_grad()
+    def explain(self, state) -> str:
+        decoder, source_kv, source_pad = self.source
+        q_stop = torch.sigmoid(self.termination_logit(decoder, state))[0].item()
+        slots, pos_lprobs = self.slot_distribution(decoder, state)
+        open_slots = torch.isfinite(pos_lprobs)  # [1, K]
+        logits = self.token_logits(decoder, state, slots, open_slots, source_kv, source_pad).float()
+        logits[:, self.banned] = float("-inf")
+        word_p, words = torch.softmax(logits, -1).max(-1)  # [N] best word of each open slot
+        seq = state.tokens.gather(1, state.sequence_order())[0]  # left to right
+        d = self.tgt_dict
+        mass = pos_lprobs[open_slots].exp()
+        rows = [(m, int(k)) for m, k in zip(mass.tolist(), open_slots[0].nonzero().view(-1).tolist())]
+        best = sorted(range(len(rows)), key=lambda i: -rows[i][0])[: self.top]
+        cells = [f"{d[seq[rows[i][1]]]} _ {d[seq[rows[i][1] + 1]]}: {rows[i][0]:.2f} -> {d[words[i]]} {word_p[i]:.2f}"
+                 for i in best]
+        return f"q(stop) {q_stop:.2f} | " + " | ".join(cells)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("sentence")
@@ -33,6 +74,8 @@ def main():
     p.add_argument("--slot-top-p", type=float, default=0.7, help="parallel mode: slot probability mass filled per step")
     p.add_argument("--skip-repeats", action="store_true", help="do not insert a word equal to a neighbour of its slot")
     p.add_argument("--keywords", default="")
+    p.add_argument("--explain", action="store_true", help="print q(stop) and the best slots with their words per state")
+    p.add_argument("--stop-check-prob", type=float, default=0.0, help="decode with --stop-check-prob")
     args = p.parse_args()
     from sacremoses import MosesDetokenizer, MosesTokenizer
     from subword_nmt.apply_bpe import BPE
@@ -48,13 +91,16 @@ def main():
     src = encode(args.sentence, args.src, task.source_dictionary, True).unsqueeze(0)
     keywords = [encode(args.keywords, args.tgt, task.target_dictionary, False).tolist()] if args.keywords else None
     sample = {"id": torch.tensor([0]), "net_input": {"src_tokens": src, "src_lengths": torch.tensor([src.size(1)])}}
-    gen = InsertionGenerator(task.target_dictionary, mode=args.mode, slot_top_p=args.slot_top_p, retain_history=True,
-                             skip_repeats=args.skip_repeats)
+    generator = ExplainingGenerator if args.explain else InsertionGenerator
+    gen = generator(task.target_dictionary, mode=args.mode, slot_top_p=args.slot_top_p, retain_history=True,
+                    skip_repeats=args.skip_repeats, stop_check_prob=args.stop_check_prob)
     hypo = gen.generate(models, sample, initial_tokens=keywords)[0][0]
     detok = MosesDetokenizer(lang=args.tgt)
     for step, h in enumerate(hypo["history"]):
         text = task.target_dictionary.string(h["tokens"], "subword_nmt")
         print(f"step {step:2d}: {detok.detokenize(text.split())}")
+        if args.explain and step < len(gen.notes):
+            print(f"         {gen.notes[step]}")
     print(f"{hypo['steps']} steps, {len(hypo['tokens']) - 1} tokens")
 
 

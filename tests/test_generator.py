@@ -368,6 +368,55 @@ def test_min_length_ratio_holds_the_stop_until_the_length(model_and_batch, mode)
         InsertionGenerator(d, min_length_ratio=-1.0)
 
 
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_stop_check_gives_a_stopped_sentence_one_step_of_sure_words(model_and_batch, mode):
+    """--stop-check-prob: a model that stops at once (q(stop) ~ 1) writes nothing by default; with a
+    probability any best word reaches, it gets exactly one more step, filling its one slot; with one no
+    word of a random model reaches, the output is the default's."""
+    model, d, src, src_lengths = model_and_batch
+    model = copy.deepcopy(model)
+    model.decoder.heads.termination_proj.bias.data.fill_(8.0)  # stops at the first check
+    kw = dict(mode=mode, slot_top_p=0.9, max_steps=40)
+    assert all(len(h["tokens"]) == 1 for h in decode(model, d, src, src_lengths, **kw))  # nothing but </s>
+    once = decode(model, d, src, src_lengths, stop_check_prob=1e-6, **kw)
+    assert all(len(h["tokens"]) == 2 and h["steps"] == 1 for h in once)  # one word, then stopped for good
+    unsure = decode(model, d, src, src_lengths, stop_check_prob=0.99, **kw)  # a 30-word random model is never this sure
+    assert all(len(h["tokens"]) == 1 and h["steps"] == 0 for h in unsure)
+    with pytest.raises(ValueError, match=r"--stop-check-prob must be in \[0, 1\), got 1.0"):
+        InsertionGenerator(d, stop_check_prob=1.0)
+
+
+def test_stop_check_only_adds_one_last_step_of_non_repeats(model_and_batch):
+    """Decoding is deterministic, so with --stop-check-prob a sentence follows the default's steps up to
+    its stop, then takes at most one more step: the default output is a subsequence of it, the step
+    count grows by 0 or 1, the words added repeat neither neighbour, and batched == one by one."""
+    model, d, src, src_lengths = model_and_batch
+    model = copy.deepcopy(model)
+    model.decoder.heads.termination_proj.bias.data.fill_(0.0)  # q(stop) near 0.5: stops early, by the row
+    kw = dict(mode="parallel", slot_top_p=0.9, max_steps=25)
+    default = decode(model, d, src, src_lengths, **kw)
+    checked = decode(model, d, src, src_lengths, stop_check_prob=0.02, **kw)
+    grew = 0
+    for b, (a, c) in enumerate(zip(default, checked)):
+        short, long = a["tokens"].tolist(), c["tokens"].tolist()
+        assert is_subsequence(short, long) and c["steps"] - a["steps"] in (0, 1)
+        assert (c["steps"] == a["steps"]) == (short == long)
+        if long != short:
+            grew += 1
+            i = j = 0  # walk the two outputs: every word of `long` not matched in `short` was added
+            while j < len(long):
+                if i < len(short) and short[i] == long[j]:
+                    i, j = i + 1, j + 1
+                    continue
+                neighbours = ([long[j - 1]] if j > 0 else []) + [long[j + 1]]  # the last token is </s>
+                assert long[j] not in neighbours
+                j += 1
+        keep = src[b].ne(d.pad())
+        alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], stop_check_prob=0.02, **kw)[0]
+        assert alone["tokens"].tolist() == long
+    assert grew > 0  # the check did overrule some stops
+
+
 def test_dedupe_removes_exactly_the_adjacent_repeats(model_and_batch):
     model, d, src, src_lengths = model_and_batch
     kw = dict(mode="parallel", slot_top_p=0.9, max_steps=25)

@@ -6,8 +6,8 @@ import torch
 
 from insnet_fairseq.tasks.criterion import term_losses
 from insnet_fairseq.data.layerization import (
-    LADDER, PAD_LAYER, compact, context_steps, encoding_order, layerize, num_layers, promotions, sequential_layers,
-    trajectory, uniform_layers,
+    LADDER, PAD_LAYER, compact, context_steps, delay_last_words, encoding_order, layerize, num_layers, promotions,
+    sequential_layers, trajectory, uniform_layers,
 )
 from insnet_fairseq.data.orders import make_order
 from insnet_fairseq.reference import naive_layered_logprobs
@@ -187,6 +187,42 @@ def test_termination_every_step_trains_termination_inside_layers_too():
     assert (every["mask"] | ~per_layer["mask"]).all() and every["mask"].sum() > per_layer["mask"].sum()
     assert torch.equal(every["target"][every["mask"]].sum(), torch.tensor(float(len(lengths))))  # one stop each
     torch.testing.assert_close(every["logits"], per_layer["logits"])
+
+
+def test_delay_last_words_docstring_example():
+    layers = torch.tensor([[0, 1, 2, 1, 2, 2, 0]])
+    u = torch.tensor([[0.5, 0.5, 0.1, 0.5, 0.9, 0.3, 0.5]])
+    assert delay_last_words(layers, u, 0.5).tolist() == [[0, 1, 3, 1, 2, 3, 0]]
+    # every word of the last layer drawn: the leftmost stays; a one-word last layer never moves
+    assert delay_last_words(layers, torch.zeros(1, 7), 0.5).tolist() == [[0, 1, 2, 1, 3, 3, 0]]
+    assert delay_last_words(torch.tensor([[0, 2, 1, 0]]), torch.zeros(1, 4), 0.9).tolist() == [[0, 2, 1, 0]]
+
+
+@pytest.mark.parametrize("kind", ["uniform", "dinic"])
+def test_delayed_layerings_stay_valid_and_keep_every_earlier_layer(kind):
+    """--late-words: on random layerings, the delayed words form one new last layer, the layers before are
+    untouched, the result is a valid layering (distinct slots per layer), and the layer before the new one
+    is a partial output whose termination target is 0 (it is not the end)."""
+    model, d, src, src_lengths, target, n_tok = batch(seed=5, lengths=(9, 3, 14, 6, 11, 12, 2, 7))
+    if kind == "uniform":
+        layers = uniform_layers(n_tok, target.size(1), "anchored")
+    else:
+        layers, _ = layerize(model, src, src_lengths, target, make_order("random", n_tok, target.size(1),
+                                                                      torch.Generator().manual_seed(1)), 3.0)
+    moved_any = False
+    for seed in range(20):
+        u = torch.rand(layers.shape, generator=torch.Generator().manual_seed(seed))
+        late = delay_last_words(layers, u, 0.5)
+        check_valid(late, n_tok.tolist())
+        m, m2 = num_layers(layers), num_layers(late)
+        grew = m2 > m
+        assert ((m2 - m) <= 1).all() and torch.equal(late[~grew], layers[~grew])
+        keep = layers < m.unsqueeze(1)  # every word of an earlier layer stays where it was
+        assert torch.equal(late[keep], layers[keep])
+        moved = late == (m + 1).unsqueeze(1)
+        assert (layers[moved] == m.unsqueeze(1).expand_as(layers)[moved]).all()  # only last-layer words move
+        moved_any |= bool(grew.any())
+    assert moved_any
 
 
 def naive_promotion_gains(model, src, src_lengths, target, layers):

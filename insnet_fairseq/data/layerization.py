@@ -123,6 +123,27 @@ def compact(layers: Tensor) -> Tensor:
     return torch.where(real, new_id.gather(1, layers.clamp(max=n)), layers)
 
 
+def delay_last_words(layers: Tensor, u: Tensor, p: float) -> Tensor:
+    """Move each word of a sentence's last layer, with probability ``p`` (where ``u < p``), into a new layer
+    after it; the last layer keeps at least one word (its leftmost, when every word was drawn).
+
+    Training with ``--late-words``: the partial sequence before the new layer misses words but has the look
+    of a finished one (as many layers, the final word in place), so q(stop) learns to see the gaps, and the
+    delayed words are scored at their slots in an otherwise finished sentence, the state where parallel
+    decoding stops too early. Valid: the last layer's words have no later neighbours, so the delayed ones
+    stay in distinct slots of the new layer's context.
+    layers [B, n], u [B, n] uniform in [0, 1) -> layers [B, n].
+
+    Example: layers [0, 1, 2, 1, 2, 2, 0] (words of layer 2 at positions 2, 4, 5), u at those positions 0.1,
+    0.9, 0.3 and p 0.5 -> [0, 1, 3, 1, 2, 3, 0].
+    """
+    last = (layers == num_layers(layers).unsqueeze(1)) & (layers > 0)  # [B, n] the words of the last layer
+    move = last & (u < p)
+    every = move.sum(1) == last.sum(1)  # [B] every word drawn: the leftmost stays
+    leftmost = last & (last.long().cumsum(1) == 1)
+    return layers + (move & ~(every.unsqueeze(1) & leftmost)).long()
+
+
 def trajectory(layers: Tensor) -> Tuple[Tensor, Tensor]:
     """(order, context) for the model's layered forward.  [B, n] -> ([B, n], [B, n])."""
     order = encoding_order(layers)

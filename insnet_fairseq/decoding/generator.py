@@ -14,7 +14,9 @@ words of parallel decoding; a sentence whose every choice repeats a neighbour ta
 slots, its best token that does not. With ``replace_repeats`` every such slot takes that token.
 With ``min_token_prob``, a parallel step also leaves open the slots whose token is less likely than
 that (each sentence keeps its best insertion): unsure words wait for more context, at the cost of
-more steps. A sentence stops when the termination head says stop (q(stop | h_last) >
+more steps. With ``stop_check_prob``, a sentence that the termination head stops gets one more step
+that inserts only the words of probability >= ``stop_check_prob`` that repeat neither neighbour (if it
+has any): q(stop) of a layered model stops with words missing (:meth:`InsertionGenerator.confident_slots`). A sentence stops when the termination head says stop (q(stop | h_last) >
 ``stop_threshold``, 0.5 by default; with ``min_length_ratio``, not before that many words per source
 word, one word per step while held back) or at its step cap, and leaves the batch.
 
@@ -181,7 +183,7 @@ def compact(chosen: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
 
 
 def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int, min_token_prob: float = 0.0,
-                         stop_threshold: float = 0.5) -> None:
+                         stop_threshold: float = 0.5, stop_check_prob: float = 0.0) -> None:
     """Refuse flag values decoding cannot use, naming the flag (the task checks them before a model loads)."""
     if mode not in MODES:
         raise ValueError(f"--insertion-mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -191,6 +193,8 @@ def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int, min_token
         raise ValueError(f"--stop-threshold must be in (0, 1), got {stop_threshold}")
     if not 0.0 <= min_token_prob < 1.0:
         raise ValueError(f"--min-token-prob must be in [0, 1), got {min_token_prob}")
+    if not 0.0 <= stop_check_prob < 1.0:
+        raise ValueError(f"--stop-check-prob must be in [0, 1), got {stop_check_prob}")
     if max_steps < 0:
         raise ValueError(f"--max-insertion-steps must be >= 0 (0: 2 x source length + 10), got {max_steps}")
 
@@ -241,6 +245,7 @@ class InsertionGenerator:
         replace_repeats: bool = False,
         min_token_prob: float = 0.0,
         stop_threshold: float = 0.5,
+        stop_check_prob: float = 0.0,
         min_length_ratio: float = 0.0,
         dedupe: bool = False,
         conditional: bool = True,
@@ -249,7 +254,7 @@ class InsertionGenerator:
         candidates: int = 1,
         fuse_slot_queries: bool = False,
     ):
-        check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold)
+        check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold, stop_check_prob)
         if candidates < 1:
             raise ValueError(f"--insertion-candidates must be >= 1, got {candidates}")
         self.candidates = candidates
@@ -271,6 +276,7 @@ class InsertionGenerator:
         self.replace_repeats = replace_repeats
         self.min_token_prob = min_token_prob
         self.stop_logit = math.log(stop_threshold / (1 - stop_threshold))  # q(stop) > threshold
+        self.stop_check_prob = stop_check_prob  # q(stop) is overruled by a word this sure (see confident_slots)
         if min_length_ratio < 0:
             raise ValueError(f"--min-length-ratio must be >= 0, got {min_length_ratio}")
         self.min_length_ratio = min_length_ratio  # the termination head is not heard below this x source words
@@ -387,10 +393,18 @@ class InsertionGenerator:
         history = {i: [] for i in range(len(owner))}
         hyps: List[Optional[dict]] = [None] * len(owner)
         self._record(history, state, ids)
+        finishing = torch.zeros(len(owner), dtype=torch.bool, device=src_tokens.device)  # [B] --stop-check-prob's step
         while True:
             wants_stop = self.termination_logit(decoder, state) > self.stop_logit  # q(stop) > stop_threshold
             held = wants_stop & (state.lengths < min_len) if self.min_length_ratio > 0 else None  # [B] or off
             done = wants_stop if held is None else wants_stop & ~held
+            # --stop-check-prob: a sentence that q(stop) stops gets one more step, which inserts only its sure words
+            # (resume: their slots, [B, K]); after that step it stops, whatever q(stop) says then
+            resume = None
+            if self.stop_check_prob > 0 and bool((done | finishing).any()):
+                resume = self.confident_slots(decoder, state, source_kv, source_pad, done & ~finishing)
+                done = (done | finishing) & ~resume.any(1)
+                finishing = resume.any(1)
             at_limit = ~done & (state.lengths >= decoder.max_target_positions)  # [B]
             stop = done | (state.steps >= cap) | (state.lengths >= max_len)
             if bool(stop.any()):
@@ -408,11 +422,13 @@ class InsertionGenerator:
                     break
                 state, ids, cap, max_len, min_len = state.select(keep), ids[keep], cap[keep], max_len[keep], min_len[keep]
                 held = None if held is None else held[keep]
+                resume, finishing = None if resume is None else resume[keep], finishing[keep]
                 first_rank = None if first_rank is None else first_rank[keep]
                 source_kv = [(k[keep], v[keep]) for k, v in source_kv]
                 source_pad = None if source_pad is None else source_pad[keep]
             # a sentence held back by --min-length-ratio inserts one word per step (its best slot)
-            state = self.step(decoder, state, source_kv, source_pad, max_len, one_word=held, word_rank=first_rank)
+            state = self.step(decoder, state, source_kv, source_pad, max_len, one_word=held, word_rank=first_rank,
+                              forced=resume)
             first_rank = None
             self._record(history, state, ids)
         for j, b in enumerate(todo):
@@ -649,15 +665,20 @@ class InsertionGenerator:
         return decoder.heads.termination_logit(gather_steps(state.hidden, state.last.unsqueeze(1)).squeeze(1)).float()
 
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len,
-             one_word: Optional[Tensor] = None, word_rank: Optional[Tensor] = None) -> DecoderState:
+             one_word: Optional[Tensor] = None, word_rank: Optional[Tensor] = None,
+             forced: Optional[Tensor] = None) -> DecoderState:
         """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>; the rows of
         ``one_word`` (bool [B]) insert a single word, at their best slot; row b's words are its
-        ``word_rank[b]``-th most probable ones (LongTensor [B]; None: the best)."""
+        ``word_rank[b]``-th most probable ones (LongTensor [B]; None: the best). A row of ``forced``
+        (bool [B, K]) with a True inserts at exactly those slots (as many as ``max_len`` leaves room for)."""
         slots, pos_lprobs = self.slot_distribution(decoder, state)
         room = (torch.as_tensor(max_len, device=pos_lprobs.device) - state.lengths).clamp_min(1)
         if one_word is not None:
             room = room.masked_fill(one_word, 1)
         chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
+        if forced is not None:
+            forced = forced & (forced.long().cumsum(1) <= room.unsqueeze(1))
+            chosen = torch.where(forced.any(1, keepdim=True), forced, chosen)
         logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad)  # [N, V]
         rank = None if word_rank is None else word_rank[chosen.nonzero()[:, 0]]  # [N]
         tokens, tok_lprobs = self.choose_tokens(logits, rank)  # [N]
@@ -666,6 +687,38 @@ class InsertionGenerator:
         if self.min_token_prob > 0 and self.mode == "parallel":
             chosen, tokens, tok_lprobs = self.drop_unsure(chosen, tokens, tok_lprobs, pos_lprobs)
         return self.insert(decoder, state, chosen, tokens, tok_lprobs + pos_lprobs[chosen], source_kv, source_pad)
+
+    def confident_slots(self, decoder, state: DecoderState, source_kv, source_pad, rows: Tensor) -> Tensor:
+        """bool [B, K]: for the sentences ``rows`` (bool [B]) that the termination head would stop, the open
+        slots whose best word has probability >= ``stop_check_prob`` and repeats neither neighbour
+        (``--stop-check-prob``): a sentence with such a slot is not finished, and inserts there (once).
+
+        Why: q(stop | h_last) of a layered model is trained only at the ends of gold layers, and a partial
+        sequence that missed a word looks finished to it ("Eine Frau spielt ein Geige ." gets q(stop) = 1.00,
+        while the slot "ein _ Geige" wants "Lied" at 0.87). The position distribution is no judge there (it is
+        never trained on finished sequences: "._</s>" got 0.78), but the token head is.
+        Example: the slots of "<s> ein Geige . </s>" with best words (Eine 0.95, Lied 0.87, "." 0.60,
+        Im 0.08) and stop_check_prob 0.5 -> [True, True, False, False]: "." repeats its left neighbour.
+        """
+        sure = torch.zeros(rows.size(0), state.hidden.size(1) - 1, dtype=torch.bool, device=rows.device)  # [B, K]
+        idx = rows.nonzero().view(-1)  # [R] only those sentences are scored (a batch stops a few rows at a time)
+        if len(idx) == 0:
+            return sure
+        if len(idx) < rows.size(0):
+            state = state.select(idx)
+            source_kv = [(k[idx], v[idx]) for k, v in source_kv]
+            source_pad = None if source_pad is None else source_pad[idx]
+        slots, pos_lprobs = self.slot_distribution(decoder, state)
+        chosen = torch.isfinite(pos_lprobs)  # [R, K] every open slot
+        logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad).float()  # [N, V]
+        logits[:, self.banned.to(logits.device)] = float("-inf")  # as choose_tokens: never a special symbol
+        tok_lprobs, tokens = torch.log_softmax(logits, -1).max(-1)  # [N]
+        seq = state.tokens.gather(1, state.sequence_order())  # [R, S] tokens left to right
+        repeat = (tokens == seq[:, :-1][chosen]) | (tokens == seq[:, 1:][chosen])  # [N]
+        sure_r = torch.zeros_like(chosen)
+        sure_r[chosen] = (tok_lprobs >= math.log(self.stop_check_prob)) & ~repeat
+        sure[idx] = sure_r
+        return sure
 
     @classmethod
     def token_logits(cls, decoder, state: DecoderState, slots, chosen: Tensor, source_kv, source_pad) -> Tensor:

@@ -21,7 +21,8 @@ class IndigoGenerator(InsertionGenerator):
         if kwargs.get("sampling"):
             raise ValueError("InDIGO decoding is greedy here: --sampling is not supported for --arch indigo_*")
         for flag, name in (("skip_repeats", "--skip-repeats"), ("replace_repeats", "--replace-repeats"),
-                           ("min_token_prob", "--min-token-prob"), ("stop_threshold", "--stop-threshold")):
+                           ("min_token_prob", "--min-token-prob"), ("stop_threshold", "--stop-threshold"),
+                           ("stop_check_prob", "--stop-check-prob")):
             if kwargs.get(flag) and (flag != "stop_threshold" or kwargs[flag] != 0.5):
                 raise ValueError(f"{name} applies to InsNet's parallel decoding, not to --arch indigo_*")
         if kwargs.get("candidates", 1) != 1:
@@ -44,9 +45,9 @@ class IndigoGenerator(InsertionGenerator):
         return lp[:, -1] - words.max(-1).values
 
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len, one_word=None,
-             word_rank=None) -> DecoderState:
+             word_rank=None, forced=None) -> DecoderState:
         """The most likely word (not <eod>: the sentence did not stop), then its most likely slot (one word per
-        step always: ``one_word`` changes nothing)."""
+        step always: ``one_word`` changes nothing; ``forced`` is always None: --stop-check-prob is refused)."""
         heads = decoder.heads
         seen, lp = getattr(self, "_last_lprobs", (None, None))
         if seen is state:  # no row stopped: the stop test's distribution of this very state

@@ -16,7 +16,8 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from insnet_fairseq.data.dataset import InsertionPairDataset
 from insnet_fairseq.decoding.generator import MODES, InsertionGenerator, check_decoding_flags
 from insnet_fairseq.decoding.inputs import screen_lines
-from insnet_fairseq.data.layerization import LAYERIZATIONS, PAD_LAYER, layerize, num_layers, sequential_layers, trajectory, uniform_layers
+from insnet_fairseq.data.layerization import (LAYERIZATIONS, PAD_LAYER, delay_last_words, layerize, num_layers,
+                                             sequential_layers, trajectory, uniform_layers)
 from insnet_fairseq.data.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES,
                                        TREE_POLICIES)
 from insnet_fairseq.data.searched_order import search_orders
@@ -75,6 +76,12 @@ class InsertionTranslationConfig(TranslationConfig):
         default=0.5,
         metadata={"help": "a sentence stops when the termination head's q(stop) exceeds this (higher: longer outputs)"},
     )
+    stop_check_prob: float = field(
+        default=0.0,
+        metadata={"help": "a sentence that the termination head stops gets one more step, inserting the best words of "
+                  "the open slots that have at least this probability and repeat neither neighbour (the stop head "
+                  "of a layered model stops with words missing); 0: off"},
+    )
     min_length_ratio: float = field(
         default=0.0,
         metadata={"help": "a sentence does not stop (whatever q(stop) says) before it has this many words per "
@@ -122,6 +129,12 @@ class InsertionTranslationConfig(TranslationConfig):
         default=False, metadata={"help": "lay out a sentence seen for the first time by reaching the fixpoint at "
                                  "0, 0.3, 1, 3, 10 (those below --dinic-tau) before --dinic-tau: the number of layers "
                                  "then never grows with tau, at about three times the promotion rounds"},
+    )
+    late_words: float = field(
+        default=0.0, metadata={"help": "layered training (--layerization uniform, --dinic-tau): each word of a "
+                               "sentence's last layer moves, with this probability, to a new layer after it, so "
+                               "that q(stop) sees partial outputs that look finished but miss words (the state "
+                               "where parallel decoding stops too early); 0: off"},
     )
     searched_order_beam: int = field(
         default=0, metadata={"help": "InDIGO's searched adaptive order (--arch indigo_*): each batch's orders are "
@@ -171,13 +184,18 @@ class InsertionTranslationTask(TranslationTask):
         if mode != "dinic" and tau is not None:
             raise ValueError(f"--dinic-tau {tau} only applies to --layerization dinic, not {mode}")
         check_decoding_flags(cfg.insertion_mode, cfg.slot_top_p, cfg.max_insertion_steps, cfg.min_token_prob,
-                             cfg.stop_threshold)
+                             cfg.stop_threshold, cfg.stop_check_prob)
         if cfg.anchor_depth < 0:
             raise ValueError(f"--anchor-depth must be >= 0, got {cfg.anchor_depth}")
         if cfg.searched_order_beam < 0:
             raise ValueError(f"--searched-order-beam must be >= 0, got {cfg.searched_order_beam}")
         if cfg.dinic_interval < 1:
             raise ValueError(f"--dinic-interval must be >= 1, got {cfg.dinic_interval}")
+        if not 0.0 <= cfg.late_words < 1.0:
+            raise ValueError(f"--late-words must be in [0, 1), got {cfg.late_words}")
+        if cfg.late_words > 0 and mode == "sequential":
+            raise ValueError("--late-words delays words of the last layer of a layered trajectory: use it with "
+                             "--layerization uniform or --dinic-tau")
         if cfg.insertion_order in GIVEN_POLICIES and not self.has_keywords:
             raise ValueError(f"--insertion-order {cfg.insertion_order} trains on each sentence's keywords: use it with "
                              "--task insertion_lm")
@@ -267,6 +285,10 @@ class InsertionTranslationTask(TranslationTask):
                 layers = start if start is not None else sequential_layers(order, lengths)
             for ids, rows in self._gather_layers(sample["id"].cpu(), layers.int().cpu()):
                 self._store(split, ids, rows.size(1))[ids, : rows.size(1)] = rows
+        if self.cfg.late_words > 0 and update_num is not None:  # --late-words: training batches only
+            g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + int(update_num))
+            u = torch.rand(layers.shape, generator=g).to(layers.device)
+            layers = delay_last_words(layers, u, self.cfg.late_words)
         net_input["order"], net_input["context"] = trajectory(layers)
         sample["layers"] = num_layers(layers)
 
@@ -398,6 +420,7 @@ class InsertionTranslationTask(TranslationTask):
             replace_repeats=self.cfg.replace_repeats,
             min_token_prob=self.cfg.min_token_prob,
             stop_threshold=self.cfg.stop_threshold,
+            stop_check_prob=self.cfg.stop_check_prob,
             min_length_ratio=self.cfg.min_length_ratio,
             dedupe=self.cfg.dedupe,
             candidates=self.cfg.insertion_candidates,
