@@ -25,28 +25,27 @@ from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
 
 
 class ExplainingGenerator(InsertionGenerator):
-    """The generator, noting for every partial output (after each step, and before the first) q(stop) and the
-    ``top`` most probable slots with their best words; ``notes[k]`` belongs to the history's k-th state."""
+    """The generator, noting for every partial output (the start, then after each step) q(stop) and the ``top``
+    most probable slots with their best words; ``notes[k]`` belongs to the history's k-th state. One sentence
+    at a time."""
 
     def __init__(self, tgt_dict, top: int = 4, **kw):
         super().__init__(tgt_dict, **kw)
-        self.top, self.notes, self.source = top, [], None
+        self.top, self.notes, self.q_stops, self.source = top, [], [], None
 
-    def step(self, decoder, state, source_kv, source_pad, *args, **kwargs):
-        if self.source is None:  # the initial state, before the first step
-            self.source = (decoder, source_kv, source_pad)
-            self.notes.append(self.explain(state))
-        return super().step(decoder, state, source_kv, source_pad, *args, **kwargs)
+    def initial_state(self, decoder, batch_size, device, source_kv, source_pad, *args, **kwargs):
+        self.source = (decoder, source_kv, source_pad)  # one sentence: no row ever leaves the batch before the end
+        return super().initial_state(decoder, batch_size, device, source_kv, source_pad, *args, **kwargs)
 
     def _record(self, history, state, ids):
         super()._record(history, state, ids)
-        if self.source is not None:
-            self.notes.append(self.explain(state))
+        self.notes.append(self.explain(state))
 
     @torch.no_grad()
     def explain(self, state) -> str:
         decoder, source_kv, source_pad = self.source
         q_stop = torch.sigmoid(self.termination_logit(decoder, state))[0].item()
+        self.q_stops.append(q_stop)
         slots, pos_lprobs = self.slot_distribution(decoder, state)
         open_slots = torch.isfinite(pos_lprobs)  # [1, K]
         logits = self.token_logits(decoder, state, slots, open_slots, source_kv, source_pad).float()

@@ -511,3 +511,38 @@ def test_history_insertion_indices_give_each_words_step(model_and_batch):
         for s in range(1, len(sizes)):
             assert sum(1 for _, st in words if st == s) == sizes[s] - sizes[s - 1]
         assert max([s for _, s in words], default=0) <= h["steps"]
+
+
+def test_show_trajectory_explains_every_state_with_the_generators_own_numbers(model_and_batch):
+    """recipes/show_trajectory.py --explain: one note per partial output of the history (the start included), its
+    q(stop) the termination head's, its slots sorted by mass (masses of one distribution: sum <= 1), and
+    decoding itself unchanged by the notes."""
+    import os
+    import re
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes"))
+    from show_trajectory import ExplainingGenerator
+
+    model, d, src, src_lengths = model_and_batch
+    model = copy.deepcopy(model)
+    model.decoder.heads.termination_proj.bias.data.fill_(0.0)  # q(stop) near 0.5: some rows stop on their own
+    kw = dict(mode="parallel", slot_top_p=0.9, max_steps=25, retain_history=True)
+    stopped = longest = 0
+    for b in range(6):
+        keep = src[b].ne(d.pad())
+        one = sample_of(src[b : b + 1, keep], src_lengths[b : b + 1])
+        gen = ExplainingGenerator(d, top=50, **kw)
+        hypo = gen.generate([model], one)[0][0]
+        plain = InsertionGenerator(d, **kw).generate([model], one)[0][0]
+        assert hypo["tokens"].tolist() == plain["tokens"].tolist()
+        assert len(gen.notes) == len(hypo["history"])
+        longest = max(longest, len(gen.notes))
+        for note in gen.notes:
+            masses = [float(m) for m in re.findall(r": ([0-9.]+) -> ", note)]
+            assert note.startswith("q(stop) ") and masses == sorted(masses, reverse=True) and sum(masses) <= 1.02
+        assert [f"{q:.2f}" for q in gen.q_stops] == [note.split()[1] for note in gen.notes]
+        q_end = gen.q_stops[-1]
+        at_cap = hypo["steps"] == 25 or len(hypo["tokens"]) - 1 >= 2 * int(src_lengths[b]) + 10  # step / length caps
+        assert q_end > 0.5 or at_cap  # it stopped because q(stop) said so, or at a cap
+        stopped += q_end > 0.5
+    assert stopped > 0 and longest >= 3  # some sentence stopped on its own, some took several steps
