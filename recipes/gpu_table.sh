@@ -19,7 +19,8 @@
 # Environment: MINUTES, CURRICULUM_MINUTES, DINIC_TAU, DINIC_UPDATES, ROWS (a subset), CKPT (budget_table.sh's
 # checkpoint choice: valid (default), last, best), MULTI30K_DIR (the raw test.de / valid.de, when ../shared is not
 # beside the checkpoint), KD_DATA + KD_TAG (the +KD rows on another distilled corpus, e.g. the 120-minute CPU teacher's:
-# KD_DATA=data-bin/multi30k_en_de-distill-t120 KD_TAG=_kd120; recipes/distill.py --suffix makes it).
+# KD_DATA=data-bin/multi30k_en_de-distill-t120 KD_TAG=_kd120; recipes/distill.py --suffix makes it), LATE_WORDS (the
+# Dinic fine-tuning with --late-words LATE_WORDS; unset: without).
 # Every row's process is its own session (setsid): it outlives the shell that started it.
 set -euo pipefail
 export MINUTES=${MINUTES:-12}
@@ -45,7 +46,7 @@ row_job() {  # ROW: train, then score (budget_table.sh eval, OUT=gpu/ROW); write
   bash recipes/budget_table.sh train "$r" || rc=$?
   if [ $rc = 0 ] && [ "$r" = curriculum-query-kd ]; then  # InsNet-Dinic from the curriculum base
     (unset MINUTES; STEP=train SETTINGS=$tau TAG=${t}_curriculum_query_kd DATA=$kd \
-      MODEL_FLAGS=--slot-query-stream bash recipes/tau_spectrum.sh \
+      MODEL_FLAGS="--slot-query-stream${LATE_WORDS:+ --late-words $LATE_WORDS}" bash recipes/tau_spectrum.sh \
       checkpoints/${t}_curriculum_query_kd/checkpoint_last.pt "$dinic_updates") || rc=$?
   fi
   echo "train $rc" >"$logs/$r.status"
