@@ -186,6 +186,20 @@ def test_layered_training_logs_layers_per_sentence(small_data, tmp_path, flags):
     assert all(math.isfinite(float(r["loss"])) for r in rows)
 
 
+def test_late_words_add_a_layer_in_training_only(small_data, tmp_path):
+    """--late-words: the same uniform-layered updates log more layers per sentence with it (last-layer words
+    moved to a new layer), and the loss stays finite."""
+    def layers(*extra):
+        out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "3", "--no-save", "--layerization",
+                            "uniform", "--insertion-order", "anchored", *extra))
+        assert out.returncode == 0, out.stderr[-3000:]
+        rows = train_rows(out.stdout + out.stderr)
+        assert len(rows) == 3 and all(math.isfinite(float(r["loss"])) for r in rows)
+        return [float(r["layers"]) for r in rows]
+    plain, late = layers(), layers("--late-words", "0.9")
+    assert all(b > a for a, b in zip(plain, late)), (plain, late)
+
+
 def test_dinic_layerings_survive_a_resume(small_data, tmp_path):
     flags = ["--dinic-tau", "1.0", "--insertion-order", "binary", "--save-interval-updates", "3"]
     first = run(train_cmd(small_data, str(tmp_path / "ckpt"), "--max-update", "3", *flags))
@@ -205,6 +219,8 @@ def test_bad_layerization_flags_are_refused(small_data, tmp_path):
     assert out.returncode != 0 and "--dinic-tau 2.0 only applies to --layerization dinic" in out.stderr
     out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "1", "--layerization", "tree"))
     assert out.returncode != 0 and "--layerization" in out.stderr and "invalid choice" in out.stderr
+    out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "1", "--late-words", "0.5"))
+    assert out.returncode != 0 and "--late-words delays words of the last layer" in out.stderr
 
 
 def free_port() -> int:
