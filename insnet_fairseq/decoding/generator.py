@@ -399,12 +399,12 @@ class InsertionGenerator:
             held = wants_stop & (state.lengths < min_len) if self.min_length_ratio > 0 else None  # [B] or off
             done = wants_stop if held is None else wants_stop & ~held
             # --stop-check-prob: a sentence that q(stop) stops gets one more step, which inserts only its sure words
-            # (resume: their slots, [B, K]); after that step it stops, whatever q(stop) says then
+            # (resume: their slots, words and log-probs, [B, K] each); after that step it stops, whatever q(stop) says
             resume = None
             if self.stop_check_prob > 0 and bool((done | finishing).any()):
                 resume = self.confident_slots(decoder, state, source_kv, source_pad, done & ~finishing)
-                done = (done | finishing) & ~resume.any(1)
-                finishing = resume.any(1)
+                done = (done | finishing) & ~resume[0].any(1)
+                finishing = resume[0].any(1)
             at_limit = ~done & (state.lengths >= decoder.max_target_positions)  # [B]
             stop = done | (state.steps >= cap) | (state.lengths >= max_len)
             if bool(stop.any()):
@@ -422,7 +422,8 @@ class InsertionGenerator:
                     break
                 state, ids, cap, max_len, min_len = state.select(keep), ids[keep], cap[keep], max_len[keep], min_len[keep]
                 held = None if held is None else held[keep]
-                resume, finishing = None if resume is None else resume[keep], finishing[keep]
+                resume = None if resume is None else tuple(x[keep] for x in resume)
+                finishing = finishing[keep]
                 first_rank = None if first_rank is None else first_rank[keep]
                 source_kv = [(k[keep], v[keep]) for k, v in source_kv]
                 source_pad = None if source_pad is None else source_pad[keep]
@@ -666,32 +667,45 @@ class InsertionGenerator:
 
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len,
              one_word: Optional[Tensor] = None, word_rank: Optional[Tensor] = None,
-             forced: Optional[Tensor] = None) -> DecoderState:
+             forced: Optional[Tuple[Tensor, Tensor, Tensor]] = None) -> DecoderState:
         """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>; the rows of
         ``one_word`` (bool [B]) insert a single word, at their best slot; row b's words are its
-        ``word_rank[b]``-th most probable ones (LongTensor [B]; None: the best). A row of ``forced``
-        (bool [B, K]) with a True inserts at exactly those slots (as many as ``max_len`` leaves room for)."""
+        ``word_rank[b]``-th most probable ones (LongTensor [B]; None: the best). ``forced``: (slots bool [B, K],
+        words [B, K], their log-probs [B, K]) from :meth:`confident_slots`; a row with a forced slot inserts
+        exactly those words there (as many as ``max_len`` leaves room for), which are not scored again."""
         slots, pos_lprobs = self.slot_distribution(decoder, state)
         room = (torch.as_tensor(max_len, device=pos_lprobs.device) - state.lengths).clamp_min(1)
         if one_word is not None:
             room = room.masked_fill(one_word, 1)
         chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
+        f_rows = None
         if forced is not None:
-            forced = forced & (forced.long().cumsum(1) <= room.unsqueeze(1))
-            chosen = torch.where(forced.any(1, keepdim=True), forced, chosen)
-        logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad)  # [N, V]
-        rank = None if word_rank is None else word_rank[chosen.nonzero()[:, 0]]  # [N]
-        tokens, tok_lprobs = self.choose_tokens(logits, rank)  # [N]
-        if self.skip_repeats or self.replace_repeats:
-            chosen, tokens, tok_lprobs = self.drop_repeats(state, chosen, logits, tokens, tok_lprobs)
-        if self.min_token_prob > 0 and self.mode == "parallel":
-            chosen, tokens, tok_lprobs = self.drop_unsure(chosen, tokens, tok_lprobs, pos_lprobs)
+            f_slots = forced[0] & (forced[0].long().cumsum(1) <= room.unsqueeze(1))  # [B, K]
+            f_rows = f_slots.any(1, keepdim=True)  # [B, 1]
+            chosen = chosen & ~f_rows  # those rows' words are known: the others are chosen and scored as usual
+        if bool(chosen.any()):
+            logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad)  # [N, V]
+            rank = None if word_rank is None else word_rank[chosen.nonzero()[:, 0]]  # [N]
+            tokens, tok_lprobs = self.choose_tokens(logits, rank)  # [N]
+            if self.skip_repeats or self.replace_repeats:
+                chosen, tokens, tok_lprobs = self.drop_repeats(state, chosen, logits, tokens, tok_lprobs)
+            if self.min_token_prob > 0 and self.mode == "parallel":
+                chosen, tokens, tok_lprobs = self.drop_unsure(chosen, tokens, tok_lprobs, pos_lprobs)
+        if f_rows is not None and bool(f_rows.any()):  # merge the forced rows' words, row-major like the others
+            words, lprobs = forced[1].clone(), forced[2].clone()  # [B, K] (rows disjoint from the chosen ones)
+            if bool(chosen.any()):
+                words.masked_scatter_(chosen, tokens)
+                lprobs.masked_scatter_(chosen, tok_lprobs)
+            chosen = chosen | f_slots
+            tokens, tok_lprobs = words[chosen], lprobs[chosen]
         return self.insert(decoder, state, chosen, tokens, tok_lprobs + pos_lprobs[chosen], source_kv, source_pad)
 
-    def confident_slots(self, decoder, state: DecoderState, source_kv, source_pad, rows: Tensor) -> Tensor:
-        """bool [B, K]: for the sentences ``rows`` (bool [B]) that the termination head would stop, the open
-        slots whose best word has probability >= ``stop_check_prob`` and repeats neither neighbour
-        (``--stop-check-prob``): a sentence with such a slot is not finished, and inserts there (once).
+    def confident_slots(self, decoder, state: DecoderState, source_kv, source_pad,
+                        rows: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """(sure bool [B, K], words [B, K], their log-probs [B, K]): for the sentences ``rows`` (bool [B]) that the
+        termination head would stop, the open slots whose best word has probability >= ``stop_check_prob`` and
+        repeats neither neighbour (``--stop-check-prob``), with those words: a sentence with such a slot is not
+        finished, and inserts them (once; :meth:`step` takes the triple as ``forced``).
 
         Why: q(stop | h_last) of a layered model is trained only at the ends of gold layers, and a partial
         sequence that missed a word looks finished to it ("Eine Frau spielt ein Geige ." gets q(stop) = 1.00,
@@ -700,10 +714,13 @@ class InsertionGenerator:
         Example: the slots of "<s> ein Geige . </s>" with best words (Eine 0.95, Lied 0.87, "." 0.60,
         Im 0.08) and stop_check_prob 0.5 -> [True, True, False, False]: "." repeats its left neighbour.
         """
-        sure = torch.zeros(rows.size(0), state.hidden.size(1) - 1, dtype=torch.bool, device=rows.device)  # [B, K]
+        B, K = rows.size(0), state.hidden.size(1) - 1
+        sure = torch.zeros(B, K, dtype=torch.bool, device=rows.device)
+        words = torch.full((B, K), self.pad, dtype=torch.long, device=rows.device)
+        word_lprobs = torch.zeros(B, K, device=rows.device)
         idx = rows.nonzero().view(-1)  # [R] only those sentences are scored (a batch stops a few rows at a time)
         if len(idx) == 0:
-            return sure
+            return sure, words, word_lprobs
         if len(idx) < rows.size(0):
             state = state.select(idx)
             source_kv = [(k[idx], v[idx]) for k, v in source_kv]
@@ -717,8 +734,10 @@ class InsertionGenerator:
         repeat = (tokens == seq[:, :-1][chosen]) | (tokens == seq[:, 1:][chosen])  # [N]
         sure_r = torch.zeros_like(chosen)
         sure_r[chosen] = (tok_lprobs >= math.log(self.stop_check_prob)) & ~repeat
-        sure[idx] = sure_r
-        return sure
+        words_r, lprobs_r = torch.full_like(sure_r, self.pad, dtype=torch.long), torch.zeros_like(sure_r, dtype=torch.float)
+        words_r[chosen], lprobs_r[chosen] = tokens, tok_lprobs
+        sure[idx], words[idx], word_lprobs[idx] = sure_r, words_r, lprobs_r
+        return sure, words, word_lprobs
 
     @classmethod
     def token_logits(cls, decoder, state: DecoderState, slots, chosen: Tensor, source_kv, source_pad) -> Tensor:
