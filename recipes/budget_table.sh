@@ -158,6 +158,19 @@ eval_row() {  # ROW NAME CHECKPOINT fairseq-generate flags...
     --raw-ref "$raw/test.de" --tok-ref work/multi30k_en_de/test.clean.de --csv $out.csv --markdown $out.md -- "$@"
 }
 
+insnet_decoding() {  # MODE -> "LABEL<TAB>decoding flags" of an InsNet row (the labels the results files have)
+  local par="--insertion-mode parallel --slot-top-p $top_p" label="parallel (top-p $top_p, --skip-repeats"
+  case $1 in
+    sequential) printf '%s\t%s' "sequential" "--insertion-mode sequential" ;;
+    parallel) printf '%s\t%s' "parallel (top-p $top_p)" "$par" ;;
+    skip-repeats) printf '%s\t%s' "$label)" "$par --skip-repeats" ;;
+    candidates) printf '%s\t%s' "$label, $candidates candidates)" "$par --skip-repeats --insertion-candidates $candidates" ;;
+    stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check)" "$par --skip-repeats --stop-check-prob $stop_check" ;;
+    stop-check-candidates) printf '%s\t%s' "$label, --stop-check-prob $stop_check_k, $candidates candidates)" \
+      "$par --skip-repeats --stop-check-prob $stop_check_k --insertion-candidates $candidates" ;;
+  esac
+}
+
 eval_rows() {
   mkdir -p "$(dirname "$out")"; rm -f $out.md $out.csv
   local rows=("$@"); [ ${#rows[@]} -gt 0 ] || rows=("${ROWS[@]}")
@@ -167,33 +180,12 @@ eval_rows() {
     case $kind in
       ar) eval_row "$r" "$r greedy" "$ckpt" --user-dir insnet_fairseq --beam 1
           eval_row "$r" "$r beam 5" "$ckpt" --user-dir insnet_fairseq --beam 5 ;;
-      insnet) if [[ " $modes " = *" sequential "* ]]; then
-                eval_row "$r" "$r sequential" "$ckpt" --user-dir insnet_fairseq --task insertion_translation \
-                  --insertion-mode sequential
-              fi
-              if [[ " $modes " = *" parallel "* ]]; then
-                eval_row "$r" "$r parallel (top-p $top_p)" "$ckpt" --user-dir insnet_fairseq \
-                  --task insertion_translation --insertion-mode parallel --slot-top-p "$top_p"
-              fi
-              if [[ " $modes " = *" skip-repeats "* ]]; then
-                eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats)" "$ckpt" --user-dir insnet_fairseq \
-                  --task insertion_translation --insertion-mode parallel --slot-top-p "$top_p" --skip-repeats
-              fi
-              if [[ " $modes " = *" candidates "* ]]; then
-                eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats, $candidates candidates)" "$ckpt" \
-                  --user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel \
-                  --slot-top-p "$top_p" --skip-repeats --insertion-candidates "$candidates"
-              fi
-              if [[ " $modes " = *" stop-check "* ]]; then
-                eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats, --stop-check-prob $stop_check)" "$ckpt" \
-                  --user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel \
-                  --slot-top-p "$top_p" --skip-repeats --stop-check-prob "$stop_check"
-              fi
-              if [[ " $modes " = *" stop-check-candidates "* ]]; then
-                eval_row "$r" "$r parallel (top-p $top_p, --skip-repeats, --stop-check-prob $stop_check_k, $candidates candidates)" \
-                  "$ckpt" --user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel \
-                  --slot-top-p "$top_p" --skip-repeats --stop-check-prob "$stop_check_k" --insertion-candidates "$candidates"
-              fi ;;
+      insnet) for m in sequential parallel skip-repeats candidates stop-check stop-check-candidates; do
+                [[ " $modes " = *" $m "* ]] || continue
+                IFS=$'\t' read -r label flags <<<"$(insnet_decoding "$m")"
+                # shellcheck disable=SC2086
+                eval_row "$r" "$r $label" "$ckpt" --user-dir insnet_fairseq --task insertion_translation $flags
+              done ;;
       indigo) eval_row "$r" "$r" "$ckpt" --user-dir insnet_fairseq --task insertion_translation \
                 --insertion-mode sequential ;;
       levt|inst) eval_row "$r" "$r" "$ckpt" --user-dir insnet_fairseq --task translation_lev \

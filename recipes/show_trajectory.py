@@ -46,18 +46,12 @@ class ExplainingGenerator(InsertionGenerator):
         decoder, source_kv, source_pad = self.source
         q_stop = torch.sigmoid(self.termination_logit(decoder, state))[0].item()
         self.q_stops.append(q_stop)
-        slots, pos_lprobs = self.slot_distribution(decoder, state)
-        open_slots = torch.isfinite(pos_lprobs)  # [1, K]
-        logits = self.token_logits(decoder, state, slots, open_slots, source_kv, source_pad).float()
-        logits[:, self.banned] = float("-inf")
-        word_p, words = torch.softmax(logits, -1).max(-1)  # [N] best word of each open slot
-        seq = state.tokens.gather(1, state.sequence_order())[0]  # left to right
+        pos_lprobs, open_slots, words, word_lprobs = self.best_words(decoder, state, source_kv, source_pad)
+        left, right = self.neighbour_tokens(state, open_slots)  # [N] each open slot's neighbours
+        mass = pos_lprobs[open_slots].exp()  # [N]
         d = self.tgt_dict
-        mass = pos_lprobs[open_slots].exp()
-        rows = [(m, int(k)) for m, k in zip(mass.tolist(), open_slots[0].nonzero().view(-1).tolist())]
-        best = sorted(range(len(rows)), key=lambda i: -rows[i][0])[: self.top]
-        cells = [f"{d[seq[rows[i][1]]]} _ {d[seq[rows[i][1] + 1]]}: {rows[i][0]:.2f} -> {d[words[i]]} {word_p[i]:.2f}"
-                 for i in best]
+        cells = [f"{d[left[i]]} _ {d[right[i]]}: {mass[i]:.2f} -> {d[words[i]]} {word_lprobs[i].exp():.2f}"
+                 for i in mass.argsort(descending=True)[: self.top].tolist()]
         return f"q(stop) {q_stop:.2f} | " + " | ".join(cells)
 
 

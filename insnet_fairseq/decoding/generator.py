@@ -14,11 +14,12 @@ words of parallel decoding; a sentence whose every choice repeats a neighbour ta
 slots, its best token that does not. With ``replace_repeats`` every such slot takes that token.
 With ``min_token_prob``, a parallel step also leaves open the slots whose token is less likely than
 that (each sentence keeps its best insertion): unsure words wait for more context, at the cost of
-more steps. With ``stop_check_prob``, a sentence that the termination head stops gets one more step
-that inserts only the words of probability >= ``stop_check_prob`` that repeat neither neighbour (if it
-has any): q(stop) of a layered model stops with words missing (:meth:`InsertionGenerator.confident_slots`). A sentence stops when the termination head says stop (q(stop | h_last) >
+more steps. A sentence stops when the termination head says stop (q(stop | h_last) >
 ``stop_threshold``, 0.5 by default; with ``min_length_ratio``, not before that many words per source
-word, one word per step while held back) or at its step cap, and leaves the batch.
+word, one word per step while held back) or at its step cap, and leaves the batch. With
+``stop_check_prob``, a sentence that the termination head stops first gets one more step that inserts
+only the words of probability >= ``stop_check_prob`` that repeat neither neighbour (if it has any):
+q(stop) of a layered model stops with words missing (:meth:`InsertionGenerator.confident_slots`).
 
 Candidates (``candidates`` K > 1, the length beam of mask-predict and the noisy parallel decoding of
 Gu et al. 2018, with the model as its own judge): each sentence is decoded K times side by side,
@@ -614,12 +615,31 @@ class InsertionGenerator:
         take = ((mass_before < self.slot_top_p) | (rank == 0)) & (rank < room.unsqueeze(1)) & (probs > 0)
         return torch.zeros_like(take).scatter(1, idx, take)
 
+    def insertable_lprobs(self, logits: Tensor) -> Tensor:
+        """logits [N, V] -> log-probs [N, V] (float) over the words that may be inserted (not <s>, </s>, padding)."""
+        logits = logits.float()
+        logits[:, self.banned.to(logits.device)] = float("-inf")
+        return torch.log_softmax(logits, -1)
+
+    def best_words(self, decoder, state: DecoderState, source_kv, source_pad) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Every open slot's most probable word: (pos_lprobs [B, K], open bool [B, K] with N True, words [N],
+        their log-probs [N]), row-major like every ``chosen`` mask (for --stop-check-prob and explanations)."""
+        slots, pos_lprobs = self.slot_distribution(decoder, state)
+        open_slots = torch.isfinite(pos_lprobs)  # closed and beyond-the-end slots are -inf
+        logits = self.token_logits(decoder, state, slots, open_slots, source_kv, source_pad)  # [N, V]
+        word_lprobs, words = self.insertable_lprobs(logits).max(-1)
+        return pos_lprobs, open_slots, words, word_lprobs
+
+    @staticmethod
+    def neighbour_tokens(state: DecoderState, chosen: Tensor) -> Tuple[Tensor, Tensor]:
+        """The tokens left and right of each ``chosen`` slot (bool [B, K], N True): ([N], [N])."""
+        seq = state.tokens.gather(1, state.sequence_order())  # [B, S] tokens left to right
+        return seq[:, :-1][chosen], seq[:, 1:][chosen]
+
     def choose_tokens(self, logits: Tensor, rank: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """logits [N, V] -> (tokens [N], log-probs [N]); special symbols are never inserted. With ``rank``
         ([N], greedy decoding), row n takes its ``rank[n]``-th most probable token (0: the best)."""
-        logits = logits.float()
-        logits[:, self.banned.to(logits.device)] = float("-inf")
-        lprobs = torch.log_softmax(logits, -1)
+        lprobs = self.insertable_lprobs(logits)
         if rank is not None and not self.sampling:
             tokens = lprobs.topk(int(rank.max()) + 1, dim=-1).indices.gather(1, rank.unsqueeze(1)).squeeze(1)
         elif self.sampling:
@@ -721,22 +741,16 @@ class InsertionGenerator:
         idx = rows.nonzero().view(-1)  # [R] only those sentences are scored (a batch stops a few rows at a time)
         if len(idx) == 0:
             return sure, words, word_lprobs
-        if len(idx) < rows.size(0):
+        if len(idx) < B:
             state = state.select(idx)
             source_kv = [(k[idx], v[idx]) for k, v in source_kv]
             source_pad = None if source_pad is None else source_pad[idx]
-        slots, pos_lprobs = self.slot_distribution(decoder, state)
-        chosen = torch.isfinite(pos_lprobs)  # [R, K] every open slot
-        logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad).float()  # [N, V]
-        logits[:, self.banned.to(logits.device)] = float("-inf")  # as choose_tokens: never a special symbol
-        tok_lprobs, tokens = torch.log_softmax(logits, -1).max(-1)  # [N]
-        seq = state.tokens.gather(1, state.sequence_order())  # [R, S] tokens left to right
-        repeat = (tokens == seq[:, :-1][chosen]) | (tokens == seq[:, 1:][chosen])  # [N]
-        sure_r = torch.zeros_like(chosen)
-        sure_r[chosen] = (tok_lprobs >= math.log(self.stop_check_prob)) & ~repeat
-        words_r, lprobs_r = torch.full_like(sure_r, self.pad, dtype=torch.long), torch.zeros_like(sure_r, dtype=torch.float)
-        words_r[chosen], lprobs_r[chosen] = tokens, tok_lprobs
-        sure[idx], words[idx], word_lprobs[idx] = sure_r, words_r, lprobs_r
+        _, open_slots, best, best_lprobs = self.best_words(decoder, state, source_kv, source_pad)  # [R, K], [N]
+        left, right = self.neighbour_tokens(state, open_slots)
+        ok = (best_lprobs >= math.log(self.stop_check_prob)) & (best != left) & (best != right)  # [N]
+        at = idx.unsqueeze(1).expand(-1, K)[open_slots]  # [N] batch row of each open slot
+        col = open_slots.nonzero()[:, 1]  # [N] its slot
+        sure[at, col], words[at, col], word_lprobs[at, col] = ok, best, best_lprobs
         return sure, words, word_lprobs
 
     @classmethod
@@ -768,8 +782,7 @@ class InsertionGenerator:
         "Kamera" inserts nothing there; if that is the sentence's only slot, it gets the best
         token other than "die" and "Kamera".
         """
-        seq = state.tokens.gather(1, state.sequence_order())  # [B, S] tokens left to right
-        left, right = seq[:, :-1][chosen], seq[:, 1:][chosen]  # [N] neighbours of each chosen slot
+        left, right = self.neighbour_tokens(state, chosen)  # [N] neighbours of each chosen slot
         repeat = (tokens == left) | (tokens == right)  # [N]
         keep = chosen.clone()
         keep[chosen] = ~repeat
