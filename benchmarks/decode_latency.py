@@ -3,7 +3,9 @@
 
 * InsNet sequential and parallel, with the cached context and without it (``--no-insertion-cache``);
 * fairseq's autoregressive ``transformer`` (greedy) and ``levenshtein_transformer`` (fairseq's
-  documented ``--iter-decode-max-iter 9``, ``--iter-decode-eos-penalty 0``, beam 1), same size.
+  documented ``--iter-decode-max-iter 9``, ``--iter-decode-eos-penalty 0``, beam 1), same size;
+* with ``--candidates K --judge``: the parallel-trained model's K candidates judged by the ``--ar`` model
+  (``--iter-decode-with-external-reranker``), the judge's pass included in the time.
 
     .venv/bin/python benchmarks/decode_latency.py --insnet checkpoints/table_insnet/checkpoint_last.pt \
         --insnet-parallel checkpoints/dinic_tau1/checkpoint_last.pt \
@@ -63,8 +65,9 @@ def sync(device):
 
 
 class System:
-    def __init__(self, name, model, generator, task, device="cpu"):
+    def __init__(self, name, model, generator, task, device="cpu", judge=None):
         self.name, self.model, self.generator, self.task, self.device = name, model, generator, task, device
+        self.models = [model] if judge is None else [model, judge]  # judge: the candidates' autoregressive reranker
 
     def run(self, samples):
         """Decode the samples; returns (seconds, sentences, mean steps, mean output length)."""
@@ -73,7 +76,7 @@ class System:
         start = time.perf_counter()
         with torch.no_grad():
             for sample in samples:
-                hyps = self.generator.generate([self.model], sample)
+                hyps = self.generator.generate(self.models, sample)
                 for h in hyps:
                     best = h[0]
                     out_len = int(best["tokens"].numel())  # words + </s>
@@ -103,6 +106,9 @@ def main(argv=None):
                    help="also decode the parallel-trained (--slot-query-stream) model with --fuse-slot-queries")
     p.add_argument("--candidates", type=int, default=1,
                    help="also decode the parallel-trained model with --insertion-candidates N (N > 1)")
+    p.add_argument("--judge", action="store_true",
+                   help="with --candidates: also decode them with the --ar model as their judge "
+                        "(--iter-decode-with-external-reranker)")
     p.add_argument("--stop-check-prob", type=float, default=0.0,
                    help="also decode the parallel-trained model with --stop-check-prob P (P > 0)")
     p.add_argument("--cached-only", action="store_true",
@@ -116,9 +122,12 @@ def main(argv=None):
     tgt = ins_task.target_dictionary
     caches = [True] if args.cached_only else [True, False]
 
-    def insnet_systems(name, model, task, **flags):  # cached, then (unless --cached-only) uncached
+    ar, ar_task = load(args.ar, args.data, dev)
+
+    def insnet_systems(name, model, task, judge=False, **flags):  # cached, then (unless --cached-only) uncached
         return [System(f"{name} {'cached' if c else 'uncached'}", model,
-                       InsertionGenerator(tgt, use_cache=c, **flags), task, dev) for c in caches]
+                       InsertionGenerator(tgt, use_cache=c, reranking=judge, **flags), task, dev,
+                       ar if judge else None) for c in caches]
 
     systems = (insnet_systems("InsNet seq", insnet, ins_task, mode="sequential")
                + insnet_systems("InsNet par", insnet, ins_task, mode="parallel", slot_top_p=args.slot_top_p))
@@ -140,7 +149,12 @@ def main(argv=None):
             systems += insnet_systems(label, par, par_task,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       stop_check_prob=args.stop_check_prob, candidates=args.candidates)
-    ar, ar_task = load(args.ar, args.data, dev)
+        if args.judge and args.candidates > 1:  # the candidates (and stop check, if asked) judged by the AR model
+            label = f"InsNet-parallel-trained par, {args.candidates} candidates, AR judge" + (
+                f", stop check {args.stop_check_prob}" if args.stop_check_prob > 0 else "")
+            systems += insnet_systems(label, par, par_task, judge=True,
+                                      mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
+                                      stop_check_prob=args.stop_check_prob, candidates=args.candidates)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
                                                                          max_len_a=2, max_len_b=10), ar_task, dev))
     levt, levt_task = load(args.levt, args.data, dev)

@@ -15,6 +15,9 @@
 #                                              #  and "candidates": skip-repeats + --insertion-candidates CANDIDATES;
 #                                              #  "stop-check": skip-repeats + --stop-check-prob STOP_CHECK;
 #                                              #  "stop-check-candidates": both, STOP_CHECK_CANDIDATES;
+#                                              #  "judge", "judge-stop-check": those with JUDGE_CANDIDATES
+#                                              #  candidates judged by the AR model JUDGE, the teacher's
+#                                              #  checkpoint by default (--iter-decode-with-external-reranker);
 #                                              #  RESULTS_DIR: results/ by default)
 #   bash recipes/budget_table.sh tune ROW      # InsNet parallel decoding on the valid set, --slot-top-p 0.5..0.95
 #                                              # (GRID: ';'-separated decoding flag sets; TUNE_OUT: results/NAME.csv)
@@ -42,6 +45,8 @@ candidates=${CANDIDATES:-2}  # MODES candidates: --skip-repeats with --insertion
 stop_check=${STOP_CHECK:-0.75}  # MODES stop-check: --skip-repeats --stop-check-prob STOP_CHECK; stop-check-candidates: with
 stop_check_k=${STOP_CHECK_CANDIDATES:-0.6}  # --insertion-candidates too, STOP_CHECK_CANDIDATES (both chosen on the valid set:
 # results/stop_check_valid.csv)
+judge_k=${JUDGE_CANDIDATES:-4}  # MODES judge / judge-stop-check: K candidates, the AR checkpoint JUDGE picks one
+judge=${JUDGE:-checkpoints/multi30k_en_de-teacher/checkpoint_best.pt}
 tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
 batch1=--batch1; [ "${BATCH1:-1}" = 0 ] && batch1=  # BATCH1=0: no batch-1 timing (while other jobs run)
 out=${RESULTS_DIR:-results}/${OUT:-budget_table}
@@ -153,7 +158,7 @@ checkpoint_of() {  # ROW SAVE_DIR -> the checkpoint scored on the test set
 
 eval_row() {  # ROW NAME CHECKPOINT fairseq-generate flags...
   local name=$2 ckpt=$3; shift 3
-  [ -f "$ckpt" ] || { echo "skip $name: no $ckpt"; return 0; }
+  [ -f "${ckpt%%:*}" ] || { echo "skip $name: no ${ckpt%%:*}"; return 0; }  # CKPT or CKPT:JUDGE
   python recipes/evaluate.py --data "$data" --path "$ckpt" --src en --tgt de --name "$name" $batch1 \
     --raw-ref "$raw/test.de" --tok-ref work/multi30k_en_de/test.clean.de --csv $out.csv --markdown $out.md -- "$@"
 }
@@ -168,7 +173,18 @@ insnet_decoding() {  # MODE -> "LABEL<TAB>decoding flags" of an InsNet row (the 
     stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check)" "$par --skip-repeats --stop-check-prob $stop_check" ;;
     stop-check-candidates) printf '%s\t%s' "$label, --stop-check-prob $stop_check_k, $candidates candidates)" \
       "$par --skip-repeats --stop-check-prob $stop_check_k --insertion-candidates $candidates" ;;
+    judge) printf '%s\t%s' "$label, $judge_k candidates, AR judge)" \
+      "$par --skip-repeats --insertion-candidates $judge_k --iter-decode-with-external-reranker" ;;
+    judge-stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check, $judge_k candidates, AR judge)" \
+      "$par --skip-repeats --stop-check-prob $stop_check --insertion-candidates $judge_k --iter-decode-with-external-reranker" ;;
   esac
+}
+
+judged() {  # CHECKPOINT FLAGS -> the --path of a decoding: CHECKPOINT, or CHECKPOINT:JUDGE when FLAGS ask for the judge
+  if [[ " $2 " = *" --iter-decode-with-external-reranker "* ]]; then
+    [ -f "$judge" ] || { echo "budget_table.sh: no judge $judge (JUDGE=path/to/ar.pt, or train the ar row)" >&2; exit 2; }
+    echo "$1:$judge"
+  else echo "$1"; fi
 }
 
 eval_rows() {
@@ -180,11 +196,11 @@ eval_rows() {
     case $kind in
       ar) eval_row "$r" "$r greedy" "$ckpt" --user-dir insnet_fairseq --beam 1
           eval_row "$r" "$r beam 5" "$ckpt" --user-dir insnet_fairseq --beam 5 ;;
-      insnet) for m in sequential parallel skip-repeats candidates stop-check stop-check-candidates; do
+      insnet) for m in sequential parallel skip-repeats candidates stop-check stop-check-candidates judge judge-stop-check; do
                 [[ " $modes " = *" $m "* ]] || continue
                 IFS=$'\t' read -r label flags <<<"$(insnet_decoding "$m")"
                 # shellcheck disable=SC2086
-                eval_row "$r" "$r $label" "$ckpt" --user-dir insnet_fairseq --task insertion_translation $flags
+                eval_row "$r" "$r $label" "$(judged "$ckpt" "$flags")" --user-dir insnet_fairseq --task insertion_translation $flags
               done ;;
       indigo) eval_row "$r" "$r" "$ckpt" --user-dir insnet_fairseq --task insertion_translation \
                 --insertion-mode sequential ;;
@@ -199,12 +215,13 @@ tune_row() {  # the valid set, never the test set, picks the parallel decoding f
   read -r kind d save flags <<<"$(spec "$1")"
   [ "$kind" = insnet ] || { echo "budget_table.sh: tune is for InsNet rows, not $1" >&2; exit 2; }
   ckpt=$(CKPT=${CKPT:-last} checkpoint_of "$1" "$save")
-  # GRID: ';'-separated sets of decoding flags (default: --slot-top-p 0.5..0.95)
+  # GRID: ';'-separated sets of decoding flags (default: --slot-top-p 0.5..0.95; a set with
+  # --iter-decode-with-external-reranker decodes with the AR judge JUDGE)
   local grid=${GRID:-"--slot-top-p 0.5;--slot-top-p 0.7;--slot-top-p 0.8;--slot-top-p 0.9;--slot-top-p 0.95"}
   IFS=';' read -r -a sets <<<"$grid"
   for set in "${sets[@]}"; do
     # shellcheck disable=SC2086
-    python recipes/evaluate.py --data "$data" --path "$ckpt" --src en --tgt de --name "$1 valid $set" \
+    python recipes/evaluate.py --data "$data" --path "$(judged "$ckpt" "$set")" --src en --tgt de --name "$1 valid $set" \
       --gen-subset valid --raw-ref "$raw/valid.de" --csv results/${TUNE_OUT:-top_p_valid}.csv -- --user-dir insnet_fairseq \
       --task insertion_translation --insertion-mode parallel $set
   done

@@ -229,6 +229,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# The slot scores' bias adds one constant to every slot's logit, which the softmax over slots cancels: its gradient
+# is 0 in exact arithmetic, so what Adam sees is rounding noise of the gradient sums (their order differs between
+# 1 and 2 workers), normalised into steps of +-lr. Its value says nothing about the engine; every other parameter
+# has a real gradient and must match.
+SHIFT_INVARIANT = "decoder.heads.position_proj.bias"
+
+
 def test_two_workers_equal_one_worker_with_twice_the_batch(small_data, tmp_path):
     """fairseq's distributed engine on CPU (gloo): 2 workers, spawned by fairseq or by torchrun,
     train exactly as 1 worker accumulating their 2 batches (--update-freq 2), InsNet-Dinic
@@ -256,8 +263,11 @@ def test_two_workers_equal_one_worker_with_twice_the_batch(small_data, tmp_path)
         for (u, a), (v, b) in zip(ref_losses, losses(log), strict=True):
             assert u == v and abs(a - b) <= 1e-3 * abs(a), (name, u, a, b)  # the log prints 3 decimals
         model, store = state(name)
+        assert SHIFT_INVARIANT in model
         for k in ref_model:
-            torch.testing.assert_close(model[k], ref_model[k], atol=1e-5, rtol=1e-4)
+            if k == SHIFT_INVARIANT:
+                continue
+            torch.testing.assert_close(model[k], ref_model[k], atol=1e-5, rtol=1e-4, msg=lambda m, k=k: f"{name} {k}: {m}")
         assert torch.equal(store, ref_store)  # rank 0 saved the layerings of both workers' sentences
     assert int(ref_store[:, 0].eq(0).sum()) > 0
 

@@ -6,29 +6,12 @@ import shutil
 import pytest
 import torch
 
-from conftest import BIN, generate_cmd, run, train_cmd
+from conftest import generate_cmd, run, train_cmd
 
 import insnet_fairseq  # noqa: F401  (installs the checks)
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 from insnet_fairseq.tasks.checkpoint_checks import CheckpointError
-
-AR_TINY = ["--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-           "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
-           "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
-
-
-@pytest.fixture(scope="module")
-def ar_checkpoint(small_data, tmp_path_factory):
-    """A fairseq transformer (the AR baseline) trained 2 updates on the same data."""
-    save = str(tmp_path_factory.mktemp("ar_ckpt"))
-    out = run([os.path.join(BIN, "fairseq-train"), small_data, "--user-dir", "insnet_fairseq", "--task", "translation",
-               *AR_TINY, "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "512",
-               "--max-update", "2", "--disable-validation", "--save-dir", save, "--no-epoch-checkpoints",
-               "--num-workers", "0", "--log-format", "simple"], timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return os.path.join(save, "checkpoint_last.pt")
-
 
 def altered_data(small_data, dest, how):
     """A copy of the data-bin whose dictionaries are reordered or truncated (binarised files unchanged)."""

@@ -27,7 +27,9 @@ candidate j taking the j-th most probable word(s) at the first step (with sampli
 the candidate with the highest mean log-probability per insertion is the output. The first word is
 the hardest guess of a layered model (a binary or anchored order starts from a sentence's middle
 word), and every later step builds on it. The K candidates cost one batch K times as wide, not more
-steps: a sentence reports the most steps any of its candidates took.
+steps: a sentence reports the most steps any of its candidates took. With ``reranking`` (fairseq's
+``--iter-decode-with-external-reranker``, ``--path INSNET.pt:AR.pt``) an autoregressive model is the judge, as
+in Gu et al.: one teacher-forced pass scores every candidate of the batch (:mod:`insnet_fairseq.decoding.rerank`).
 
 Cached context: a token's states never change once inserted, so every layer's keys/values
 are kept and a step encodes only the new tokens; their offset rows are computed directly from
@@ -66,6 +68,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from insnet_fairseq.decoding.cache import ColumnStore, column_dim, layer_names
+from insnet_fairseq.decoding.rerank import check_reranker, judge_scores
 from insnet_fairseq.decoding.sampling import sample
 from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
 from insnet_fairseq.models.slots import gather_steps
@@ -254,11 +257,17 @@ class InsertionGenerator:
         blank_id: Optional[int] = None,
         candidates: int = 1,
         fuse_slot_queries: bool = False,
+        reranking: bool = False,
     ):
         check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold, stop_check_prob)
         if candidates < 1:
             raise ValueError(f"--insertion-candidates must be >= 1, got {candidates}")
         self.candidates = candidates
+        # fairseq's --iter-decode-with-external-reranker: the last model is an autoregressive judge of the candidates
+        if reranking and candidates < 2:
+            raise ValueError("--iter-decode-with-external-reranker chooses among candidates: add --insertion-candidates K "
+                             "(K >= 2)")
+        self.reranking = reranking
         # --slot-query-stream models, cached decoding: a step's pass also computes every slot's query for the next
         # step (one pass per step instead of two; the same outputs). Off by default: the queries of every slot cost
         # more than the saved pass at large batches (CPU: 1.1x faster at batch 1, 0.8x at batch 64)
@@ -307,6 +316,13 @@ class InsertionGenerator:
         are inserted there only. With ``blank_id`` set (task ``insertion_lm --infill``), the source
         holds the template, ``blank_id`` marking each blank.
         """
+        reranker = None
+        if self.reranking:  # --path INSNET.pt:AR.pt: the last is the judge of the candidates (decoding/rerank.py)
+            if len(models) != 2:
+                raise ValueError("--iter-decode-with-external-reranker needs two checkpoints, the InsNet model and "
+                                 f"the autoregressive judge: --path INSNET.pt:AR.pt (got {len(models)})")
+            models, reranker = models[:1], models[1]
+            check_reranker(reranker, self.tgt_dict)
         if len(models) != 1:
             raise ValueError("InsNet decoding does not ensemble: pass one checkpoint to --path")
         if prefix_tokens is not None:
@@ -354,7 +370,7 @@ class InsertionGenerator:
         todo = [b for b in range(B) if finalized[b] is None]
         for rows in self.length_groups([len(given[b]) for b in todo]):
             self._decode_rows(model, sample, [todo[r] for r in rows], cap, max_len, min_len, initial_tokens,
-                              initial_order, finalized, blanks)
+                              initial_order, finalized, blanks, reranker)
         return [[h] for h in finalized]
 
     @staticmethod
@@ -369,8 +385,9 @@ class InsertionGenerator:
         return [groups[k] for k in sorted(groups)]
 
     def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, min_len: Tensor, initial_tokens,
-                     initial_order, finalized: List[Optional[dict]], blanks=None) -> None:
-        """Decode the batch rows ``todo`` together; fills ``finalized[b]`` for each."""
+                     initial_order, finalized: List[Optional[dict]], blanks=None, reranker=None) -> None:
+        """Decode the batch rows ``todo`` together; fills ``finalized[b]`` for each (of its K candidates, the best
+        by the model's own score, or by the autoregressive ``reranker``'s when there is one)."""
         decoder = model.decoder
         src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
         K = self.candidates
@@ -433,13 +450,18 @@ class InsertionGenerator:
                               forced=resume)
             first_rank = None
             self._record(history, state, ids)
+        if reranker is not None:  # every candidate's score becomes the judge's (fairseq's rerank), one pass for all
+            judged = judge_scores(reranker, src_tokens, src_lengths, [h["tokens"] for h in hyps], self.pad, self.eos)
+            for h, s in zip(hyps, judged.tolist()):
+                h["score"] = s
         for j, b in enumerate(todo):
             finalized[b] = self.best_candidate(hyps[j * K: (j + 1) * K])
 
     @staticmethod
     def best_candidate(hyps: List[dict]) -> dict:
-        """The candidate with the highest mean log-probability per insertion (the model's own score: no other
-        model rescores); its ``steps`` are the most any candidate took, as they decode side by side.
+        """The candidate with the highest score (the model's mean log-probability per insertion, or the
+        judge's with ``--iter-decode-with-external-reranker``); its ``steps`` are the most any candidate took, as
+        they decode side by side.
         Example: scores -0.9 (5 steps) and -0.4 (7 steps) -> the second, with 7 steps; with 9 and 7 steps: 9."""
         best = max(hyps, key=lambda h: h["score"])
         return best if len(hyps) == 1 else dict(best, steps=max(h["steps"] for h in hyps))

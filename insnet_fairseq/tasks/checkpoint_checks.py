@@ -161,7 +161,16 @@ def _is_insnet(cls):
     return cls is not None and issubclass(cls, InsNetModel)
 
 
-def check_model_fits_task(path, state, task):
+def _is_autoregressive(cls) -> bool:
+    from fairseq.models import FairseqEncoderDecoderModel
+    from fairseq.models.nat import FairseqNATModel
+
+    return issubclass(cls, FairseqEncoderDecoderModel) and not issubclass(cls, FairseqNATModel) and not _is_insnet(cls)
+
+
+def check_model_fits_task(path, state, task, judge: bool = False):
+    """``judge``: the checkpoint is the last of two or more in ``--path``, where an autoregressive model may be the
+    judge of InsNet's candidates (``--iter-decode-with-external-reranker``; the generator checks the flag)."""
     from insnet_fairseq.tasks.lm import InsertionLMTask
     from insnet_fairseq.models.insnet import InsNetLMModel
     from insnet_fairseq.tasks.translation import InsertionTranslationTask
@@ -191,10 +200,13 @@ def check_model_fits_task(path, state, task):
             f"trains and decodes, not --task {task_name}: pass --user-dir insnet_fairseq --task insertion_translation"
         )
     if not _is_insnet(cls) and isinstance(task, InsertionTranslationTask):
+        if judge and _is_autoregressive(cls):
+            return
         raise CheckpointError(
             f"checkpoint {path} is a fairseq {cls.__name__} (--arch {arch}, trained with --task "
             f"{trained_task or '?'}), but --task insertion_translation decodes InsNet models (--arch insnet_*) only: "
-            f"decode it with --task {trained_task or 'translation'} (and that task's flags)"
+            f"decode it with --task {trained_task or 'translation'} (and that task's flags), or, autoregressive, make "
+            "it the judge of --insertion-candidates: --path INSNET.pt:AR.pt --iter-decode-with-external-reranker"
         )
 
 
@@ -286,14 +298,14 @@ def _wrap_load_model_ensemble_and_task(original):
         from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
         ensemble, cfg = [], None
-        for filename in filenames:
+        for i, filename in enumerate(filenames):
             path = checkpoint_utils.get_maybe_sharded_checkpoint_filename(filename, suffix, 0, 1)
             st = state if state is not None else checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides)
             state = None
             if task is None:  # as fairseq does, but before the model is built, so it can be checked
                 st_cfg = convert_namespace_to_omegaconf(st["args"]) if st.get("args") is not None else st["cfg"]
                 task = tasks.setup_task(st_cfg.task, from_checkpoint=True)
-            check_model_fits_task(path, st, task)
+            check_model_fits_task(path, st, task, judge=len(filenames) > 1 and i == len(filenames) - 1)
             check_dictionaries(path, st, task)
             try:
                 models, cfg, task = original([filename], arg_overrides, task, strict, suffix, 1, st)

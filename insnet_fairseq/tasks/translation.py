@@ -390,11 +390,15 @@ class InsertionTranslationTask(TranslationTask):
     def build_generator(self, models, args, **unused):
         from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel
 
-        for model in models:
+        # --iter-decode-with-external-reranker: the last model is the autoregressive judge (checked by the generator)
+        judged = models[:-1] if getattr(args, "iter_decode_with_external_reranker", False) else models
+        for model in judged:
             if not isinstance(model, InsNetModel) or isinstance(model, InsNetLMModel):
                 raise ValueError(
                     f"--task insertion_translation decodes InsNet models (--arch insnet_*), not {type(model).__name__}; "
-                    "decode fairseq's baselines with their own task (translation, translation_lev)"
+                    "decode fairseq's baselines with their own task (translation, translation_lev), or pass an "
+                    "autoregressive one last, as the judge of --insertion-candidates, with "
+                    "--iter-decode-with-external-reranker"
                 )
         from insnet_fairseq.models.indigo import IndigoModel
 
@@ -425,4 +429,5 @@ class InsertionTranslationTask(TranslationTask):
             dedupe=self.cfg.dedupe,
             candidates=self.cfg.insertion_candidates,
             fuse_slot_queries=self.cfg.fuse_slot_queries,
+            reranking=getattr(args, "iter_decode_with_external_reranker", False),
         )

@@ -1,0 +1,75 @@
+"""An autoregressive judge for insertion candidates: fairseq's ``--iter-decode-with-external-reranker`` (the
+last ``--path`` checkpoint is an autoregressive model that rescores the outputs), the noisy parallel decoding
+of Gu et al. (2018) with a teacher as judge. Each candidate costs one teacher-forced pass of the judge, all
+candidates of a batch in one pass: no extra decoding steps.
+
+The score is fairseq's: the candidate's mean log-probability per token under the judge, ``</s>`` included
+(:func:`fairseq.iterative_refinement_generator.IterativeRefinementGenerator.rerank`).
+"""
+from typing import List, Sequence
+
+import torch
+from torch import Tensor
+
+
+def check_reranker(reranker, tgt_dict) -> None:
+    """The judge must be an autoregressive encoder-decoder (fairseq's ``transformer`` family) over the same target
+    dictionary; anything else is refused with the flag named."""
+    from fairseq.models import FairseqEncoderDecoderModel
+    from fairseq.models.nat import FairseqNATModel
+
+    from insnet_fairseq.models.insnet import InsNetModel
+
+    name = type(reranker).__name__
+    if isinstance(reranker, (InsNetModel, FairseqNATModel)) or not isinstance(reranker, FairseqEncoderDecoderModel):
+        raise ValueError(
+            "--iter-decode-with-external-reranker: the last --path checkpoint must be an autoregressive "
+            f"encoder-decoder (e.g. --arch transformer), not {name}: pass --path INSNET.pt:AR.pt"
+        )
+    n = len(reranker.decoder.dictionary)
+    if n != len(tgt_dict):
+        raise ValueError(
+            f"--iter-decode-with-external-reranker: the reranker's target dictionary has {n} entries, the task's "
+            f"{len(tgt_dict)}: the reranker must be trained on the same data-bin"
+        )
+
+
+def pad_hypotheses(hyps: Sequence[Tensor], pad: int, eos: int) -> Tensor:
+    """Hypotheses (each [T_i], ending with ``</s>``) -> [N, 1 + max T_i]: ``</s>`` (fairseq's autoregressive start
+    symbol), then the tokens, right-padded.
+
+    Example: [[7, 2], [5, 6, 2]] with pad 1, eos 2 -> [[2, 7, 2, 1], [2, 5, 6, 2]].
+    """
+    out = torch.full((len(hyps), 1 + max(len(h) for h in hyps)), pad, dtype=torch.long)
+    out[:, 0] = eos
+    for i, h in enumerate(hyps):  # one copy per hypothesis, after decoding (not a per-token loop)
+        out[i, 1 : 1 + len(h)] = h
+    return out
+
+
+@torch.no_grad()
+def judge_scores(reranker, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence[Tensor], pad: int,
+                 eos: int) -> Tensor:
+    """Mean log-probability per token of each hypothesis under the autoregressive ``reranker``, one pass.
+
+    src_tokens [N, S] (as the batch has them), src_lengths [N], hyps N token tensors ending with ``</s>``
+    -> [N] float scores. Example: a hypothesis [a, </s>] scores (log p(a | </s>) + log p(</s> | </s> a)) / 2.
+    """
+    if any(m.training for m in reranker.modules()):
+        reranker.eval()
+    seq = pad_hypotheses(hyps, pad, eos).to(src_tokens.device)  # [N, T + 1]
+    prev, target = seq[:, :-1], seq[:, 1:]  # [N, T] each: teacher forcing
+    net_output = reranker(src_tokens, src_lengths, prev)
+    lprobs = reranker.get_normalized_probs(net_output, log_probs=True)  # [N, T, V]
+    real = target.ne(pad)  # [N, T]
+    tok = lprobs.gather(2, target.unsqueeze(2)).squeeze(2).masked_fill(~real, 0.0)  # [N, T]
+    return tok.sum(1) / real.sum(1).clamp(min=1).type_as(tok)
+
+
+def best_of_groups(scores: Tensor, k: int) -> List[int]:
+    """scores [G * K] of G groups of K consecutive candidates -> the index of each group's best (ties: the first).
+
+    Example: scores [-1.0, -0.5, -0.2, -0.9], k 2 -> [1, 2].
+    """
+    g = scores.view(-1, k)
+    return (g.argmax(1) + torch.arange(g.size(0), device=g.device) * k).tolist()

@@ -1,0 +1,135 @@
+"""An autoregressive judge of InsNet's candidates (--iter-decode-with-external-reranker, decoding/rerank.py): its
+scores equal fairseq's own SequenceScorer, batched equals one by one, the output is the candidate the judge
+scores highest, and every misuse is refused with the flag named."""
+import argparse
+
+import pytest
+import torch
+
+from fairseq.models.transformer import TransformerModel, base_architecture
+from fairseq.sequence_scorer import SequenceScorer
+
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.decoding.rerank import best_of_groups, judge_scores, pad_hypotheses
+
+from conftest import FakeTask, build_tiny_model, generate_cmd, make_dictionary, random_batch, run
+
+
+def build_tiny_ar(d, seed: int = 11):
+    """fairseq's autoregressive transformer (1+1 layers, d=16) over dictionary ``d``, random weights."""
+    args = argparse.Namespace(encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, decoder_embed_dim=16,
+                              encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=2,
+                              decoder_attention_heads=2, max_source_positions=64, max_target_positions=64,
+                              dropout=0.0)
+    base_architecture(args)
+    torch.manual_seed(seed)
+    model = TransformerModel.build_model(args, FakeTask(d, d))
+    model.eval()
+    return model
+
+
+def sample_of(src, src_lengths):
+    return {"id": torch.arange(len(src)), "net_input": {"src_tokens": src, "src_lengths": src_lengths}}
+
+
+@pytest.fixture(scope="module")
+def models_and_batch():
+    model, d = build_tiny_model(seed=7, vocab=30)
+    model.decoder.heads.termination_proj.bias.data.fill_(-1.5)  # random weights stop after a while
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    return model, build_tiny_ar(d), d, src, src_lengths
+
+
+def test_pad_hypotheses_and_best_of_groups_docstring_examples():
+    hyps = [torch.tensor([7, 2]), torch.tensor([5, 6, 2])]
+    assert pad_hypotheses(hyps, pad=1, eos=2).tolist() == [[2, 7, 2, 1], [2, 5, 6, 2]]
+    assert best_of_groups(torch.tensor([-1.0, -0.5, -0.2, -0.9]), 2) == [1, 2]
+
+
+def test_judge_scores_equal_fairseq_sequence_scorer_and_one_by_one(models_and_batch):
+    """The mean per-token log-prob (</s> included) of fairseq's SequenceScorer, for hypotheses of different
+    lengths in one batch, and the same for each scored alone."""
+    _, ar, d, src, src_lengths = models_and_batch
+    g = torch.Generator().manual_seed(5)
+    hyps = [torch.cat([torch.randint(d.nspecial, len(d), (n,), generator=g), torch.tensor([d.eos()])])
+            for n in [0, 3, 7, 1, 5, 2]]
+    got = judge_scores(ar, src, src_lengths, hyps, d.pad(), d.eos())
+    seq = pad_hypotheses(hyps, d.pad(), d.eos())
+    sample = {"net_input": {"src_tokens": src, "src_lengths": src_lengths, "prev_output_tokens": seq[:, :-1]},
+              "target": seq[:, 1:]}
+    ref = [h[0]["positional_scores"].mean() for h in SequenceScorer(d).generate([ar], sample)]
+    torch.testing.assert_close(got, torch.stack(ref), atol=1e-5, rtol=0)
+    for b, h in enumerate(hyps):
+        keep = src[b].ne(d.pad())
+        alone = judge_scores(ar, src[b : b + 1, keep], src_lengths[b : b + 1], [h], d.pad(), d.eos())
+        torch.testing.assert_close(alone[0], got[b], atol=1e-5, rtol=0)
+
+
+class RecordingGenerator(InsertionGenerator):
+    """Keeps every sentence's K candidates as best_candidate sees them."""
+
+    groups = []
+
+    @staticmethod
+    def best_candidate(hyps):
+        RecordingGenerator.groups.append([dict(h) for h in hyps])
+        return InsertionGenerator.best_candidate(hyps)
+
+
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
+def test_the_judges_best_candidate_wins(models_and_batch, mode):
+    """With the judge, each sentence outputs the candidate of the highest judge score (scored alone here), that
+    score is its score, and the candidates are those decoded without the judge; batched == one by one."""
+    model, ar, d, src, src_lengths = models_and_batch
+    kw = dict(mode=mode, slot_top_p=0.9, max_steps=25, candidates=3)
+    RecordingGenerator.groups = []
+    RecordingGenerator(d, **kw).generate([model], sample_of(src, src_lengths))
+    plain = RecordingGenerator.groups
+    out = [h[0] for h in InsertionGenerator(d, reranking=True, **kw).generate([model, ar], sample_of(src, src_lengths))]
+    assert len(plain) == len(out) == len(src)
+    judge_differs = 0
+    for b, cands in enumerate(plain):
+        keep = src[b].ne(d.pad())
+        scores = [float(judge_scores(ar, src[b : b + 1, keep], src_lengths[b : b + 1], [c["tokens"]], d.pad(),
+                                     d.eos())[0]) for c in cands]
+        best = max(range(len(cands)), key=lambda j: scores[j])
+        assert out[b]["tokens"].tolist() == cands[best]["tokens"].tolist()
+        assert out[b]["score"] == pytest.approx(scores[best], abs=1e-5)
+        assert out[b]["steps"] == max(c["steps"] for c in cands)
+        self_best = max(range(len(cands)), key=lambda j: cands[j]["score"])
+        judge_differs += cands[best]["tokens"].tolist() != cands[self_best]["tokens"].tolist()
+        alone = InsertionGenerator(d, reranking=True, **kw).generate(
+            [model, ar], sample_of(src[b : b + 1, keep], src_lengths[b : b + 1]))[0][0]
+        assert alone["tokens"].tolist() == out[b]["tokens"].tolist()
+    assert judge_differs > 0  # the judge overruled the model's own choice somewhere: the choice is exercised
+
+
+def test_misuse_is_refused_with_the_flag_named(models_and_batch):
+    model, ar, d, src, src_lengths = models_and_batch
+    sample = sample_of(src, src_lengths)
+    with pytest.raises(ValueError, match="chooses among candidates: add --insertion-candidates"):
+        InsertionGenerator(d, reranking=True)
+    gen = InsertionGenerator(d, reranking=True, candidates=2)
+    with pytest.raises(ValueError, match="needs two checkpoints.*INSNET.pt:AR.pt"):
+        gen.generate([model], sample)
+    with pytest.raises(ValueError, match="must be an autoregressive encoder-decoder.*not InsNetModel"):
+        gen.generate([model, model], sample)
+    with pytest.raises(ValueError, match="reranker's target dictionary has 25 entries"):
+        gen.generate([model, build_tiny_ar(make_dictionary(21))], sample)
+    with pytest.raises(ValueError, match="InsNet decoding does not ensemble"):  # without the flag: no judge
+        InsertionGenerator(d, candidates=2).generate([model, ar], sample)
+
+
+def test_fairseq_generate_with_a_judge(small_data, tiny_checkpoint, ar_checkpoint):
+    """--path INSNET.pt:AR.pt --iter-decode-with-external-reranker: one output per test sentence; the AR checkpoint
+    without the flag is a one-line error that names the flag."""
+    cmd = generate_cmd(small_data, f"{tiny_checkpoint}:{ar_checkpoint}", "--insertion-candidates", "2",
+                       "--iter-decode-with-external-reranker", "--insertion-mode", "parallel")
+    out = run(cmd, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert sum(l.startswith("S-") for l in lines) == sum(l.startswith("H-") for l in lines) == 300  # the test split
+    out = run(generate_cmd(small_data, f"{tiny_checkpoint}:{ar_checkpoint}", "--insertion-candidates", "2"), timeout=300)
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    error = [l for l in out.stderr.splitlines() if ": error: " in l]
+    assert error and "--iter-decode-with-external-reranker" in error[0], out.stderr[-1000:]
