@@ -9,7 +9,7 @@
 
     .venv/bin/python benchmarks/decode_latency.py --insnet checkpoints/table_insnet/checkpoint_last.pt \
         --insnet-parallel checkpoints/dinic_tau1/checkpoint_last.pt \
-        --ar checkpoints/table_ar/checkpoint_last.pt --levt checkpoints/table_levt/checkpoint_last.pt
+        --ar checkpoints/table_ar/checkpoint_last.pt [--levt checkpoints/table_levt/checkpoint_last.pt]
 
 Every system decodes the same sentences at batch 1 and batch 64 (each with its own task's batching
 of the test split, sentences sorted by length as fairseq-generate does); systems are interleaved
@@ -93,7 +93,7 @@ def main(argv=None):
     p.add_argument("--insnet", required=True, help="InsNet checkpoint (sequential and parallel decoding)")
     p.add_argument("--insnet-parallel", help="a parallel-trained InsNet checkpoint (Dinic / uniform), decoded in parallel")
     p.add_argument("--ar", required=True, help="fairseq transformer checkpoint")
-    p.add_argument("--levt", required=True, help="fairseq levenshtein_transformer checkpoint")
+    p.add_argument("--levt", help="fairseq levenshtein_transformer checkpoint (left out when not given)")
     p.add_argument("--slot-top-p", type=float, default=0.7, help="parallel decoding's slot mass (--slot-top-p)")
     p.add_argument("--skip-repeats", action="store_true", help="the parallel-trained model decodes with --skip-repeats")
     p.add_argument("--sentences", type=int, default=256, help="first N test sentences (by id)")
@@ -157,9 +157,10 @@ def main(argv=None):
                                       stop_check_prob=args.stop_check_prob, candidates=args.candidates)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
                                                                          max_len_a=2, max_len_b=10), ar_task, dev))
-    levt, levt_task = load(args.levt, args.data, dev)
-    systems.append(System("LevT", levt, levt_task.build_generator(
-        [levt], Namespace(iter_decode_max_iter=9, iter_decode_eos_penalty=0.0)), levt_task, dev))
+    if args.levt:
+        levt, levt_task = load(args.levt, args.data, dev)
+        systems.append(System("LevT", levt, levt_task.build_generator(
+            [levt], Namespace(iter_decode_max_iter=9, iter_decode_eos_penalty=0.0)), levt_task, dev))
 
     ids = list(range(min(args.sentences, len(ins_task.dataset("test")))))
     sizes = src_sizes(ins_task.dataset("test"))
