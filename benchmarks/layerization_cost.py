@@ -9,6 +9,11 @@ objective) and one layerization from the sequential layering (no gradient) at ea
 layerization continuing from the previous layering (what later epochs pay). Prints median
 seconds, promotion rounds, layers per sentence and the ratio to a training step.
 
+Each tau also gets the rows of ``--dinic-lagged``: one promotion round computed from the states of the
+training pass itself (no layering pass; the states come from a training-mode forward over the layering,
+which the training step runs anyway), from the sequential layering (a first visit), from one round's
+layering (a second visit) and from the fixpoint (the visits once the layering has converged).
+
 ``--max-rounds R`` adds the progressive layering of ``--dinic-max-rounds R``: each visit of a batch
 (one per epoch) runs at most R rounds and the next continues from its result, so the rows
 ``tau T, <= R rounds, visit v`` give what the v-th epoch pays and how many layers it trains on, up
@@ -29,7 +34,8 @@ import insnet_fairseq  # noqa: E402,F401
 from fairseq import checkpoint_utils  # noqa: E402
 
 from insnet_fairseq.tasks.criterion import term_losses  # noqa: E402
-from insnet_fairseq.data.layerization import layerize, num_layers  # noqa: E402
+from insnet_fairseq.data.layerization import (layerize, num_layers, promotions_from_states,  # noqa: E402
+                                              sequential_layers, token_logprobs_by_step, trajectory)
 
 
 def main(argv=None):
@@ -64,7 +70,19 @@ def main(argv=None):
         return layerize(model, ni["src_tokens"], ni["src_lengths"], ni["target"], ni["order"], tau, start=start,
                         ladder=ladder, max_rounds=max_rounds)
 
-    kinds = ["", ", ladder", ", continued"]
+    def lagged_round(sample, tau, layers):  # --dinic-lagged: the round from the training pass's states
+        ni = sample["net_input"]
+        with torch.no_grad():
+            model.train()  # the training pass (dropout on): not timed, the training step runs it
+            out = model(ni["src_tokens"], ni["src_lengths"], ni["target"], *trajectory(layers))
+            model.eval()
+            t = time.perf_counter()  # what the task's promote_lagged does
+            current = token_logprobs_by_step(out["token"], out["states"][4], layers.size(1))
+            promotions_from_states(model.decoder, layers, *out["states"], tau, current=current)
+            return time.perf_counter() - t
+
+    kinds = ["", ", ladder", ", continued", ", lagged round, first visit", ", lagged round, second visit",
+             ", lagged round, at the fixpoint"]
     times = {k: [] for k in ["train step"] + [f"tau {t}{kind}" for t in args.taus for kind in kinds]}
     stats = {}
     for s in samples:  # warm-up
@@ -84,7 +102,15 @@ def main(argv=None):
                 t = time.perf_counter()
                 _, rounds2 = layer(s, tau, start=layers)
                 times[f"tau {tau}, continued"].append(time.perf_counter() - t)
-                for kind, r, lay in [("", rounds, layers), (", ladder", rounds1, laddered), (", continued", rounds2, layers)]:
+                ni = s["net_input"]
+                seq = sequential_layers(ni["order"], ni["target"].ne(model.decoder.padding_idx).sum(1))
+                once, _ = layer(s, tau, max_rounds=1)  # the layering a second visit trains on
+                times[f"tau {tau}, lagged round, first visit"].append(lagged_round(s, tau, seq))
+                times[f"tau {tau}, lagged round, second visit"].append(lagged_round(s, tau, once))
+                times[f"tau {tau}, lagged round, at the fixpoint"].append(lagged_round(s, tau, layers))
+                for kind, r, lay in [("", rounds, layers), (", ladder", rounds1, laddered), (", continued", rounds2, layers),
+                                     (", lagged round, first visit", 1, seq), (", lagged round, second visit", 1, once),
+                                     (", lagged round, at the fixpoint", 1, layers)]:
                     stats.setdefault(f"tau {tau}{kind}", []).append((r, float(num_layers(lay).float().mean())))
                 start = None  # --max-rounds: one visit per epoch, each continuing the last, until the fixpoint
                 for v in range(1, args.visits + 1) if args.max_rounds > 0 else ():

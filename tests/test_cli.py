@@ -186,6 +186,21 @@ def test_layered_training_logs_layers_per_sentence(small_data, tmp_path, flags):
     assert all(math.isfinite(float(r["loss"])) for r in rows)
 
 
+def test_lagged_dinic_trains_sequentially_first_then_on_promoted_layerings(small_data, tmp_path):
+    """--dinic-lagged through fairseq-train: the first epoch trains every sentence on its sequential layering
+    (one layer per word: no layering pass before a batch), the second on the layerings its pass promoted."""
+    out = run(train_cmd(small_data, str(tmp_path / "ckpt"), "--max-epoch", "2", "--no-save", "--dinic-tau", "1.0",
+                        "--insertion-order", "binary", "--dinic-lagged"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = train_rows(out.stdout + out.stderr)
+    by_epoch = {e: [r for r in rows if int(r["epoch"]) == e] for e in (1, 2)}
+    assert by_epoch[1] and by_epoch[2] and len(rows) == len(by_epoch[1]) + len(by_epoch[2])
+    for r in by_epoch[1]:
+        assert abs(float(r["layers"]) - float(r["wpb"]) / float(r["bsz"])) < 0.01, r
+    for r in by_epoch[2]:
+        assert 1.0 <= float(r["layers"]) < float(r["wpb"]) / float(r["bsz"]), r
+
+
 def test_late_words_add_a_layer_in_training_only(small_data, tmp_path):
     """--late-words: the same uniform-layered updates log more layers per sentence with it (last-layer words
     moved to a new layer), and the loss stays finite."""

@@ -7,7 +7,7 @@ import torch
 from insnet_fairseq.tasks.criterion import term_losses
 from insnet_fairseq.data.layerization import (
     LADDER, PAD_LAYER, compact, context_steps, delay_last_words, encoding_order, layerize, num_layers, promotions,
-    sequential_layers, trajectory, uniform_layers,
+    promotions_from_states, sequential_layers, token_logprobs_by_step, trajectory, uniform_layers,
 )
 from insnet_fairseq.data.orders import make_order
 from insnet_fairseq.reference import naive_layered_logprobs
@@ -286,3 +286,38 @@ def test_promotion_round_matches_its_definition(slot_query):
                 expected[b, p] = True
     assert 0 < int(expected.sum()) < len(gains)
     assert torch.equal(up, expected)
+
+
+@pytest.mark.parametrize("slot_query", [False, True])
+@pytest.mark.parametrize("tau", [1.0, math.inf])
+def test_promotions_from_the_training_pass_equal_a_promotion_round(slot_query, tau):
+    """--dinic-lagged: the promotions computed from the states of the model's own forward over a layered
+    trajectory (no extra pass) are those of a promotion round over the same layering (dropout 0)."""
+    model, d = build_tiny_model(seed=13, slot_query_stream=slot_query)
+    lengths = [11, 4, 14, 9, 7]
+    src, src_lengths, target = random_batch(d, lengths, seed=14)
+    n_tok = target.ne(d.pad()).sum(1)
+    order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        for rounds in (0, 1, 2):  # the sequential layering, then layerings with several words per layer
+            layers = sequential_layers(order, n_tok) if rounds == 0 else \
+                layerize(model, src, src_lengths, target, order, tau, max_rounds=rounds)[0]
+            source_kv, source_pad = model.decoder.encode_source(model.encoder(src, src_lengths=src_lengths))
+            expected = promotions(model.decoder, target, layers, source_kv, source_pad, tau)
+            out = model(src, src_lengths, target, *trajectory(layers))
+            up = promotions_from_states(model.decoder, layers, *out["states"], tau)
+            assert torch.equal(up, expected), rounds
+            # the forward's token log-probabilities as the words' scores at their slots now: the same round
+            current = token_logprobs_by_step(out["token"], n_tok, target.size(1))
+            assert torch.equal(promotions_from_states(model.decoder, layers, *out["states"], tau, current=current),
+                               expected), rounds
+            assert int(expected.sum()) > 0  # something moves: the check is not vacuous
+
+
+def test_token_logprobs_by_step_docstring_example():
+    logits = torch.randn(4, 6)
+    target = torch.tensor([1, 4, 2, 5])
+    lp = token_logprobs_by_step({"logits": logits, "target": target}, torch.tensor([5, 3]), 5)
+    want = torch.log_softmax(logits, -1)[torch.arange(4), target]
+    assert torch.equal(lp[0, 2:5], want[:3]) and torch.equal(lp[1, 2:3], want[3:])
+    assert lp[0, :2].eq(0).all() and lp[1, :2].eq(0).all() and lp[1, 3:].eq(0).all()

@@ -263,6 +263,42 @@ def test_sequential_dinic_and_uniform_training_batches(lm_data, tmp_path, traini
         assert "layers" not in log
 
 
+def test_lagged_dinic_trains_on_the_stored_layering_and_promotes_from_its_pass(lm_data, tmp_path):
+    """--dinic-lagged: a training batch trains on its sentences' stored layerings (sequential the first time)
+    with no layering pass, and stores the layering one promotion round further, computed from that pass:
+    the store after v visits is layerize(max_rounds=v) (same weights, dropout 0); validation still
+    layers to the fixpoint."""
+    from insnet_fairseq.data.layerization import layerize, num_layers, sequential_layers
+    from insnet_fairseq.tasks.criterion import InsNetLoss
+
+    task = lm_task(copy_data(lm_data, str(tmp_path / "bin")), dinic_tau=1.0, insertion_order="binary",
+                   dinic_lagged=True)
+    task.load_dataset("test")
+    dataset = task.datasets["test"]
+    model = tiny_lm_model(task)
+    model.train()
+    sample = lambda: dataset.collater([dataset[i] for i in range(16)])  # noqa: E731
+    ni = sample()["net_input"]
+    lengths = ni["target"].ne(task.dictionary.pad()).sum(1)
+    args = (model, ni["src_tokens"], ni["src_lengths"], ni["target"], ni["order"], 1.0)
+    for visit in (1, 2, 3):
+        batch = sample()
+        trained_on = sequential_layers(ni["order"], lengths) if visit == 1 else layerize(*args, max_rounds=visit - 1)[0]
+        _, _, log = task.train_step(batch, model, InsNetLoss(task), Backward(), visit)
+        assert int(log["layers"]) == int(num_layers(trained_on).sum())  # the stored layering, no layering pass
+        stored, known = task._stored_layers("train", batch["id"], lengths, ni["target"].size(1))
+        assert bool(known.all()) and torch.equal(stored, layerize(*args, max_rounds=visit)[0])
+        assert model.training
+    assert int(num_layers(stored).sum()) < int(num_layers(sequential_layers(ni["order"], lengths)).sum())
+    valid = sample()
+    task.layer_batch(valid, model)  # validation: to the fixpoint, in its own store
+    assert int(valid["layers"].sum()) == int(num_layers(layerize(*args)[0]).sum())
+    with pytest.raises(ValueError, match="--dinic-lagged promotes tokens of InsNet-Dinic layerings"):
+        lm_task(copy_data(lm_data, str(tmp_path / "bin2")), layerization="uniform", dinic_lagged=True)
+    with pytest.raises(ValueError, match="--late-words changes it"):
+        lm_task(copy_data(lm_data, str(tmp_path / "bin3")), dinic_tau=1.0, late_words=0.5, dinic_lagged=True)
+
+
 def test_validation_layerings_are_kept_per_sentence(lm_data, tmp_path, monkeypatch):
     """InsNet-Dinic validation continues from each sentence's last layering (one round when the model
     has not changed) and never from a layering stored for a sentence of another length."""

@@ -155,17 +155,34 @@ def promotions(decoder, target: Tensor, layers: Tensor, source_kv, source_pad, t
     """One Dinic round: which tokens move one layer up.  Returns bool [B, n] by position.
 
     target [B, n] (``<s> y </s>``, right-padded), layers [B, n]; ``source_kv``/``source_pad`` from
-    ``decoder.encode_source``.
+    ``decoder.encode_source``. One no-grad pass of the context encoder under ``layers``, then
+    :func:`promotions_from_states`.
     """
     B, n = target.shape
-    device = target.device
     lengths = target.ne(decoder.padding_idx).sum(1)
+    order = encoding_order(layers)
+    step_pad = _positions(B, n, target.device) >= lengths.unsqueeze(1)
+    rank = rank_matrix(order, step_pad)  # [B, n, n]
+    tokens = target.gather(1, order)  # [B, n]
+    h, kv = decoder.context(tokens, offsets_from_rank(rank), causal_mask(n, target.device), source_kv, source_pad)
+    return promotions_from_states(decoder, layers, h, kv, rank, tokens, lengths, source_kv, source_pad, tau)
+
+
+@torch.no_grad()
+def promotions_from_states(decoder, layers: Tensor, h: Tensor, kv, rank: Tensor, tokens: Tensor, lengths: Tensor,
+                           source_kv, source_pad, tau: float, current: Optional[Tensor] = None) -> Tensor:
+    """:func:`promotions` from the context encoder's states of the trajectory of ``layers``: those of
+    ``InsNetDecoder.encode_trajectory`` over ``encoding_order(layers)`` (h [B, n, D] in insertion order,
+    per-layer k/v, rank [B, n, n], tokens [B, n] in insertion order, lengths [B]), e.g. the training
+    forward's own (``--dinic-lagged``: no extra pass). ``current`` [B, n] (optional): each step's token
+    log-probability at its slot now (the forward's token head: :func:`token_logprobs_by_step`), which
+    spares computing it again. Returns bool [B, n] by position.
+    """
+    B, n = layers.shape
+    device = layers.device
     order = encoding_order(layers)
     steps = _positions(B, n, device)
     step_pad = steps >= lengths.unsqueeze(1)
-    rank = rank_matrix(order, step_pad)  # [B, n, n]
-    tokens = target.gather(1, order)  # [B, n]
-    h, kv = decoder.context(tokens, offsets_from_rank(rank), causal_mask(n, device), source_kv, source_pad)
 
     by_step = layers.gather(1, order)  # [B, n]
     c1 = context_steps(layers, order)  # current context: last step of the earlier layers
@@ -207,13 +224,26 @@ def promotions(decoder, target: Tensor, layers: Tensor, source_kv, source_pad, t
             lp = F.log_softmax(heads.token_logits(e, z).float(), -1)  # [N, V]
             return lp.gather(1, tokens[b, t].unsqueeze(1)).squeeze(1)
 
-        ok = slot_lp(c1, s1) - slot_lp(c0, s0) <= tau
+        now = slot_lp(c1, s1) if current is None else current[b, t]
+        ok = now - slot_lp(c0, s0) <= tau
         cand = torch.zeros_like(cand).index_put_((b[ok], t[ok]), torch.ones_like(b[ok], dtype=torch.bool))
     # two candidates for one slot of one layer: the left-most (first step) goes up
     first = torch.full((B, dump + 1), n, dtype=torch.long, device=device)
     first.scatter_reduce_(1, torch.where(cand, key0, torch.full_like(key0, dump)), steps, reduce="amin")
     up = cand & (first.gather(1, key0) == steps)
     return torch.zeros_like(up).scatter_(1, order, up)  # by step -> by position
+
+
+def token_logprobs_by_step(token_out, lengths: Tensor, n: int) -> Tensor:
+    """The model forward's ``token`` output (logits [N, V] and target [N] of the real word steps, row-major)
+    -> log p(token | its slot) [B, n] by step (0 at ``<s>``, ``</s>`` and padding).  lengths [B].
+
+    Example: lengths [5, 3] (3 and 1 words): rows 0-2 are steps 2-4 of sentence 0, row 3 step 2 of sentence 1.
+    """
+    lp = F.log_softmax(token_out["logits"].detach().float(), -1).gather(1, token_out["target"].unsqueeze(1)).squeeze(1)
+    steps = _positions(len(lengths), n, lengths.device)
+    real = (steps >= 2) & (steps < lengths.unsqueeze(1))  # [B, n] the word steps, as the forward's step_valid
+    return torch.zeros(real.shape, dtype=lp.dtype, device=lp.device).masked_scatter(real, lp)
 
 
 @torch.no_grad()

@@ -188,6 +188,8 @@ class InsNetDecoder(FairseqDecoder):
                 "target": is_last.to(h.dtype),
                 "mask": term_mask,
             },
+            # the pass's context states (:meth:`encode_trajectory`), e.g. for --dinic-lagged's promotions
+            "states": (h, kv, rank, tokens, lengths, source_kv, source_pad),
         }
 
     def max_positions(self):

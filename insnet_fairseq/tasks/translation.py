@@ -16,8 +16,9 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from insnet_fairseq.data.dataset import InsertionPairDataset
 from insnet_fairseq.decoding.generator import MODES, InsertionGenerator, check_decoding_flags
 from insnet_fairseq.decoding.inputs import screen_lines
-from insnet_fairseq.data.layerization import (LAYERIZATIONS, PAD_LAYER, delay_last_words, layerize, num_layers,
-                                             sequential_layers, trajectory, uniform_layers)
+from insnet_fairseq.data.layerization import (LAYERIZATIONS, PAD_LAYER, compact, delay_last_words, layerize,
+                                              num_layers, promotions_from_states, sequential_layers,
+                                              token_logprobs_by_step, trajectory, uniform_layers)
 from insnet_fairseq.data.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES,
                                        TREE_POLICIES)
 from insnet_fairseq.data.searched_order import search_orders
@@ -130,6 +131,12 @@ class InsertionTranslationConfig(TranslationConfig):
                                  "0, 0.3, 1, 3, 10 (those below --dinic-tau) before --dinic-tau: the number of layers "
                                  "then never grows with tau, at about three times the promotion rounds"},
     )
+    dinic_lagged: bool = field(
+        default=False, metadata={"help": "InsNet-Dinic without a layering pass: a training batch trains on its "
+                                 "sentences' stored layerings (sequential at first), and one promotion round computed "
+                                 "from that training pass's own context states (dropout on) updates them for the next "
+                                 "visit, so a layering advances one round per epoch; validation layers as without it"},
+    )
     late_words: float = field(
         default=0.0, metadata={"help": "layered training (--layerization uniform, --dinic-tau): each word of a "
                                "sentence's last layer moves, with this probability, to a new layer after it, so "
@@ -196,6 +203,12 @@ class InsertionTranslationTask(TranslationTask):
         if cfg.late_words > 0 and mode == "sequential":
             raise ValueError("--late-words delays words of the last layer of a layered trajectory: use it with "
                              "--layerization uniform or --dinic-tau")
+        if cfg.dinic_lagged and mode != "dinic":
+            raise ValueError(f"--dinic-lagged promotes tokens of InsNet-Dinic layerings: use it with --dinic-tau, not "
+                             f"--layerization {mode}")
+        if cfg.dinic_lagged and cfg.late_words > 0:
+            raise ValueError("--dinic-lagged promotes from the layering the training pass encoded, and --late-words "
+                             "changes it: use one of them")
         if cfg.insertion_order in GIVEN_POLICIES and not self.has_keywords:
             raise ValueError(f"--insertion-order {cfg.insertion_order} trains on each sentence's keywords: use it with "
                              "--task insertion_lm")
@@ -259,11 +272,18 @@ class InsertionTranslationTask(TranslationTask):
         beyond = torch.arange(n, device=lengths.device).unsqueeze(0) >= lengths.unsqueeze(1)
         return stored[:, :n].masked_fill(beyond, PAD_LAYER), known  # this batch may be padded wider
 
+    def _keep_layers(self, split, ids, layers):
+        """Store the layerings [B, n] of sentences ``ids`` [B] (every data-parallel worker's)."""
+        for ids, rows in self._gather_layers(ids.cpu(), layers.int().cpu()):
+            self._store(split, ids, rows.size(1))[ids, : rows.size(1)] = rows
+
     def layer_batch(self, sample, model, update_num=None):
         """Replace the batch's sequential trajectories by layered ones (no-op when sequential).
-        ``update_num`` None: a validation batch."""
+        ``update_num`` None: a validation batch. Returns the layering [B, n] whose promotions the
+        training pass is to compute (--dinic-lagged), else None."""
         if self.layerization == "sequential" or sample is None or "target" not in sample.get("net_input", {}):
-            return
+            return None
+        lagged = None
         net_input = sample["net_input"]
         target, order = net_input["target"], net_input["order"]
         lengths = target.ne(self.tgt_dict.pad()).sum(1)
@@ -277,20 +297,39 @@ class InsertionTranslationTask(TranslationTask):
             start = None
             if bool(known.any()):
                 start = torch.where(known.unsqueeze(1), stored, sequential_layers(order, lengths))
-            if update_num is None or update_num % self.cfg.dinic_interval == 0:
+            due = update_num is None or update_num % self.cfg.dinic_interval == 0
+            if due and not (self.cfg.dinic_lagged and update_num is not None):
                 layers, _ = layerize(model, net_input["src_tokens"], net_input["src_lengths"], target, order,
                                      self.dinic_tau, start=start, max_rounds=self.cfg.dinic_max_rounds,
                                      ladder=self.cfg.dinic_ladder)
             else:
                 layers = start if start is not None else sequential_layers(order, lengths)
-            for ids, rows in self._gather_layers(sample["id"].cpu(), layers.int().cpu()):
-                self._store(split, ids, rows.size(1))[ids, : rows.size(1)] = rows
+                lagged = layers if due else None
+            self._keep_layers(split, sample["id"], layers)
         if self.cfg.late_words > 0 and update_num is not None:  # --late-words: training batches only
             g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + int(update_num))
             u = torch.rand(layers.shape, generator=g).to(layers.device)
             layers = delay_last_words(layers, u, self.cfg.late_words)
         net_input["order"], net_input["context"] = trajectory(layers)
         sample["layers"] = num_layers(layers)
+        return lagged
+
+    def promote_lagged(self, sample, model, layers, net_output):
+        """--dinic-lagged: one promotion round of the training batch's ``layers`` [B, n] from its training
+        pass (``net_output``: its context states, and its token log-probabilities as the words' scores at
+        their slots now; heads in eval mode for the scores one layer up, no gradient), stored for the
+        sentences' next visit."""
+        h, kv, rank, tokens, lengths, source_kv, source_pad = net_output["states"]
+        current = token_logprobs_by_step(net_output["token"], lengths, layers.size(1))
+        detach = lambda pairs: [(k.detach(), v.detach()) for k, v in pairs]  # noqa: E731
+        was_training = model.training
+        model.eval()
+        try:
+            up = promotions_from_states(model.decoder, layers, h.detach(), detach(kv), rank, tokens, lengths,
+                                        detach(source_kv), source_pad, self.dinic_tau, current=current)
+        finally:
+            model.train(was_training)
+        self._keep_layers("train", sample["id"], compact(layers - up.long()))
 
     @staticmethod
     def _gather_layers(ids, layers):
@@ -337,8 +376,17 @@ class InsertionTranslationTask(TranslationTask):
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         self.order_batch(sample, model)
-        self.layer_batch(sample, model, update_num)
-        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        lagged = self.layer_batch(sample, model, update_num)
+        if lagged is None or ignore_grad:
+            return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        captured = []  # --dinic-lagged: the training pass's output
+        handle = model.register_forward_hook(lambda module, inputs, output: captured.append(output))
+        try:
+            result = super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        finally:
+            handle.remove()
+        self.promote_lagged(sample, model, lagged, captured[-1])
+        return result
 
     def valid_step(self, sample, model, criterion):
         self.order_batch(sample, model)
