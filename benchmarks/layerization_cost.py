@@ -74,7 +74,7 @@ def main(argv=None):
         ni = sample["net_input"]
         with torch.no_grad():
             model.train()  # the training pass (dropout on): not timed, the training step runs it
-            out = model(ni["src_tokens"], ni["src_lengths"], ni["target"], *trajectory(layers))
+            out = model(ni["src_tokens"], ni["src_lengths"], ni["target"], *trajectory(layers), return_states=True)
             model.eval()
             t = time.perf_counter()  # what the task's promote_lagged does
             current = token_logprobs_by_step(out["token"], out["states"][4], layers.size(1))

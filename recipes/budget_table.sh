@@ -45,7 +45,8 @@ candidates=${CANDIDATES:-2}  # MODES candidates: --skip-repeats with --insertion
 stop_check=${STOP_CHECK:-0.75}  # MODES stop-check: --skip-repeats --stop-check-prob STOP_CHECK; stop-check-candidates: with
 stop_check_k=${STOP_CHECK_CANDIDATES:-0.6}  # --insertion-candidates too, STOP_CHECK_CANDIDATES (both chosen on the valid set:
 # results/stop_check_valid.csv)
-judge_k=${JUDGE_CANDIDATES:-4}  # MODES judge / judge-stop-check: K candidates, the AR checkpoint JUDGE picks one
+judge_k=${JUDGE_CANDIDATES:-8}  # MODES judge / judge-stop-check: K candidates, the AR checkpoint JUDGE picks one (8: the
+# best of 2, 4, 8 on the valid set, results/judge_valid_s11.csv)
 judge=${JUDGE:-checkpoints/multi30k_en_de-teacher/checkpoint_best.pt}
 tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
 batch1=--batch1; [ "${BATCH1:-1}" = 0 ] && batch1=  # BATCH1=0: no batch-1 timing (while other jobs run)

@@ -304,7 +304,7 @@ def test_promotions_from_the_training_pass_equal_a_promotion_round(slot_query, t
                 layerize(model, src, src_lengths, target, order, tau, max_rounds=rounds)[0]
             source_kv, source_pad = model.decoder.encode_source(model.encoder(src, src_lengths=src_lengths))
             expected = promotions(model.decoder, target, layers, source_kv, source_pad, tau)
-            out = model(src, src_lengths, target, *trajectory(layers))
+            out = model(src, src_lengths, target, *trajectory(layers), return_states=True)
             up = promotions_from_states(model.decoder, layers, *out["states"], tau)
             assert torch.equal(up, expected), rounds
             # the forward's token log-probabilities as the words' scores at their slots now: the same round

@@ -118,7 +118,8 @@ class InsNetDecoder(FairseqDecoder):
         return h, kv, rank, tokens, lengths, source_kv, source_pad
 
     def forward(
-        self, target: Tensor, order: Tensor, encoder_out: Dict, context: Optional[Tensor] = None
+        self, target: Tensor, order: Tensor, encoder_out: Dict, context: Optional[Tensor] = None,
+        return_states: bool = False,
     ) -> Dict[str, Dict[str, Tensor]]:
         """One pass over whole insertion trajectories, sequential or layered (InsNet-Dinic).
 
@@ -139,6 +140,7 @@ class InsNetDecoder(FairseqDecoder):
             token: logits [N, V] and target [N] for the N real steps (``position.mask``)
             position: logits [B, T, K] (-inf at slots that do not exist), target [B, T], mask
             termination: logits [B, n - 1] for t = 1..n-1, target (1 at the last step), mask
+        and with ``return_states`` also ``states``: :meth:`encode_trajectory`'s tensors of this pass.
         """
         B, n = target.shape
         device = target.device
@@ -176,7 +178,7 @@ class InsNetDecoder(FairseqDecoder):
             layer_end = torch.zeros(B, n, dtype=torch.bool, device=device)
             layer_end.scatter_(1, torch.where(step_valid, ctx, torch.zeros_like(ctx)), True)
             term_mask = term_mask & (layer_end[:, 1:] | is_last)
-        return {
+        out = {
             # only real steps reach the vocabulary projection: [N, V], N = sum(len - 2)
             "token": {
                 "logits": self.heads.token_logits(e[step_valid], None if z is None else z[step_valid]),
@@ -188,9 +190,10 @@ class InsNetDecoder(FairseqDecoder):
                 "target": is_last.to(h.dtype),
                 "mask": term_mask,
             },
-            # the pass's context states (:meth:`encode_trajectory`), e.g. for --dinic-lagged's promotions
-            "states": (h, kv, rank, tokens, lengths, source_kv, source_pad),
         }
+        if return_states:  # the pass's context states (:meth:`encode_trajectory`): --dinic-lagged's promotions
+            out["states"] = (h, kv, rank, tokens, lengths, source_kv, source_pad)
+        return out
 
     def max_positions(self):
         return self.max_target_positions - 1  # <s> is prepended to fairseq's target
@@ -280,8 +283,10 @@ class InsNetModel(FairseqEncoderDecoderModel):
         decoder = cls.decoder_class(args, tgt_dict, dec_emb)
         return cls(args, encoder, decoder)
 
-    def forward(self, src_tokens, src_lengths, target, order, context=None, **kwargs):
+    def forward(self, src_tokens, src_lengths, target, order, context=None, return_states=False, **kwargs):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
+        if return_states:  # InsNetDecoder only (InDIGO trains sequentially, without --dinic-lagged)
+            return self.decoder(target, order, encoder_out, context, return_states=True)
         return self.decoder(target, order, encoder_out, context)
 
     def forward_encoder(self, src_tokens, src_lengths):

@@ -379,12 +379,14 @@ class InsertionTranslationTask(TranslationTask):
         lagged = self.layer_batch(sample, model, update_num)
         if lagged is None or ignore_grad:
             return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
-        captured = []  # --dinic-lagged: the training pass's output
+        captured = []  # --dinic-lagged: the training pass's output, with its states
         handle = model.register_forward_hook(lambda module, inputs, output: captured.append(output))
+        sample["net_input"]["return_states"] = True
         try:
             result = super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
         finally:
             handle.remove()
+            del sample["net_input"]["return_states"]
         self.promote_lagged(sample, model, lagged, captured[-1])
         return result
 
