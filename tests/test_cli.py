@@ -157,6 +157,18 @@ def test_bad_insertion_mode_is_an_argparse_error(small_data, tiny_checkpoint):
     assert "--insertion-mode" in out.stderr and "invalid choice" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_fairseq_flag_assertions_are_one_line(small_data, tiny_checkpoint):
+    """fairseq-generate's own check of a flag combination (--sampling with the default beam 5) is one line naming
+    the flags, and the same flags with --beam 1 sample."""
+    out = run(generate_cmd(small_data, tiny_checkpoint, "--sampling", "--sampling-topk", "3"), timeout=300)
+    assert out.returncode != 0
+    assert "fairseq-generate: error: --sampling requires --nbest to be equal to --beam" in out.stderr
+    assert "Traceback" not in out.stderr
+    out = run(generate_cmd(small_data, tiny_checkpoint, "--sampling", "--sampling-topk", "3", "--beam", "1"), timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert sum(line.startswith("H-") for line in out.stdout.splitlines()) == 300
+
+
 def test_interactive_constraints_and_empty_line(small_data, tiny_checkpoint):
     cmd = [os.path.join(BIN, "fairseq-interactive"), small_data, "--user-dir", "insnet_fairseq",
            "--task", "insertion_translation", "--path", tiny_checkpoint, "--source-lang", "en", "--target-lang", "de",

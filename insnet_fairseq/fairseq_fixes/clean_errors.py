@@ -3,9 +3,10 @@
 fairseq's command-line tools let every exception reach the interpreter, which prints the whole
 traceback: a user who passed a wrong flag combination or a mismatched data directory reads 30
 lines of fairseq internals before the message that names the flag or the file. Here an uncaught
-``DataError`` or ``CheckpointError``, or a ``ValueError`` raised by ``insnet_fairseq`` code, is
-printed as ``<program>: error: <message>`` (argparse's form), and the process exits with status 1
-as before. ``INSNET_TRACEBACK=1`` prints the full traceback again; any other
+``DataError`` or ``CheckpointError``, a ``ValueError`` raised by ``insnet_fairseq`` code, or an
+``AssertionError`` of fairseq's command-line scripts whose message names a flag (their checks of flag
+combinations, e.g. ``--sampling requires --nbest to be equal to --beam``), is printed as
+``<program>: error: <message>`` (argparse's form), and the process exits with status 1 as before. ``INSNET_TRACEBACK=1`` prints the full traceback again; any other
 exception is left to Python.
 """
 import os
@@ -14,12 +15,22 @@ import sys
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _raised_here(tb) -> bool:
-    """The innermost frame of the traceback is in this package."""
+def _innermost_file(tb) -> str:
     last = tb
     while last is not None and last.tb_next is not None:
         last = last.tb_next
-    return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(PACKAGE + os.sep)
+    return "" if last is None else os.path.abspath(last.tb_frame.f_code.co_filename)
+
+
+def _raised_here(tb) -> bool:
+    """The innermost frame of the traceback is in this package."""
+    return _innermost_file(tb).startswith(PACKAGE + os.sep)
+
+
+def _flag_check_of_fairseq_cli(exc, tb) -> bool:
+    """An assertion of a fairseq_cli script about its flags: the innermost frame is in fairseq_cli and
+    the message names a flag."""
+    return os.sep + "fairseq_cli" + os.sep in _innermost_file(tb) and "--" in str(exc)
 
 
 def install() -> None:
@@ -31,7 +42,9 @@ def install() -> None:
         from insnet_fairseq.tasks.checkpoint_checks import CheckpointError
         from insnet_fairseq.tasks.translation import DataError
 
-        ours = issubclass(exc_type, (CheckpointError, DataError)) or (issubclass(exc_type, ValueError) and _raised_here(tb))
+        ours = (issubclass(exc_type, (CheckpointError, DataError))
+                or (issubclass(exc_type, ValueError) and _raised_here(tb))
+                or (issubclass(exc_type, AssertionError) and _flag_check_of_fairseq_cli(exc, tb)))
         if ours and not os.environ.get("INSNET_TRACEBACK"):
             program = os.path.basename(sys.argv[0]) or "python"
             sys.stderr.write(f"{program}: error: {exc}\n(INSNET_TRACEBACK=1 shows the traceback)\n")
