@@ -169,6 +169,23 @@ def test_fairseq_flag_assertions_are_one_line(small_data, tiny_checkpoint):
     assert sum(line.startswith("H-") for line in out.stdout.splitlines()) == 300
 
 
+def test_fairseq_generate_insertion_beam_prints_nbest_hypotheses_best_first(small_data, tiny_checkpoint):
+    out = run(generate_cmd(small_data, tiny_checkpoint, "--insertion-beam", "3", "--nbest", "3", "--print-step"),
+              timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    scores = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("H-"):
+            sid, score, _ = line.split("\t")
+            scores.setdefault(int(sid[2:]), []).append(float(score))
+    assert len(scores) == 300 and all(len(v) == 3 for v in scores.values())
+    assert all(v == sorted(v, reverse=True) for v in scores.values())
+    refused = run(generate_cmd(small_data, tiny_checkpoint, "--insertion-beam", "3", "--insertion-mode", "parallel"),
+                  timeout=300)
+    assert refused.returncode != 0
+    assert "--insertion-beam 3 searches sequential insertions" in refused.stderr and "Traceback" not in refused.stderr
+
+
 def test_interactive_constraints_and_empty_line(small_data, tiny_checkpoint):
     cmd = [os.path.join(BIN, "fairseq-interactive"), small_data, "--user-dir", "insnet_fairseq",
            "--task", "insertion_translation", "--path", tiny_checkpoint, "--source-lang", "en", "--target-lang", "de",

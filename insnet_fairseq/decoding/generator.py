@@ -67,6 +67,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from insnet_fairseq.decoding.beam import BeamSearch
 from insnet_fairseq.decoding.cache import ColumnStore, column_dim, layer_names
 from insnet_fairseq.decoding.rerank import check_reranker, judge_scores
 from insnet_fairseq.decoding.sampling import sample
@@ -203,6 +204,25 @@ def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int, min_token
         raise ValueError(f"--max-insertion-steps must be >= 0 (0: 2 x source length + 10), got {max_steps}")
 
 
+def check_beam_flags(beam: int, mode: str, candidates: int = 1, sampling: bool = False, skip_repeats: bool = False,
+                     replace_repeats: bool = False, stop_check_prob: float = 0.0, min_token_prob: float = 0.0) -> None:
+    """Refuse ``--insertion-beam`` values and the flags a beam search does not combine with, naming them."""
+    if beam < 1:
+        raise ValueError(f"--insertion-beam must be >= 1, got {beam}")
+    if beam == 1:
+        return
+    if mode != "sequential":
+        raise ValueError(f"--insertion-beam {beam} searches sequential insertions: add --insertion-mode sequential "
+                         f"(got {mode}; parallel decoding keeps several hypotheses with --insertion-candidates)")
+    clash = [flag for flag, on in (("--insertion-candidates", candidates > 1), ("--sampling", sampling),
+                                   ("--skip-repeats", skip_repeats), ("--replace-repeats", replace_repeats),
+                                   ("--stop-check-prob", stop_check_prob > 0), ("--min-token-prob", min_token_prob > 0))
+             if on]
+    if clash:
+        raise ValueError(f"--insertion-beam {beam} does not combine with {', '.join(clash)} (greedy decoding's "
+                         "options): drop them, or decode with --insertion-beam 1")
+
+
 def split_template(ids: Sequence[int], blank_id: int) -> Tuple[List[int], List[int]]:
     """A template's tokens and blanks: ids with ``blank_id`` at each blank -> (tokens, blanks), each
     blank given as the number of tokens before it; adjacent blanks are one blank.
@@ -258,8 +278,13 @@ class InsertionGenerator:
         candidates: int = 1,
         fuse_slot_queries: bool = False,
         reranking: bool = False,
+        beam: int = 1,
+        lenpen: float = 1.0,
     ):
         check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold, stop_check_prob)
+        check_beam_flags(beam, mode, candidates=candidates, sampling=sampling, skip_repeats=skip_repeats,
+                         replace_repeats=replace_repeats, stop_check_prob=stop_check_prob, min_token_prob=min_token_prob)
+        self.beam, self.lenpen = beam, lenpen  # --insertion-beam (sequential beam search, decoding/beam.py), --lenpen
         if candidates < 1:
             raise ValueError(f"--insertion-candidates must be >= 1, got {candidates}")
         self.candidates = candidates
@@ -371,7 +396,7 @@ class InsertionGenerator:
         for rows in self.length_groups([len(given[b]) for b in todo]):
             self._decode_rows(model, sample, [todo[r] for r in rows], cap, max_len, min_len, initial_tokens,
                               initial_order, finalized, blanks, reranker)
-        return [[h] for h in finalized]
+        return [h if isinstance(h, list) else [h] for h in finalized]
 
     @staticmethod
     def length_groups(n_given: Sequence[int]) -> List[List[int]]:
@@ -390,8 +415,8 @@ class InsertionGenerator:
         by the model's own score, or by the autoregressive ``reranker``'s when there is one)."""
         decoder = model.decoder
         src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
-        K = self.candidates
-        owner = [b for b in todo for _ in range(K)]  # decoded row -> batch row (K candidates each)
+        K = self.beam if self.beam > 1 else self.candidates
+        owner = [b for b in todo for _ in range(K)]  # decoded row -> batch row (K candidates / beam rows each)
         if owner != list(range(src_tokens.size(0))):
             rows = torch.tensor(owner, device=src_tokens.device)
             src_tokens, src_lengths, cap, max_len, min_len = (src_tokens[rows], src_lengths[rows], cap[rows],
@@ -406,6 +431,12 @@ class InsertionGenerator:
         state = self.initial_state(decoder, len(owner), src_tokens.device, source_kv, source_pad, initial_tokens,
                                    initial_order, blanks, capacity=int(max_len.max()))
         ids = torch.arange(len(owner), device=src_tokens.device)  # decoded row of each sentence left
+        if self.beam > 1:  # --insertion-beam: every finished hypothesis, best first
+            found = BeamSearch(self, self.beam, self.lenpen).search(
+                decoder, state, source_kv, source_pad, cap, max_len, min_len if self.min_length_ratio > 0 else None)
+            for b, hyps in zip(todo, found):
+                finalized[b] = hyps
+            return
         # with candidates, the first step's words are each candidate's own rank (0: the best) of the word
         first_rank = ids % K if K > 1 and not self.sampling else None
         history = {i: [] for i in range(len(owner))}
@@ -929,8 +960,12 @@ class InsertionGenerator:
 
     def _finalize(self, state: DecoderState, row: int, history) -> dict:
         tokens, scores = self._sequence(state, row)
+        return self._finalize_sequence(tokens, scores, int(state.steps[row]), history)
+
+    def _finalize_sequence(self, tokens: Tensor, scores: Tensor, steps: int, history) -> dict:
+        """The hypothesis of ``tokens`` [n] (``<s>`` ... ``</s>``, left to right) and their ``scores`` [n]."""
         if self.dedupe:  # a token equal to its left neighbour is dropped (<s>, </s> never repeat)
             keep = torch.ones_like(tokens, dtype=torch.bool)
             keep[1:] = tokens[1:] != tokens[:-1]
             tokens, scores = tokens[keep], scores[keep]
-        return self._hypothesis(tokens[1:].cpu(), scores[1:].cpu(), int(state.steps[row]), history)
+        return self._hypothesis(tokens[1:].cpu(), scores[1:].cpu(), steps, history)

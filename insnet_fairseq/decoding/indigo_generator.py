@@ -27,6 +27,8 @@ class IndigoGenerator(InsertionGenerator):
                 raise ValueError(f"{name} applies to InsNet's parallel decoding, not to --arch indigo_*")
         if kwargs.get("candidates", 1) != 1:
             raise ValueError("--insertion-candidates applies to InsNet decoding, not to --arch indigo_*")
+        if kwargs.get("beam", 1) != 1:
+            raise ValueError("--insertion-beam applies to InsNet decoding (its factorisation), not to --arch indigo_*")
         super().__init__(tgt_dict, **kwargs)
 
     @staticmethod

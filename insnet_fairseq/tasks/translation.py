@@ -14,7 +14,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from insnet_fairseq.data.dataset import InsertionPairDataset
-from insnet_fairseq.decoding.generator import MODES, InsertionGenerator, check_decoding_flags
+from insnet_fairseq.decoding.generator import MODES, InsertionGenerator, check_beam_flags, check_decoding_flags
 from insnet_fairseq.decoding.inputs import screen_lines
 from insnet_fairseq.data.layerization import (LAYERIZATIONS, PAD_LAYER, compact, delay_last_words, layerize,
                                               num_layers, promotions_from_states, sequential_layers,
@@ -97,6 +97,13 @@ class InsertionTranslationConfig(TranslationConfig):
         metadata={"help": "decode K candidates of every sentence side by side, whose first step's words are their "
                   "K most probable (with --sampling: K samples), and output the one of highest mean log-probability "
                   "per insertion (the model's own score); 1: off"},
+    )
+    insertion_beam: int = field(
+        default=1,
+        metadata={"help": "beam search over sequential insertions (--insertion-mode sequential): each hypothesis "
+                  "extends its B best slots x B best words, or stops; finished hypotheses ranked by log-probability "
+                  "(termination, slots, words) / (steps + 1) ** --lenpen; all B are output (--nbest). 1: greedy. "
+                  "fairseq's --beam is not read (its default, 5, would change every decoding)"},
     )
     fuse_slot_queries: bool = field(
         default=False,
@@ -192,6 +199,9 @@ class InsertionTranslationTask(TranslationTask):
             raise ValueError(f"--dinic-tau {tau} only applies to --layerization dinic, not {mode}")
         check_decoding_flags(cfg.insertion_mode, cfg.slot_top_p, cfg.max_insertion_steps, cfg.min_token_prob,
                              cfg.stop_threshold, cfg.stop_check_prob)
+        check_beam_flags(cfg.insertion_beam, cfg.insertion_mode, candidates=cfg.insertion_candidates,
+                         skip_repeats=cfg.skip_repeats, replace_repeats=cfg.replace_repeats,
+                         stop_check_prob=cfg.stop_check_prob, min_token_prob=cfg.min_token_prob)
         if cfg.anchor_depth < 0:
             raise ValueError(f"--anchor-depth must be >= 0, got {cfg.anchor_depth}")
         if cfg.searched_order_beam < 0:
@@ -480,4 +490,6 @@ class InsertionTranslationTask(TranslationTask):
             candidates=self.cfg.insertion_candidates,
             fuse_slot_queries=self.cfg.fuse_slot_queries,
             reranking=getattr(args, "iter_decode_with_external_reranker", False),
+            beam=self.cfg.insertion_beam,
+            lenpen=getattr(args, "lenpen", 1.0),
         )
