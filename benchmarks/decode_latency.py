@@ -4,6 +4,7 @@
 * InsNet sequential and parallel, with the cached context and without it (``--no-insertion-cache``);
 * fairseq's autoregressive ``transformer`` (greedy) and ``levenshtein_transformer`` (fairseq's
   documented ``--iter-decode-max-iter 9``, ``--iter-decode-eos-penalty 0``, beam 1), same size;
+* with ``--beam N``: InsNet sequential beam search (``--insertion-beam N``) and the AR model's beam N;
 * with ``--candidates K --judge``: the parallel-trained model's K candidates judged by the ``--ar`` model
   (``--iter-decode-with-external-reranker``), the judge's pass included in the time.
 
@@ -111,6 +112,8 @@ def main(argv=None):
                         "(--iter-decode-with-external-reranker)")
     p.add_argument("--stop-check-prob", type=float, default=0.0,
                    help="also decode the parallel-trained model with --stop-check-prob P (P > 0)")
+    p.add_argument("--beam", type=int, default=1,
+                   help="also decode the --insnet model sequentially with --insertion-beam N and the AR model with beam N")
     p.add_argument("--cached-only", action="store_true",
                    help="leave out the uncached decodings and the length terciles (the latency comparison only)")
     args = p.parse_args(argv)
@@ -157,6 +160,10 @@ def main(argv=None):
                                       stop_check_prob=args.stop_check_prob, candidates=args.candidates)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
                                                                          max_len_a=2, max_len_b=10), ar_task, dev))
+    if args.beam > 1:  # beam search side by side: InsNet sequential (--insertion-beam) and the AR model
+        systems += insnet_systems(f"InsNet seq, beam {args.beam}", insnet, ins_task, mode="sequential", beam=args.beam)
+        systems.append(System(f"AR transformer beam {args.beam}", ar, SequenceGenerator(
+            [ar], ar_task.target_dictionary, beam_size=args.beam, max_len_a=2, max_len_b=10), ar_task, dev))
     if args.levt:
         levt, levt_task = load(args.levt, args.data, dev)
         systems.append(System("LevT", levt, levt_task.build_generator(
