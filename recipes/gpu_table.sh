@@ -51,7 +51,7 @@ row_job() {  # ROW: train, then score (budget_table.sh eval, OUT=gpu/ROW); write
   fi
   echo "train $rc" >"$logs/$r.status"
   [ $rc = 0 ] || return $rc
-  local modes=sequential; [ "$r" = curriculum-query-kd ] && modes="parallel skip-repeats candidates stop-check stop-check-candidates"
+  local modes="sequential beam"; [ "$r" = curriculum-query-kd ] && modes="parallel skip-repeats candidates stop-check stop-check-candidates"
   MODES=$modes RESULTS_DIR=$res OUT=$r bash recipes/budget_table.sh eval "$r" || rc=$?
   if [ $rc = 0 ] && [ "$r" = curriculum-query-kd ]; then
     local sc="--skip-repeats --stop-check-prob" sc1=${STOP_CHECK:-0.75} sc2=${STOP_CHECK_CANDIDATES:-0.6}

@@ -131,18 +131,17 @@ class OffsetSelfAttention(nn.Module):
         M = min(S - 1, (rel_table.size(0) - 1) // 2)
         p = self.project_offsets(rel_table, M)  # [H, R, Dh], R = 2M + 1 <= 2S - 1
 
-        content = (q + self.u.view(1, H, 1, Dh)) @ k.transpose(-2, -1)  # [B, H, T, S]
         by_offset = (q + self.v.view(1, H, 1, Dh)) @ p.transpose(-2, -1)  # [B, H, T, R]
         if M < S - 1:
             offsets = offsets.clamp(-M, M)
         index = (offsets + M).unsqueeze(1).expand(B, H, T, S)
-        position = by_offset.gather(-1, index)  # [B, H, T, S]
-        scores = (content + position) * self.scaling
+        position = by_offset.gather(-1, index) * self.scaling  # [B, H, T, S]
         mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
-        scores = scores.masked_fill(mask.unsqueeze(1), float("-inf"))
-        attn = torch.softmax(scores, dim=-1, dtype=torch.float32).type_as(scores)
-        attn = F.dropout(attn, p=self.dropout, training=self.training)
-        out = attn @ v  # [B, H, T, Dh]
+        bias = position.masked_fill(mask.unsqueeze(1), float("-inf"))  # [B, H, T, S]
+        # softmax((q + u) k^T * scaling + bias) v, dropout on the weights: one fused kernel, as the AR model's
+        out = F.scaled_dot_product_attention(q + self.u.view(1, H, 1, Dh), k, v, attn_mask=bias,
+                                             dropout_p=self.dropout if self.training else 0.0,
+                                             scale=self.scaling)  # [B, H, T, Dh]
         out = out.transpose(1, 2).reshape(B, T, H * Dh)  # [B, T, D]
         return self.out_proj(out)
 
