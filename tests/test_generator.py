@@ -479,10 +479,10 @@ def test_candidates_are_the_first_words_alternatives_and_the_best_scored_wins(mo
         InsertionGenerator(d, candidates=0)
 
 
-def test_best_candidate_docstring_example():
+def test_ranked_candidates_docstring_example():
     a, b = dict(score=-0.9, steps=5), dict(score=-0.4, steps=7)
-    assert InsertionGenerator.best_candidate([a, b]) == dict(score=-0.4, steps=7)
-    assert InsertionGenerator.best_candidate([dict(a, steps=9), b]) == dict(score=-0.4, steps=9)
+    assert InsertionGenerator.ranked_candidates([a, b]) == [dict(score=-0.4, steps=7), dict(score=-0.9, steps=7)]
+    assert InsertionGenerator.ranked_candidates([dict(a, steps=9), b])[0] == dict(score=-0.4, steps=9)
 
 
 def test_history_insertion_indices_give_each_words_step(model_and_batch):

@@ -65,26 +65,14 @@ def test_judge_scores_equal_fairseq_sequence_scorer_and_one_by_one(models_and_ba
         torch.testing.assert_close(alone[0], got[b], atol=1e-5, rtol=0)
 
 
-class RecordingGenerator(InsertionGenerator):
-    """Keeps every sentence's K candidates as best_candidate sees them."""
-
-    groups = []
-
-    @staticmethod
-    def best_candidate(hyps):
-        RecordingGenerator.groups.append([dict(h) for h in hyps])
-        return InsertionGenerator.best_candidate(hyps)
-
-
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
 def test_the_judges_best_candidate_wins(models_and_batch, mode):
     """With the judge, each sentence outputs the candidate of the highest judge score (scored alone here), that
     score is its score, and the candidates are those decoded without the judge; batched == one by one."""
     model, ar, d, src, src_lengths = models_and_batch
     kw = dict(mode=mode, slot_top_p=0.9, max_steps=25, candidates=3)
-    RecordingGenerator.groups = []
-    RecordingGenerator(d, **kw).generate([model], sample_of(src, src_lengths))
-    plain = RecordingGenerator.groups
+    plain = InsertionGenerator(d, **kw).generate([model], sample_of(src, src_lengths))  # every sentence's K candidates
+    assert all(len(c) == 3 for c in plain)
     out = [h[0] for h in InsertionGenerator(d, reranking=True, **kw).generate([model, ar], sample_of(src, src_lengths))]
     assert len(plain) == len(out) == len(src)
     judge_differs = 0

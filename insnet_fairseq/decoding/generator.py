@@ -24,7 +24,7 @@ q(stop) of a layered model stops with words missing (:meth:`InsertionGenerator.c
 Candidates (``candidates`` K > 1, the length beam of mask-predict and the noisy parallel decoding of
 Gu et al. 2018, with the model as its own judge): each sentence is decoded K times side by side,
 candidate j taking the j-th most probable word(s) at the first step (with sampling: K samples), and
-the candidate with the highest mean log-probability per insertion is the output. The first word is
+the candidates are output best first by mean log-probability per insertion (``--nbest``: the first N). The first word is
 the hardest guess of a layered model (a binary or anchored order starts from a sentence's middle
 word), and every later step builds on it. The K candidates cost one batch K times as wide, not more
 steps: a sentence reports the most steps any of its candidates took. With ``reranking`` (fairseq's
@@ -486,16 +486,16 @@ class InsertionGenerator:
             for h, s in zip(hyps, judged.tolist()):
                 h["score"] = s
         for j, b in enumerate(todo):
-            finalized[b] = self.best_candidate(hyps[j * K: (j + 1) * K])
+            finalized[b] = self.ranked_candidates(hyps[j * K: (j + 1) * K])
 
     @staticmethod
-    def best_candidate(hyps: List[dict]) -> dict:
-        """The candidate with the highest score (the model's mean log-probability per insertion, or the
-        judge's with ``--iter-decode-with-external-reranker``); its ``steps`` are the most any candidate took, as
-        they decode side by side.
-        Example: scores -0.9 (5 steps) and -0.4 (7 steps) -> the second, with 7 steps; with 9 and 7 steps: 9."""
-        best = max(hyps, key=lambda h: h["score"])
-        return best if len(hyps) == 1 else dict(best, steps=max(h["steps"] for h in hyps))
+    def ranked_candidates(hyps: List[dict]) -> List[dict]:
+        """A sentence's candidates, best first by score (the model's mean log-probability per insertion, or the
+        judge's with ``--iter-decode-with-external-reranker``; ``--nbest`` prints the first N); each reports the
+        most steps any candidate took, as they decode side by side.
+        Example: scores -0.9 (5 steps) and -0.4 (7 steps) -> [(-0.4, 7 steps), (-0.9, 7 steps)]."""
+        steps = max(h["steps"] for h in hyps)
+        return [dict(h, steps=steps) for h in sorted(hyps, key=lambda h: -h["score"])]
 
     @staticmethod
     def settled_rows(sample, src_lengths: Tensor, given: Sequence[Sequence[int]], max_len: Tensor,
