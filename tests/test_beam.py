@@ -1,6 +1,7 @@
 """Beam search over sequential insertions (``--insertion-beam``): every finished hypothesis's score is the
 log-probability ``model.forward`` gives its trajectory; a beam wide enough finds every trajectory (checked
 against brute force); cached == uncached; batched == one by one; constraints kept; misuse refused."""
+import copy
 import itertools
 
 import pytest
@@ -114,6 +115,32 @@ def test_beam_cached_equals_uncached_and_batched_equals_one_by_one(model_and_bat
         alone = beam_decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], beam=4, max_steps=8)[0]
         assert [h["tokens"].tolist() for h in alone] == [h["tokens"].tolist() for h in cached[b]]
     assert len({tuple(hs[0]["tokens"].tolist()) for hs in cached}) > 1  # not a degenerate output
+
+
+def test_pruned_search_equals_scoring_every_proposed_slot(model_and_batch, monkeypatch):
+    """The words of a slot that cannot make the beam are not scored: the same hypotheses and scores as scoring all."""
+    import insnet_fairseq.decoding.beam as beam_mod
+
+    model, d, src, src_lengths = model_and_batch
+    model = copy.deepcopy(model)
+    model.decoder.heads.position_proj.weight.data.mul_(8)  # a peaked slot distribution, as a trained model's
+    calls = {"rows": 0}
+    real = beam_mod.BeamSearch.extensions
+
+    def counting(self, *args):
+        calls["rows"] += int(args[4].sum())  # slots whose words are scored
+        return real(self, *args)
+
+    monkeypatch.setattr(beam_mod.BeamSearch, "extensions", counting)
+    pruned = beam_decode(model, d, src, src_lengths, beam=4, max_steps=8)
+    pruned_rows, calls["rows"] = calls["rows"], 0
+    monkeypatch.setattr(beam_mod.BeamSearch, "PRUNE", False)
+    full = beam_decode(model, d, src, src_lengths, beam=4, max_steps=8)
+    assert calls["rows"] > pruned_rows  # pruning skipped some slots...
+    for a, b in zip(pruned, full):  # ...and changed nothing
+        assert [h["tokens"].tolist() for h in a] == [h["tokens"].tolist() for h in b]
+        torch.testing.assert_close(torch.tensor([h["score"] for h in a]), torch.tensor([h["score"] for h in b]),
+                                   atol=1e-5, rtol=0)
 
 
 def test_beam_keeps_constraints_in_order_and_min_length(model_and_batch):

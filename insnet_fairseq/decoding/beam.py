@@ -63,8 +63,11 @@ class BeamSearch:
     """Beam search of one decoding group (see :meth:`InsertionGenerator._decode_rows`): ``owner`` holds
     each sentence ``beam`` times; ``search`` returns per sentence its finished hypotheses, best first."""
 
+    PRUNE = True  # False: score the words of every proposed slot (the tests' reference)
+
     def __init__(self, gen, beam: int, lenpen: float = 1.0):
         self.gen, self.beam, self.lenpen = gen, beam, lenpen
+        self.prune = self.PRUNE
 
     def finished_hypothesis(self, state, row: int, stop_lprob: float, history) -> dict:
         """The output of hypothesis ``row``, stopped with log q(stop) ``stop_lprob`` (on ``</s>``)."""
@@ -108,22 +111,21 @@ class BeamSearch:
             n_slots = min(W, pos_lprobs.size(1))
             top_pos, top_slot = pos_lprobs.topk(n_slots, dim=1)  # [R, Ns]
             valid = torch.isfinite(top_pos) & (alive & ~must_stop).unsqueeze(1)  # [R, Ns]
-            chosen = torch.zeros_like(pos_lprobs, dtype=torch.bool).scatter(1, top_slot, valid)  # [R, K], N True
             n_words = min(W, len(gen.tgt_dict) - len(gen.banned))
-            ext = cum.new_full((R, n_slots, n_words), NEG_INF)  # [R, Ns, Nw]
-            words = torch.zeros(R, n_slots, n_words, dtype=torch.long, device=device)
-            if bool(chosen.any()):
-                logits = gen.token_logits(decoder, state, slots, chosen, source_kv, source_pad)  # [N, V]
-                # the model's own word distribution (not renormalised over the insertable words, as greedy
-                # decoding's choice may be): the scores are then the trajectory's log-probability
-                lprobs = F.log_softmax(logits.float(), -1)
-                lprobs[:, gen.banned.to(lprobs.device)] = NEG_INF
-                word_lp, word = lprobs.topk(n_words, dim=1)  # [N, Nw]
-                n_of = (chosen.view(-1).long().cumsum(0) - 1).view(chosen.shape).gather(1, top_slot)  # [R, Ns]
-                n_of = n_of.clamp(min=0)
-                step_lp = (log_go.unsqueeze(1) + top_pos).unsqueeze(2) + word_lp[n_of]  # [R, Ns, Nw]
-                ext = torch.where(valid.unsqueeze(2), cum.view(R, 1, 1) + step_lp, ext)
-                words = word[n_of]
+            base = (cum + log_go).unsqueeze(1) + top_pos  # [R, Ns] an extension's score before its word's log-prob
+            # the words of each hypothesis's best slot first: the sentence's W-th best of those extensions bounds
+            # the beam from below, and a further slot whose score before the word (a word's log-prob is <= 0) is
+            # below it cannot make the beam: its words are not scored (an l2r model: almost every further slot)
+            first = valid & (torch.arange(n_slots, device=device) == 0)
+            ext, words = self.extensions(decoder, state, slots, top_slot, first, base, n_words, source_kv, source_pad)
+            rest = valid & ~first
+            if self.prune and bool(rest.any()):
+                bound = ext.view(n, -1).topk(W, dim=1).values[:, -1]  # [n] the W-th best so far
+                rest = rest & (base >= bound.repeat_interleave(W).unsqueeze(1))
+            if bool(rest.any()):
+                ext_r, words_r = self.extensions(decoder, state, slots, top_slot, rest, base, n_words, source_kv,
+                                                 source_pad)
+                ext, words = torch.where(rest.unsqueeze(2), ext_r, ext), torch.where(rest.unsqueeze(2), words_r, words)
             finish, pick, pick_scores = choose_beam(stop_scores.view(n, W), ext.view(n, -1), W)
             # finished hypotheses (a few rows a step), in the order of their scores, up to W per sentence
             if bool(finish.any()):  # one copy to the host per step with stops
@@ -163,6 +165,27 @@ class BeamSearch:
                 history = [list(history[r]) for r in src_row.tolist()]
                 self.record(history, state)
         return [sorted(hyps, key=lambda h: -h["score"]) for hyps in finished]
+
+    def extensions(self, decoder, state, slots, top_slot: Tensor, use: Tensor, base: Tensor, n_words: int,
+                   source_kv, source_pad) -> Tuple[Tensor, Tensor]:
+        """Scores and words of the extensions through the slots ``use`` (bool [R, Ns] over ``top_slot`` [R, Ns]):
+        ([R, Ns, Nw] ``base`` [R, Ns] + each of the slot's Nw best words' log-probs, -inf elsewhere; the words)."""
+        R, n_slots = use.shape
+        ext = base.new_full((R, n_slots, n_words), NEG_INF)
+        words = torch.zeros(R, n_slots, n_words, dtype=torch.long, device=base.device)
+        if not bool(use.any()):
+            return ext, words
+        chosen = torch.zeros(R, state.tokens.size(1) - 1, dtype=torch.bool, device=base.device).scatter(
+            1, top_slot, use)  # [R, K], N True (row-major)
+        logits = self.gen.token_logits(decoder, state, slots, chosen, source_kv, source_pad)  # [N, V]
+        # the model's own word distribution (not renormalised over the insertable words, as greedy
+        # decoding's choice may be): the scores are then the trajectory's log-probability
+        lprobs = F.log_softmax(logits.float(), -1)
+        lprobs[:, self.gen.banned.to(lprobs.device)] = NEG_INF
+        word_lp, word = lprobs.topk(n_words, dim=1)  # [N, Nw]
+        n_of = (chosen.view(-1).long().cumsum(0) - 1).view(chosen.shape).gather(1, top_slot).clamp(min=0)  # [R, Ns]
+        ext = torch.where(use.unsqueeze(2), base.unsqueeze(2) + word_lp[n_of], ext)
+        return ext, torch.where(use.unsqueeze(2), word[n_of], words)
 
     def record(self, history, state) -> None:
         if history is not None:
