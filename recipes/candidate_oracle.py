@@ -17,10 +17,11 @@ import sys
 import sacrebleu
 
 
-def candidates(data, path, split, k, decoding, judged):
+def candidates(data, path, split, k, decoding, judged, src="en", tgt="de"):
     """{sentence id: its k detokenised candidates, best first by the model's (or the judge's) score}."""
     cmd = ["fairseq-generate", data, "--path", path, "--gen-subset", split, "--batch-size", "64", "--remove-bpe",
-           "--tokenizer", "moses", "--user-dir", "insnet_fairseq", "--task", "insertion_translation",
+           "--tokenizer", "moses", "--source-lang", src, "--target-lang", tgt, "--user-dir", "insnet_fairseq",
+           "--task", "insertion_translation",
            *decoding.split(), "--insertion-candidates", str(k), "--nbest", str(k), "--beam", str(k)]
     if judged:
         cmd.append("--iter-decode-with-external-reranker")
@@ -41,13 +42,16 @@ def main():
     p.add_argument("--path", required=True, help="the InsNet checkpoint")
     p.add_argument("--judge", required=True, help="the autoregressive judge's checkpoint")
     p.add_argument("--candidates", type=int, default=8)
+    p.add_argument("--src", default="en")
+    p.add_argument("--tgt", default="de")
     p.add_argument("--split", default="valid")
     p.add_argument("--raw-ref", default="../shared/data/multi30k/valid.de")
     p.add_argument("--decoding", default="--insertion-mode parallel --slot-top-p 0.9 --skip-repeats")
     args = p.parse_args()
     refs = open(args.raw_ref, encoding="utf-8").read().splitlines()
-    own = candidates(args.data, args.path, args.split, args.candidates, args.decoding, False)
-    judged = candidates(args.data, f"{args.path}:{args.judge}", args.split, args.candidates, args.decoding, True)
+    own = candidates(args.data, args.path, args.split, args.candidates, args.decoding, False, args.src, args.tgt)
+    judged = candidates(args.data, f"{args.path}:{args.judge}", args.split, args.candidates, args.decoding, True,
+                        args.src, args.tgt)
     if sorted(own) != list(range(len(refs))) or sorted(judged) != list(range(len(refs))):
         sys.exit(f"{args.raw_ref}: {len(refs)} references, but fairseq-generate decoded {len(own)} sentences")
     ids = range(len(refs))

@@ -286,11 +286,12 @@ def test_fused_slot_queries_equal_the_separate_query_pass(mode, monkeypatch):
     query_stream = model.decoder.context.query_stream
     monkeypatch.setattr(model.decoder.context, "query_stream", lambda *a, **k: calls.append(1) or query_stream(*a, **k))
     fused = InsertionGenerator(d, fuse_slot_queries=True, **kw).generate([model], sample, initial_tokens=given)
-    for (a,), (b,) in zip(fused, separate):
+    assert [len(hyps) for hyps in fused] == [len(hyps) for hyps in separate] == [2] * 6  # every candidate, best first
+    for a, b in zip((h for hyps in fused for h in hyps), (h for hyps in separate for h in hyps)):
         assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
         torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-4, rtol=0)
     assert len(calls) == 1  # the initial state's queries; every step's come from its own pass
-    assert len({tuple(h["tokens"].tolist()) for (h,) in fused}) > 1
+    assert len({tuple(hyps[0]["tokens"].tolist()) for hyps in fused}) > 1
 
 
 def test_query_geometry_docstring_example():
