@@ -159,6 +159,25 @@ def test_beam_keeps_constraints_in_order_and_min_length(model_and_batch):
             assert len(h["tokens"]) - 1 >= int(src_lengths[b]) - 1 or h["steps"] == 12
 
 
+@pytest.mark.parametrize("threshold", [0.2, 0.8])
+def test_stop_threshold_is_the_termination_bias_shifted_by_its_logit(model_and_batch, threshold):
+    """--stop-threshold T in the beam = the beam of the model whose termination bias is lowered by logit(T)."""
+    import math
+
+    model, d, src, src_lengths = model_and_batch
+    shifted = copy.deepcopy(model)
+    shifted.decoder.heads.termination_proj.bias.data -= math.log(threshold / (1 - threshold))
+    out = beam_decode(model, d, src, src_lengths, beam=3, max_steps=8, stop_threshold=threshold)
+    ref = beam_decode(shifted, d, src, src_lengths, beam=3, max_steps=8)
+    plain = beam_decode(model, d, src, src_lengths, beam=3, max_steps=8)
+    for a, b in zip(out, ref):
+        assert [h["tokens"].tolist() for h in a] == [h["tokens"].tolist() for h in b]
+        torch.testing.assert_close(torch.tensor([h["score"] for h in a]), torch.tensor([h["score"] for h in b]),
+                                   atol=1e-5, rtol=0)
+    steps = lambda res: sum(h["steps"] for hyps in res for h in hyps)  # noqa: E731
+    assert (steps(out) < steps(plain)) if threshold < 0.5 else (steps(out) > steps(plain))  # stops earlier / later
+
+
 @pytest.mark.parametrize("kw,flag", [(dict(mode="parallel"), "--insertion-mode sequential"),
                                      (dict(candidates=2), "--insertion-candidates"),
                                      (dict(skip_repeats=True), "--skip-repeats"),

@@ -14,7 +14,10 @@ length cap every hypothesis stops. Finished hypotheses are ranked by their log-p
 (steps + 1) ** lenpen (fairseq's ``--lenpen``: the steps are the insertions and the stop). A hypothesis's
 ``positional_scores`` hold, per output token, the log-probability of its step (continue, slot, word; given
 tokens 0) and, on ``</s>``, log q(stop) at the end: they sum to the trajectory's log-probability, the
-quantity ``model.forward`` scores in training (tested).
+quantity ``model.forward`` scores in training (tested). ``--stop-threshold T`` (greedy: stop when q(stop) > T)
+shifts the termination head's log-odds by -logit(T) in the beam as well, so q(stop) > T is where stopping
+outscores going on; with T != 0.5 the scores are those of that recalibrated head (tested against the model with its
+termination bias shifted).
 
 The decoder state, the slot and word scores and the insertion itself are :class:`InsertionGenerator`'s;
 this module adds only the choice of the next beam (:func:`choose_beam`) and the bookkeeping of finished
@@ -100,7 +103,7 @@ class BeamSearch:
         while True:
             R = state.tokens.size(0)
             n = R // W
-            t = gen.termination_logit(decoder, state)  # [R]
+            t = gen.termination_logit(decoder, state) - gen.stop_logit  # [R]; --stop-threshold shifts the log-odds
             log_stop, log_go = F.logsigmoid(t), F.logsigmoid(-t)
             alive = torch.isfinite(cum)
             must_stop = (state.steps >= cap) | (state.lengths >= max_len)  # [R]
