@@ -154,7 +154,8 @@ checkpoint_of() {  # ROW SAVE_DIR -> the checkpoint scored on the test set
     python recipes/evaluate.py --data "$data" --path "$1" --src en --tgt de --name "$2" --gen-subset valid \
       --raw-ref "$raw/valid.de" --csv results/checkpoint_choice.csv -- $flags | sed -n 's/.*: sacreBLEU \([0-9.]*\) .*/\1/p' | tail -1
   }
-  local s_last s_best; s_last=$(score "$last" "$1 last (valid)"); s_best=$(score "$best" "$1 best-loss (valid)")
+  local s_last s_best; local run; run=$(basename "$2")  # the save dir names the budget and the corpus (t120_kd120_...)
+  s_last=$(score "$last" "$run last (valid)"); s_best=$(score "$best" "$run best-loss (valid)")
   echo "checkpoint of $1: valid sacreBLEU $s_last (last) vs $s_best (best valid loss)" >&2
   if python -c "import sys; sys.exit(0 if float('$s_last') >= float('$s_best') else 1)"; then echo "$last"; else echo "$best"; fi
 }

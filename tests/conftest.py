@@ -175,6 +175,11 @@ def random_batch(d: Dictionary, lengths, src_len: int = 7, seed: int = 0):
     return src, src_lengths, target
 
 
+def sample_of(src, src_lengths):
+    """A fairseq-style sample of a source batch (ids 0..B-1), as ``generator.generate`` takes it."""
+    return {"id": torch.arange(len(src)), "net_input": {"src_tokens": src, "src_lengths": src_lengths}}
+
+
 def step_logprobs(out):
     """Model output -> per-step log-probs of the true token, slot and termination (each [B, T])."""
     tok, pos, term = out["token"], out["position"], out["termination"]

@@ -10,11 +10,7 @@ import torch
 from insnet_fairseq.decoding.beam import choose_beam
 from insnet_fairseq.decoding.generator import InsertionGenerator
 
-from conftest import build_tiny_model, random_batch, step_logprobs
-
-
-def sample_of(src, src_lengths):
-    return {"id": torch.arange(len(src)), "net_input": {"src_tokens": src, "src_lengths": src_lengths}}
+from conftest import build_tiny_model, random_batch, sample_of, step_logprobs
 
 
 def beam_decode(model, d, src, src_lengths, beam, **kw):

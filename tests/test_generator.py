@@ -8,11 +8,7 @@ import torch
 from insnet_fairseq.decoding.generator import InsertionGenerator, group_offsets
 from insnet_fairseq.reference import naive_offsets
 
-from conftest import build_tiny_model, make_dictionary, random_batch
-
-
-def sample_of(src, src_lengths):
-    return {"id": torch.arange(len(src)), "net_input": {"src_tokens": src, "src_lengths": src_lengths}}
+from conftest import build_tiny_model, make_dictionary, random_batch, sample_of
 
 
 def decode(model, d, src, src_lengths, **kw):

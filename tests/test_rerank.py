@@ -12,7 +12,7 @@ from fairseq.sequence_scorer import SequenceScorer
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.rerank import best_of_groups, judge_scores, pad_hypotheses
 
-from conftest import FakeTask, build_tiny_model, generate_cmd, make_dictionary, random_batch, run
+from conftest import FakeTask, build_tiny_model, generate_cmd, make_dictionary, random_batch, run, sample_of
 
 
 def build_tiny_ar(d, seed: int = 11):
@@ -26,10 +26,6 @@ def build_tiny_ar(d, seed: int = 11):
     model = TransformerModel.build_model(args, FakeTask(d, d))
     model.eval()
     return model
-
-
-def sample_of(src, src_lengths):
-    return {"id": torch.arange(len(src)), "net_input": {"src_tokens": src, "src_lengths": src_lengths}}
 
 
 @pytest.fixture(scope="module")

@@ -70,7 +70,6 @@ class BeamSearch:
 
     def __init__(self, gen, beam: int, lenpen: float = 1.0):
         self.gen, self.beam, self.lenpen = gen, beam, lenpen
-        self.prune = self.PRUNE
 
     def finished_hypothesis(self, state, row: int, stop_lprob: float, history) -> dict:
         """The output of hypothesis ``row``, stopped with log q(stop) ``stop_lprob`` (on ``</s>``)."""
@@ -122,7 +121,7 @@ class BeamSearch:
             first = valid & (torch.arange(n_slots, device=device) == 0)
             ext, words = self.extensions(decoder, state, slots, top_slot, first, base, n_words, source_kv, source_pad)
             rest = valid & ~first
-            if self.prune and bool(rest.any()):
+            if self.PRUNE and bool(rest.any()):
                 bound = ext.view(n, -1).topk(W, dim=1).values[:, -1]  # [n] the W-th best so far
                 rest = rest & (base >= bound.repeat_interleave(W).unsqueeze(1))
             if bool(rest.any()):
