@@ -71,18 +71,23 @@ def main(argv=None):
     p.add_argument("--ar", required=True)
     p.add_argument("--mode", default="sequential", choices=["sequential", "parallel"])
     p.add_argument("--slot-top-p", type=float, default=0.9)
+    p.add_argument("--skip-repeats", action="store_true", help="InsNet parallel: --skip-repeats")
+    p.add_argument("--fused", action="store_true", help="--slot-query-stream models: the next step's slot queries "
+                   "in each step's pass (--fuse-slot-queries)")
+    p.add_argument("--batch-sizes", default="1,64")
     p.add_argument("--sentences", type=int, default=64)
     p.add_argument("--top", type=int, default=12)
     args = p.parse_args(argv)
     insnet, itask = load(args.insnet, args.data)
     ar, atask = load(args.ar, args.data)
     ids = list(range(args.sentences))
-    gen = InsertionGenerator(itask.target_dictionary, mode=args.mode, slot_top_p=args.slot_top_p)
+    gen = InsertionGenerator(itask.target_dictionary, mode=args.mode, slot_top_p=args.slot_top_p,
+                             skip_repeats=args.skip_repeats, fuse_slot_queries=args.fused)
     ar_gen = SequenceGenerator([ar], atask.target_dictionary, beam_size=1)
     print(f"{torch.get_num_threads()} thread(s), {args.sentences} Multi30k test sentences, InsNet {args.mode}")
     with profile(activities=[ProfilerActivity.CPU]):  # the profiler's one-time start-up, charged to no system
         torch.zeros(1).add_(1)
-    for bsz in (1, 64):
+    for bsz in [int(b) for b in args.batch_sizes.split(",")]:
         profile_system(f"InsNet {args.mode}, batch {bsz}", insnet, gen, batches(itask, ids, bsz), args.top)
         profile_system(f"AR greedy, batch {bsz}", ar, ar_gen, batches(atask, ids, bsz), args.top)
 

@@ -18,7 +18,7 @@
 #                                              #  "judge", "judge-stop-check": those with JUDGE_CANDIDATES
 #                                              #  candidates judged by the AR model JUDGE, the teacher's
 #                                              #  checkpoint by default (--iter-decode-with-external-reranker);
-#                                              #  "beam": sequential with --insertion-beam BEAM (5);
+#                                              #  "beam": sequential with --insertion-beam BEAM (5), --lenpen LENPEN (1);
 #                                              #  RESULTS_DIR: results/ by default)
 #   bash recipes/budget_table.sh tune ROW      # InsNet parallel decoding on the valid set, --slot-top-p 0.5..0.95
 #                                              # (GRID: ';'-separated decoding flag sets; TUNE_OUT: results/NAME.csv)
@@ -50,6 +50,7 @@ judge_k=${JUDGE_CANDIDATES:-8}  # MODES judge / judge-stop-check: K candidates, 
 # best of 2, 4, 8 on the valid set, results/judge_valid_s11.csv)
 judge=${JUDGE:-checkpoints/multi30k_en_de-teacher/checkpoint_best.pt}
 beam=${BEAM:-5}  # MODES beam: InsNet sequential beam search (the AR rows decode with beam 5)
+lenpen=${LENPEN:-1}  # MODES beam: its --lenpen (score / (steps + 1) ** LENPEN; choose it on the valid set)
 tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
 batch1=--batch1; [ "${BATCH1:-1}" = 0 ] && batch1=  # BATCH1=0: no batch-1 timing (while other jobs run)
 out=${RESULTS_DIR:-results}/${OUT:-budget_table}
@@ -171,7 +172,9 @@ insnet_decoding() {  # MODE -> "LABEL<TAB>decoding flags" of an InsNet row (the 
   local par="--insertion-mode parallel --slot-top-p $top_p" label="parallel (top-p $top_p, --skip-repeats"
   case $1 in
     sequential) printf '%s\t%s' "sequential" "--insertion-mode sequential" ;;
-    beam) printf '%s\t%s' "sequential, beam $beam" "--insertion-mode sequential --insertion-beam $beam" ;;
+    beam) if [ "$lenpen" = 1 ]; then printf '%s\t%s' "sequential, beam $beam" "--insertion-mode sequential --insertion-beam $beam"
+          else printf '%s\t%s' "sequential, beam $beam, lenpen $lenpen" \
+            "--insertion-mode sequential --insertion-beam $beam --lenpen $lenpen"; fi ;;
     parallel) printf '%s\t%s' "parallel (top-p $top_p)" "$par" ;;
     skip-repeats) printf '%s\t%s' "$label)" "$par --skip-repeats" ;;
     candidates) printf '%s\t%s' "$label, $candidates candidates)" "$par --skip-repeats --insertion-candidates $candidates" ;;

@@ -17,8 +17,9 @@ import sys
 import sacrebleu
 
 
-def candidates(data, path, split, k, decoding, judged, src="en", tgt="de"):
-    """{sentence id: its k detokenised candidates, best first by the model's (or the judge's) score}."""
+def candidates(data, path, split, k, decoding, judged, src="en", tgt="de", with_scores=False):
+    """{sentence id: its k detokenised candidates, best first by the model's (or the judge's) score}; with_scores:
+    also {sentence id: [(candidate, its score, its length in model tokens)]}."""
     cmd = ["fairseq-generate", data, "--path", path, "--gen-subset", split, "--batch-size", "64", "--remove-bpe",
            "--tokenizer", "moses", "--source-lang", src, "--target-lang", tgt, "--user-dir", "insnet_fairseq",
            "--task", "insertion_translation",
@@ -28,12 +29,33 @@ def candidates(data, path, split, k, decoding, judged, src="en", tgt="de"):
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"fairseq-generate failed:\n{out.stderr[-1500:]}")
-    hyps = collections.defaultdict(list)
+    hyps, scored = collections.defaultdict(list), collections.defaultdict(list)
+    n_tokens = None
     for line in out.stdout.splitlines():
-        if line.startswith("D-"):
+        if line.startswith("H-"):  # H-id, score, BPE tokens: the length in model tokens
+            n_tokens = len(line.split("\t")[2].split()) if line.count("\t") >= 2 else 0
+        elif line.startswith("D-"):
             fields = line.split("\t")
-            hyps[int(fields[0][2:])].append(fields[2] if len(fields) > 2 else "")
-    return hyps
+            text = fields[2] if len(fields) > 2 else ""
+            hyps[int(fields[0][2:])].append(text)
+            scored[int(fields[0][2:])].append((text, float(fields[1]), n_tokens))
+    return (hyps, scored) if with_scores else hyps
+
+
+def mixed_picks(own_scored, judge_scored, weight, bonus):
+    """{id: the candidate of the highest judge score + ``weight`` x the model's own score + ``bonus`` x its length
+    in tokens}: a log-linear reranker of the two scores (both mean log-probabilities) and a word bonus.
+
+    Example: candidates ("a b", own -0.2, judge -1.0, 2 tokens) and ("a", own -0.1, judge -0.9, 1 token): weight 0,
+    bonus 0 -> "a"; weight 0, bonus 0.2 -> "a b" (-1.0 + 0.4 > -0.9 + 0.2).
+    """
+    picks = {}
+    for i, cands in judge_scored.items():
+        own = {}
+        for text, score, _ in own_scored[i]:  # the same text reached twice: its better trajectory
+            own[text] = max(score, own.get(text, score))
+        picks[i] = max(cands, key=lambda c: c[1] + weight * own.get(c[0], min(own.values())) + bonus * c[2])[0]
+    return picks
 
 
 def main():
@@ -47,11 +69,16 @@ def main():
     p.add_argument("--split", default="valid")
     p.add_argument("--raw-ref", default="../shared/data/multi30k/valid.de")
     p.add_argument("--decoding", default="--insertion-mode parallel --slot-top-p 0.9 --skip-repeats")
+    p.add_argument("--mix", action="store_true", help="also rerank by the judge's score + WEIGHT x the model's own "
+                   "+ BONUS x length in tokens, a grid of --mix-weights x --mix-bonuses")
+    p.add_argument("--mix-weights", default="0,0.25,0.5,1,2")
+    p.add_argument("--mix-bonuses", default="0,0.02,0.05,0.1,0.2")
     args = p.parse_args()
     refs = open(args.raw_ref, encoding="utf-8").read().splitlines()
-    own = candidates(args.data, args.path, args.split, args.candidates, args.decoding, False, args.src, args.tgt)
-    judged = candidates(args.data, f"{args.path}:{args.judge}", args.split, args.candidates, args.decoding, True,
-                        args.src, args.tgt)
+    own, own_scored = candidates(args.data, args.path, args.split, args.candidates, args.decoding, False, args.src,
+                                 args.tgt, with_scores=True)
+    judged, judge_scored = candidates(args.data, f"{args.path}:{args.judge}", args.split, args.candidates,
+                                      args.decoding, True, args.src, args.tgt, with_scores=True)
     if sorted(own) != list(range(len(refs))) or sorted(judged) != list(range(len(refs))):
         sys.exit(f"{args.raw_ref}: {len(refs)} references, but fairseq-generate decoded {len(own)} sentences")
     ids = range(len(refs))
@@ -64,6 +91,13 @@ def main():
     print(f"{args.candidates} candidates ({distinct:.2f} distinct per sentence), {args.split}: model's own pick "
           f"{bleu(lambda i: own[i][0]):.2f}, AR judge {bleu(lambda i: judged[i][0]):.2f}, oracle (sentence BLEU) "
           f"{bleu(lambda i: oracle[i]):.2f} sacreBLEU")
+    if args.mix:  # the judge's score + WEIGHT x the model's own + BONUS x length: corpus sacreBLEU of each pick
+        weights, bonuses = [float(w) for w in args.mix_weights.split(",")], [float(b) for b in args.mix_bonuses.split(",")]
+        print("judge + weight x own + bonus x tokens, " + args.split + " sacreBLEU; rows: weight, columns: bonus")
+        print("weight\\bonus " + " ".join(f"{b:>6}" for b in bonuses))
+        for w in weights:
+            row = [bleu(lambda i, p=mixed_picks(own_scored, judge_scored, w, b): p[i]) for b in bonuses]
+            print(f"{w:>12} " + " ".join(f"{x:6.2f}" for x in row))
 
 
 if __name__ == "__main__":

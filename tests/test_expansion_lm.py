@@ -14,7 +14,7 @@ from conftest import ROOT, run
 from insnet_fairseq.data.dependency import ROOT as TREE_ROOT, binarize, expansion_iterations
 from insnet_fairseq.data.expansion_dataset import ExpansionDataset, pattern_table, placeholder, sentence_trees
 from insnet_fairseq.decoding.expansion_generator import ExpansionGenerator, expand
-from insnet_fairseq.decoding.sampling import sample
+from insnet_fairseq.decoding.sampling import check_temperature, sample
 from insnet_fairseq.tasks.translation import DataError
 
 from test_dependency import FIG1_HEADS, FIG1_RELS, FIG1_WORDS, random_projective
@@ -211,6 +211,26 @@ def test_sampling_rules():
     assert abs((nucleus == 0).float().mean().item() - 0.5 / 0.8) < 0.05
     assert set(sample(lp, topk=1, generator=g).tolist()) == {0}
     assert set(sample(lp, generator=g).tolist()) == {0, 1, 2}
+
+
+def test_temperature_rescales_the_sampled_distribution():
+    """--temperature T samples from softmax(log p / T), before the top-k cut; T = 1 draws exactly as before."""
+    lp = torch.tensor([[0.5, 0.3, 0.2]]).log().expand(4000, 3)
+    sharp = torch.tensor([0.5, 0.3, 0.2]) ** 2 / (0.5 ** 2 + 0.3 ** 2 + 0.2 ** 2)  # T = 0.5: [0.66, 0.24, 0.11]
+    draws = sample(lp, temperature=0.5, generator=torch.Generator().manual_seed(1))
+    freq = torch.bincount(draws, minlength=3).float() / len(draws)
+    assert torch.allclose(freq, sharp, atol=0.03), freq
+    top2 = sample(lp, topk=2, temperature=0.5, generator=torch.Generator().manual_seed(2))
+    assert set(top2.tolist()) == {0, 1}
+    assert abs((top2 == 0).float().mean().item() - sharp[0] / (sharp[0] + sharp[1])) < 0.03
+    flat = sample(lp, temperature=4.0, generator=torch.Generator().manual_seed(3))
+    assert (flat == 2).float().mean().item() > 0.27  # 0.2 ** 0.25 / sum: 0.29
+    same = [sample(lp, topp=0.9, generator=torch.Generator().manual_seed(4), **kw) for kw in ({}, {"temperature": 1.0})]
+    assert torch.equal(*same)
+    for bad, sampling, message in ((0.0, True, r"--temperature must be > 0"),
+                                   (0.7, False, r"--temperature 0.7 shapes --sampling only")):
+        with pytest.raises(ValueError, match=message):
+            check_temperature(bad, sampling)
 
 
 def test_unconditional_bleu_matches_nltk():

@@ -451,4 +451,9 @@ def test_generator_reads_the_sampling_flags(lm_data, tmp_path):
                                                                          sampling_topk=-1))
     assert gen.sampling and gen.sampling_topp == 0.7 and gen.sampling_topk == -1
     gen = task.build_generator([tiny_lm_model(task)], argparse.Namespace(sampling=True, sampling_topk=3))
-    assert gen.sampling_topk == 3 and gen.sampling_topp == -1.0
+    assert gen.sampling_topk == 3 and gen.sampling_topp == -1.0 and gen.temperature == 1.0
+    gen = task.build_generator([tiny_lm_model(task)], argparse.Namespace(sampling=True, sampling_topk=3,
+                                                                         temperature=0.5))
+    assert gen.temperature == 0.5  # fairseq's --temperature reaches the sampler (it was ignored)
+    with pytest.raises(ValueError, match=r"--temperature 0.5 shapes --sampling only"):
+        task.build_generator([tiny_lm_model(task)], argparse.Namespace(temperature=0.5))

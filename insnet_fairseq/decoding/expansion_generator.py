@@ -10,7 +10,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from insnet_fairseq.decoding.sampling import sample
+from insnet_fairseq.decoding.sampling import check_temperature, sample
 
 SELF, NONE = -2, -1  # the pattern table's HEAD and padding entries
 
@@ -54,11 +54,12 @@ def expand(tokens: Tensor, heads: Tensor, is_ph: Tensor, words: Tensor, expansio
     return out_tokens, out_heads, out_ph, out_scores
 
 
-def choose(logits: Tensor, sampling: bool, topk: int = -1, topp: float = -1.0) -> Tensor:
-    """argmax, or a sample (:func:`insnet_fairseq.decoding.sampling.sample`). logits [P, V] -> ids [P]."""
+def choose(logits: Tensor, sampling: bool, topk: int = -1, topp: float = -1.0, temperature: float = 1.0) -> Tensor:
+    """argmax, or a sample (:func:`insnet_fairseq.decoding.sampling.sample`, at ``temperature``).
+    logits [P, V] -> ids [P]."""
     if not sampling:
         return logits.argmax(-1)
-    return sample(logits.float().log_softmax(-1), topk, topp)
+    return sample(logits.float().log_softmax(-1), topk, topp, temperature=temperature)
 
 
 class ExpansionGenerator:
@@ -66,8 +67,10 @@ class ExpansionGenerator:
     (the input is only counted). Hypotheses carry ``steps`` (iterations; ``--print-step`` prints them)."""
 
     def __init__(self, tgt_dict, table: Tensor, root: int, sampling: bool = False, top_k: int = -1,
-                 top_p: float = -1.0, max_iterations: int = 50, max_length: int = 200):
+                 top_p: float = -1.0, max_iterations: int = 50, max_length: int = 200, temperature: float = 1.0):
+        check_temperature(temperature, sampling)
         self.dict, self.table, self.root = tgt_dict, table, root
+        self.temperature = temperature
         self.pad, self.eos = tgt_dict.pad(), tgt_dict.eos()
         self.sampling, self.top_k, self.top_p = sampling, top_k, top_p
         self.max_iterations, self.max_length = max_iterations, max_length
@@ -89,10 +92,10 @@ class ExpansionGenerator:
                 break
             steps += open_.long()
             h, exp_logits, padding = model.expansion_logits(tokens, heads, is_ph)  # exp_logits [P, E]
-            exp_ids = choose(exp_logits, self.sampling, self.top_k, self.top_p)  # [P]
+            exp_ids = choose(exp_logits, self.sampling, self.top_k, self.top_p, self.temperature)  # [P]
             expansions = torch.full_like(tokens, model.embed_expansions.padding_idx).masked_scatter(is_ph, exp_ids)
             tok_logits = model.token_logits(h, padding, expansions, is_ph)  # [P, V]
-            word_ids = choose(tok_logits, self.sampling, self.top_k, self.top_p)  # [P]
+            word_ids = choose(tok_logits, self.sampling, self.top_k, self.top_p, self.temperature)  # [P]
             words = torch.full_like(tokens, self.pad).masked_scatter(is_ph, word_ids)  # [B, m]
             chosen = (exp_logits.log_softmax(-1).gather(-1, exp_ids.unsqueeze(-1))
                       + tok_logits.log_softmax(-1).gather(-1, word_ids.unsqueeze(-1))).squeeze(-1)  # [P]

@@ -70,7 +70,7 @@ from torch import Tensor
 from insnet_fairseq.decoding.beam import BeamSearch
 from insnet_fairseq.decoding.cache import ColumnStore, column_dim, layer_names
 from insnet_fairseq.decoding.rerank import check_reranker, judge_scores
-from insnet_fairseq.decoding.sampling import sample
+from insnet_fairseq.decoding.sampling import check_temperature, sample
 from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
 from insnet_fairseq.models.slots import gather_steps
 
@@ -264,6 +264,7 @@ class InsertionGenerator:
         sampling: bool = False,
         sampling_topk: int = -1,
         sampling_topp: float = -1.0,
+        temperature: float = 1.0,
         retain_history: bool = False,
         skip_repeats: bool = False,
         replace_repeats: bool = False,
@@ -303,7 +304,9 @@ class InsertionGenerator:
         self.slot_top_p = slot_top_p
         self.max_steps, self.max_steps_a, self.max_steps_b = max_steps, max_steps_a, max_steps_b
         self.use_cache = use_cache
+        check_temperature(temperature, sampling)
         self.sampling, self.sampling_topk, self.sampling_topp = sampling, sampling_topk, sampling_topp
+        self.temperature = temperature  # --temperature: the words are sampled from softmax(log p / T); scores stay log p
         self.retain_history = retain_history
         if skip_repeats and replace_repeats:
             raise ValueError("--skip-repeats and --replace-repeats exclude each other: choose one")
@@ -691,12 +694,13 @@ class InsertionGenerator:
 
     def choose_tokens(self, logits: Tensor, rank: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """logits [N, V] -> (tokens [N], log-probs [N]); special symbols are never inserted. With ``rank``
-        ([N], greedy decoding), row n takes its ``rank[n]``-th most probable token (0: the best)."""
+        ([N], greedy decoding), row n takes its ``rank[n]``-th most probable token (0: the best). Sampling draws
+        from softmax(log p / ``temperature``); the log-probs returned are the model's own."""
         lprobs = self.insertable_lprobs(logits)
         if rank is not None and not self.sampling:
             tokens = lprobs.topk(int(rank.max()) + 1, dim=-1).indices.gather(1, rank.unsqueeze(1)).squeeze(1)
         elif self.sampling:
-            tokens = sample(lprobs, self.sampling_topk, self.sampling_topp)
+            tokens = sample(lprobs, self.sampling_topk, self.sampling_topp, temperature=self.temperature)
         else:
             tokens = lprobs.argmax(-1)
         return tokens, lprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)

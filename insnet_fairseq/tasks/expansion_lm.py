@@ -120,7 +120,8 @@ class ExpansionLMTask(FairseqTask):
         return ExpansionGenerator(self.tokens_dict, pattern_table(self.expansion_dictionary, self.tokens_dict),
                                   self.root, sampling=sampling, top_k=int(getattr(args, "sampling_topk", -1)),
                                   top_p=float(getattr(args, "sampling_topp", -1.0)),
-                                  max_iterations=self.cfg.max_iterations, max_length=self.cfg.max_output_words)
+                                  max_iterations=self.cfg.max_iterations, max_length=self.cfg.max_output_words,
+                                  temperature=float(getattr(args, "temperature", 1.0)))
 
 
 @register_criterion("expansion_lm_loss")

@@ -469,7 +469,7 @@ class InsertionTranslationTask(TranslationTask):
 
     def generator_options(self, args) -> dict:
         """The decoding options of :class:`InsertionGenerator` read from the task's flags and fairseq's generation
-        flags (``--sampling``, ``--sampling-topk``, ``--sampling-topp``, ``--retain-iter-history``); shared by every
+        flags (``--sampling``, ``--sampling-topk``, ``--sampling-topp``, ``--temperature``, ``--retain-iter-history``); shared by every
         task that decodes with it."""
         return dict(
             mode=self.cfg.insertion_mode,
@@ -479,6 +479,7 @@ class InsertionTranslationTask(TranslationTask):
             sampling=getattr(args, "sampling", False),
             sampling_topk=getattr(args, "sampling_topk", -1),
             sampling_topp=getattr(args, "sampling_topp", -1.0),
+            temperature=getattr(args, "temperature", 1.0),
             retain_history=getattr(args, "retain_iter_history", False),
             skip_repeats=self.cfg.skip_repeats,
             replace_repeats=self.cfg.replace_repeats,
