@@ -16,6 +16,7 @@
 #                                              #  "stop-check": skip-repeats + --stop-check-prob STOP_CHECK;
 #                                              #  "stop-check-candidates": both, STOP_CHECK_CANDIDATES;
 #                                              #  "judge", "judge-stop-check": those with JUDGE_CANDIDATES
+#                                              #  ("judge-sampled": sampled ones, JUDGE_SAMPLING)
 #                                              #  candidates judged by the AR model JUDGE, the teacher's
 #                                              #  checkpoint by default (--iter-decode-with-external-reranker);
 #                                              #  "beam": sequential with --insertion-beam BEAM (5), --lenpen LENPEN (1);
@@ -49,6 +50,9 @@ stop_check_k=${STOP_CHECK_CANDIDATES:-0.6}  # --insertion-candidates too, STOP_C
 judge_k=${JUDGE_CANDIDATES:-8}  # MODES judge / judge-stop-check: K candidates, the AR checkpoint JUDGE picks one (8: the
 # best of 2, 4, 8 on the valid set, results/judge_valid_s11.csv)
 judge=${JUDGE:-checkpoints/multi30k_en_de-teacher/checkpoint_best.pt}
+judge_sampling=${JUDGE_SAMPLING:-"--sampling-topk 8 --temperature 0.5"}  # MODES judge-sampled: the K candidates are
+# samples (at most 0.5 steps/length: the j-th best first word of greedy candidates lengthens the slowest one;
+# chosen on the valid set, results/judge_sampling_valid_s15.csv)
 beam=${BEAM:-5}  # MODES beam: InsNet sequential beam search (the AR rows decode with beam 5)
 lenpen=${LENPEN:-1}  # MODES beam: its --lenpen (score / (steps + 1) ** LENPEN; choose it on the valid set)
 tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
@@ -183,6 +187,8 @@ insnet_decoding() {  # MODE -> "LABEL<TAB>decoding flags" of an InsNet row (the 
       "$par --skip-repeats --stop-check-prob $stop_check_k --insertion-candidates $candidates" ;;
     judge) printf '%s\t%s' "$label, $judge_k candidates, AR judge)" \
       "$par --skip-repeats --insertion-candidates $judge_k --iter-decode-with-external-reranker" ;;
+    judge-sampled) printf '%s\t%s' "$label, $judge_k sampled candidates ($judge_sampling), AR judge)" \
+      "$par --skip-repeats --insertion-candidates $judge_k --iter-decode-with-external-reranker --sampling $judge_sampling --beam 1" ;;
     judge-stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check, $judge_k candidates, AR judge)" \
       "$par --skip-repeats --stop-check-prob $stop_check --insertion-candidates $judge_k --iter-decode-with-external-reranker" ;;
   esac
@@ -204,7 +210,8 @@ eval_rows() {
     case $kind in
       ar) eval_row "$r" "$r greedy" "$ckpt" --user-dir insnet_fairseq --beam 1
           eval_row "$r" "$r beam 5" "$ckpt" --user-dir insnet_fairseq --beam 5 ;;
-      insnet) for m in sequential beam parallel skip-repeats candidates stop-check stop-check-candidates judge judge-stop-check; do
+      insnet) for m in sequential beam parallel skip-repeats candidates stop-check stop-check-candidates judge judge-sampled \
+                       judge-stop-check; do
                 [[ " $modes " = *" $m "* ]] || continue
                 IFS=$'\t' read -r label flags <<<"$(insnet_decoding "$m")"
                 # shellcheck disable=SC2086
