@@ -19,6 +19,7 @@ from conftest import ROOT, SHARED_DATA
 
 sys.path.insert(0, os.path.join(ROOT, "recipes"))
 import corpora  # noqa: E402
+import distill_lm  # noqa: E402
 import romanian  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
@@ -352,3 +353,66 @@ def test_distillation_on_a_tiny_slice(multi30k_bin):
     assert "training the teacher" not in other.stdout
     assert (tmp / "work" / "multi30k_en_de-distill-b" / "train.de").read_text(encoding="utf-8").splitlines() == hyps
     assert n_sentences(str(tmp / "bin" / "multi30k_en_de-distill-b" / "train.en-de.de")) == N
+
+
+# ---------------------------------------------------------------- distillation, keywords -> sentence
+
+
+def test_lm_distillation_keeps_every_keyword_in_order():
+    assert distill_lm.keeps_keywords(["man", "hat"], "a man in a red hat .".split())
+    assert not distill_lm.keeps_keywords(["man", "hat"], "a hat on a man .".split())  # out of order
+    assert not distill_lm.keeps_keywords(["man", "man"], "a man .".split())  # a keyword twice needs it twice
+    assert distill_lm.keeps_keywords([], "anything".split())
+    out = distill_lm.distilled_sentences({0: "a man in a hat .", 1: "a dog .", 2: ""},
+                                         ["a man with a hat .", "two cats sleep .", "a bird ."], ["man hat", "cats", ""])
+    assert out == (["a man in a hat .", "two cats sleep .", "a bird ."], 2)  # missing keyword, empty: originals
+
+
+def test_lm_distillation_on_a_tiny_slice(lm_data, tmp_path):
+    from conftest import AR_TINY, LM_LINES
+
+    import shutil
+
+    data, work = str(tmp_path / "bin"), str(tmp_path / "work")  # a copy: lm_data is shared by other tests
+    for name in ("lm_small", "lm_small-ar"):
+        shutil.copytree(os.path.join(os.path.dirname(lm_data), name), os.path.join(data, name))
+    shutil.copytree(os.path.join(os.path.dirname(os.path.dirname(lm_data)), "work", "lm_small"),
+                    os.path.join(work, "lm_small"))
+    lm_data = os.path.join(data, "lm_small")
+    teacher = tmp_path / "teacher"
+    out = subprocess.run([os.path.join(BIN, "fairseq-train"), lm_data + "-ar", "--task", "translation", *AR_TINY,
+                          "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "512", "--max-update", "2",
+                          "--disable-validation", "--save-dir", str(teacher), "--no-epoch-checkpoints",
+                          "--num-workers", "0"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    assert_ok(out)
+    cmd = [sys.executable, "recipes/distill_lm.py", "lm_small", "--teacher", str(teacher / "checkpoint_last.pt"),
+           "--data-dir", data, "--work-dir", work, "--suffix", "kd-test"]
+    env = dict(ENV, BEAM="2", GEN_BATCH="100", GEN_ARGS="--max-len-a 0 --max-len-b 6")
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert_ok(out)
+    dest = os.path.join(data, "lm_small-kd-test")
+    assert n_sentences(os.path.join(dest, "train")) == LM_LINES
+    for name in ("dict.txt", "train.keywords", "valid.bin", "valid.idx", "test.bin", "test.idx", "test.keywords",
+                 "test.ref"):  # the same dictionary, keywords and held-out sets
+        with open(os.path.join(dest, name), "rb") as a, open(os.path.join(lm_data, name), "rb") as b:
+            assert a.read() == b.read(), name
+    kd_work = os.path.join(work, "lm_small-kd-test")
+    sentences = open(os.path.join(kd_work, "train.tok"), encoding="utf-8").read().splitlines()
+    originals = open(os.path.join(work, "lm_small", "train.tok"), encoding="utf-8").read().splitlines()
+    keywords = open(os.path.join(lm_data, "train.keywords"), encoding="utf-8").read().splitlines()
+    generated = [l.split("\t") for l in open(os.path.join(kd_work, "generate-train.txt"), encoding="utf-8")
+                 .read().splitlines()]
+    best = {int(l[0][2:]): l[2] for l in generated if l[0].startswith("H-")}
+    assert sorted(best) == list(range(LM_LINES))
+    assert all(len(h.split()) <= 6 for h in best.values())  # GEN_ARGS reached fairseq-generate
+    fallback = 0
+    for i, s in enumerate(sentences):  # the teacher's sentence where it keeps the keywords, else the original
+        keeps = bool(best[i].strip()) and distill_lm.keeps_keywords(keywords[i].split(), best[i].split())
+        fallback += not keeps
+        assert s == (best[i] if keeps else originals[i]), i
+        assert distill_lm.keeps_keywords(keywords[i].split(), s.split()), i
+    assert f"{LM_LINES - fallback} from the teacher, {fallback} originals kept" in out.stdout, out.stdout
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert_ok(again)
+    for step in ("decoding", "distilled text", "binarise"):
+        assert f"distill: {step}: done before, skipped" in again.stdout, again.stdout
