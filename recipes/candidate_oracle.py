@@ -96,7 +96,10 @@ def main():
         print("judge + weight x own + bonus x tokens, " + args.split + " sacreBLEU; rows: weight, columns: bonus")
         print("weight\\bonus " + " ".join(f"{b:>6}" for b in bonuses))
         for w in weights:
-            row = [bleu(lambda i, p=mixed_picks(own_scored, judge_scored, w, b): p[i]) for b in bonuses]
+            row = []
+            for b in bonuses:
+                picks = mixed_picks(own_scored, judge_scored, w, b)
+                row.append(bleu(lambda i: picks[i]))
             print(f"{w:>12} " + " ".join(f"{x:6.2f}" for x in row))
 
 

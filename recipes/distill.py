@@ -82,15 +82,16 @@ def train_teacher(data, save):
     fail(f"no checkpoint in {save}")
 
 
-def decode_train(data, ckpt, src, tgt, out):
-    """fairseq-generate over the training split, output saved to ``out`` (skipped when there)."""
+def decode_train(data, ckpt, src, tgt, out, gen_args="--max-len-a 1.2 --max-len-b 10"):
+    """fairseq-generate over the training split, output saved to ``out`` (skipped when there); GEN_ARGS, when set,
+    replaces ``gen_args``, the caller's default length limits."""
     if os.path.exists(out):
         log(f"decoding: done before, skipped ({out})")
         return
     cmd = [os.path.join(BIN, "fairseq-generate"), data, "--user-dir", "insnet_fairseq", "--task", "translation",
            "--source-lang", src, "--target-lang", tgt, "--path", ckpt, "--gen-subset", "train",
            "--beam", os.environ.get("BEAM", "5"), "--batch-size", os.environ.get("GEN_BATCH", "64"),
-           *shlex.split(os.environ.get("GEN_ARGS", "--max-len-a 1.2 --max-len-b 10"))]
+           *shlex.split(os.environ.get("GEN_ARGS", gen_args))]
     log("beam search over the training set: " + " ".join(cmd))
     hyps, last = 0, time.time()
     with subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, text=True, encoding="utf-8") as proc, \

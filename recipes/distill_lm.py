@@ -102,9 +102,8 @@ def main(argv=None):
     if len(keywords) != len(originals):
         fail(f"{data}/train.keywords has {len(keywords)} lines for {len(originals)} training sentences")
     src, tgt = languages(ar_data)
-    os.environ.setdefault("GEN_ARGS", "--max-len-a 0 --max-len-b 50")
     generated = os.path.join(work, "generate-train.txt")
-    decode_train(ar_data, os.path.abspath(args.teacher), src, tgt, generated)
+    decode_train(ar_data, os.path.abspath(args.teacher), src, tgt, generated, gen_args="--max-len-a 0 --max-len-b 50")
 
     text = os.path.join(work, "train.tok")
     if os.path.exists(text):

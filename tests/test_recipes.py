@@ -7,6 +7,7 @@ import http.server
 import io
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -370,8 +371,6 @@ def test_lm_distillation_keeps_every_keyword_in_order():
 
 def test_lm_distillation_on_a_tiny_slice(lm_data, tmp_path):
     from conftest import AR_TINY, LM_LINES
-
-    import shutil
 
     data, work = str(tmp_path / "bin"), str(tmp_path / "work")  # a copy: lm_data is shared by other tests
     for name in ("lm_small", "lm_small-ar"):
