@@ -16,7 +16,9 @@
 #                                              #  "stop-check": skip-repeats + --stop-check-prob STOP_CHECK;
 #                                              #  "stop-check-candidates": both, STOP_CHECK_CANDIDATES;
 #                                              #  "judge", "judge-stop-check": those with JUDGE_CANDIDATES
-#                                              #  ("judge-sampled": sampled ones, JUDGE_SAMPLING)
+#                                              #  ("judge-sampled": sampled ones, JUDGE_SAMPLING;
+#                                              #  "judge-channel": the judge plus CHANNEL_WEIGHT x its channel
+#                                              #  model CHANNEL, the ar-rev row, --channel-weight)
 #                                              #  candidates judged by the AR model JUDGE, the teacher's
 #                                              #  checkpoint by default (--iter-decode-with-external-reranker);
 #                                              #  "beam": sequential with --insertion-beam BEAM (5), --lenpen LENPEN (1);
@@ -25,7 +27,7 @@
 #                                              # (GRID: ';'-separated decoding flag sets; TUNE_OUT: results/NAME.csv)
 #   bash recipes/budget_table.sh rows          # list the rows
 #
-# Rows: ar (the teacher), ar-kd, insnet-l2r, insnet-l2r-kd, insnet-r2l, insnet-binary, insnet-random,
+# Rows: ar (the teacher), ar-kd, ar-rev (De->En: the channel model of the AR judge, CHANNEL), insnet-l2r, insnet-l2r-kd, insnet-r2l, insnet-binary, insnet-random,
 # insnet-anchored (InsNet-uniform over the anchored order's levels), insnet-anchored-kd, anchored-kd-query
 # (the same with --slot-query-stream), anchored-seq-kd then
 # dinic-kd (InsNet-Dinic: sequential anchored base, then Dinic fine-tuning, one budget), curriculum-kd
@@ -53,6 +55,8 @@ judge=${JUDGE:-checkpoints/multi30k_en_de-teacher/checkpoint_best.pt}
 judge_sampling=${JUDGE_SAMPLING:-"--sampling-topk 8 --temperature 0.5"}  # MODES judge-sampled: the K candidates are
 # samples (at most 0.5 steps/length: the j-th best first word of greedy candidates lengthens the slowest one;
 # chosen on the valid set, results/judge_sampling_valid_s15.csv)
+channel=${CHANNEL:-checkpoints/t60_ar_rev/checkpoint_best.pt}  # MODES judge-channel: the De->En model (row ar-rev)
+channel_weight=${CHANNEL_WEIGHT:-0.5}  # MODES judge-channel: its --channel-weight
 beam=${BEAM:-5}  # MODES beam: InsNet sequential beam search (the AR rows decode with beam 5)
 lenpen=${LENPEN:-1}  # MODES beam: its --lenpen (score / (steps + 1) ** LENPEN; choose it on the valid set)
 tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
@@ -69,6 +73,7 @@ spec() {
     ar)                 if [ "$MINUTES" = 60 ]; then echo "ar $data checkpoints/multi30k_en_de-teacher"
                         else echo "ar $data checkpoints/${t}_ar"; fi ;;
     ar-kd)              echo "ar $kd checkpoints/${t}_ar_kd" ;;
+    ar-rev)             echo "ar $data checkpoints/${t}_ar_rev --source-lang de --target-lang en" ;;
     insnet-l2r)         echo "insnet $data checkpoints/${t}_insnet_l2r --insertion-order l2r" ;;
     insnet-l2r-kd)      echo "insnet $kd checkpoints/${t}_insnet_l2r_kd --insertion-order l2r" ;;
     insnet-r2l)         echo "insnet $data checkpoints/${t}_insnet_r2l --insertion-order r2l" ;;
@@ -94,7 +99,7 @@ spec() {
     *) echo "budget_table.sh: unknown row '$1' (bash recipes/budget_table.sh rows)" >&2; exit 2 ;;
   esac
 }
-ROWS=(ar ar-kd insnet-l2r insnet-l2r-kd insnet-r2l insnet-binary insnet-random insnet-anchored insnet-anchored-kd anchored-kd-query
+ROWS=(ar ar-kd ar-rev insnet-l2r insnet-l2r-kd insnet-r2l insnet-binary insnet-random insnet-anchored insnet-anchored-kd anchored-kd-query
       anchored-seq-kd dinic-kd curriculum-kd curriculum-query-kd levt-kd inst-kd indigo-l2r indigo-random indigo-sao)
 
 train_row() {
@@ -189,15 +194,21 @@ insnet_decoding() {  # MODE -> "LABEL<TAB>decoding flags" of an InsNet row (the 
       "$par --skip-repeats --insertion-candidates $judge_k --iter-decode-with-external-reranker" ;;
     judge-sampled) printf '%s\t%s' "$label, $judge_k sampled candidates ($judge_sampling), AR judge)" \
       "$par --skip-repeats --insertion-candidates $judge_k --iter-decode-with-external-reranker --sampling $judge_sampling --beam 1" ;;
+    judge-channel) printf '%s\t%s' "$label, $judge_k candidates, AR judge + $channel_weight x channel)" \
+      "$par --skip-repeats --insertion-candidates $judge_k --iter-decode-with-external-reranker --channel-weight $channel_weight" ;;
     judge-stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check, $judge_k candidates, AR judge)" \
       "$par --skip-repeats --stop-check-prob $stop_check --insertion-candidates $judge_k --iter-decode-with-external-reranker" ;;
   esac
 }
 
 judged() {  # CHECKPOINT FLAGS -> the --path of a decoding: CHECKPOINT, or CHECKPOINT:JUDGE when FLAGS ask for the judge
+  # (CHECKPOINT:JUDGE:CHANNEL when they give it a --channel-weight)
   if [[ " $2 " = *" --iter-decode-with-external-reranker "* ]]; then
     [ -f "$judge" ] || { echo "budget_table.sh: no judge $judge (JUDGE=path/to/ar.pt, or train the ar row)" >&2; exit 2; }
-    echo "$1:$judge"
+    if [[ " $2 " = *" --channel-weight "* ]]; then
+      [ -f "$channel" ] || { echo "budget_table.sh: no channel model $channel (CHANNEL=path/to/de-en.pt, or train the ar-rev row)" >&2; exit 2; }
+      echo "$1:$judge:$channel"
+    else echo "$1:$judge"; fi
   else echo "$1"; fi
 }
 
@@ -205,13 +216,14 @@ eval_rows() {
   mkdir -p "$(dirname "$out")"; rm -f $out.md $out.csv
   local rows=("$@"); [ ${#rows[@]} -gt 0 ] || rows=("${ROWS[@]}")
   for r in "${rows[@]}"; do
+    [ "$r" = ar-rev ] && { echo "skip ar-rev: De->En, the judge's channel model (MODES judge-channel)"; continue; }
     read -r kind d save flags <<<"$(spec "$r")"
     ckpt=$(checkpoint_of "$r" "$save")
     case $kind in
       ar) eval_row "$r" "$r greedy" "$ckpt" --user-dir insnet_fairseq --beam 1
           eval_row "$r" "$r beam 5" "$ckpt" --user-dir insnet_fairseq --beam 5 ;;
       insnet) for m in sequential beam parallel skip-repeats candidates stop-check stop-check-candidates judge judge-sampled \
-                       judge-stop-check; do
+                       judge-channel judge-stop-check; do
                 [[ " $modes " = *" $m "* ]] || continue
                 IFS=$'\t' read -r label flags <<<"$(insnet_decoding "$m")"
                 # shellcheck disable=SC2086

@@ -6,6 +6,10 @@ judge), each as a corpus sacreBLEU of the split.
     python recipes/candidate_oracle.py --path checkpoints/t60_curriculum_query_kd/checkpoint_last.pt \
         --judge checkpoints/multi30k_en_de-teacher/checkpoint_best.pt --candidates 8
 
+With ``--channel REV.pt`` (a target -> source AR model) it also prints the picks of the noisy-channel judge, the AR
+judge's score + W x log p(source | candidate) / |source|, for each W of ``--channel-weights``: two decodings give every
+candidate's two scores (W = 0 and W = 1), so the grid costs no more decoding.
+
 If the oracle is far above the judge, a better judge would help; if it is near it, the candidates are the limit
 (the parallel model itself). Every candidate is read from fairseq-generate's ``--nbest`` output (detokenised D- lines).
 """
@@ -17,7 +21,7 @@ import sys
 import sacrebleu
 
 
-def candidates(data, path, split, k, decoding, judged, src="en", tgt="de", with_scores=False):
+def candidates(data, path, split, k, decoding, judged, src="en", tgt="de", with_scores=False, extra=()):
     """{sentence id: its k detokenised candidates, best first by the model's (or the judge's) score}; with_scores:
     also {sentence id: [(candidate, its score, its length in model tokens)]}."""
     cmd = ["fairseq-generate", data, "--path", path, "--gen-subset", split, "--batch-size", "64", "--remove-bpe",
@@ -26,6 +30,7 @@ def candidates(data, path, split, k, decoding, judged, src="en", tgt="de", with_
            *decoding.split(), "--insertion-candidates", str(k), "--nbest", str(k), "--beam", str(k)]
     if judged:
         cmd.append("--iter-decode-with-external-reranker")
+    cmd.extend(extra)
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f"fairseq-generate failed:\n{out.stderr[-1500:]}")
@@ -58,6 +63,20 @@ def mixed_picks(own_scored, judge_scored, weight, bonus):
     return picks
 
 
+def channel_picks(judge_scored, both_scored, weight):
+    """{id: the candidate of the highest judge score + ``weight`` x channel score}, where ``both_scored`` holds each
+    candidate's score at channel weight 1 (judge + channel), so its channel score is the difference.
+
+    Example: candidates ("a b", judge -1.0, both -1.5) and ("a", judge -0.9, both -2.0): weight 0 -> "a"; weight 0.5
+    -> "a b" (-1.0 + 0.5 x -0.5 > -0.9 + 0.5 x -1.1).
+    """
+    picks = {}
+    for i, cands in judge_scored.items():
+        both = {text: score for text, score, _ in both_scored[i]}
+        picks[i] = max(cands, key=lambda c: c[1] + weight * (both[c[0]] - c[1]))[0]
+    return picks
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="data-bin/multi30k_en_de")
@@ -73,6 +92,8 @@ def main():
                    "+ BONUS x length in tokens, a grid of --mix-weights x --mix-bonuses")
     p.add_argument("--mix-weights", default="0,0.25,0.5,1,2")
     p.add_argument("--mix-bonuses", default="0,0.02,0.05,0.1,0.2")
+    p.add_argument("--channel", help="a target -> source AR checkpoint: also the noisy-channel judge's picks")
+    p.add_argument("--channel-weights", default="0,0.1,0.25,0.5,0.75,1,1.5,2")
     args = p.parse_args()
     refs = open(args.raw_ref, encoding="utf-8").read().splitlines()
     own, own_scored = candidates(args.data, args.path, args.split, args.candidates, args.decoding, False, args.src,
@@ -101,6 +122,14 @@ def main():
                 picks = mixed_picks(own_scored, judge_scored, w, b)
                 row.append(bleu(lambda i: picks[i]))
             print(f"{w:>12} " + " ".join(f"{x:6.2f}" for x in row))
+    if args.channel:  # the judge's score + W x the channel's: the W = 1 decoding gives each candidate's channel score
+        _, both_scored = candidates(args.data, f"{args.path}:{args.judge}:{args.channel}", args.split, args.candidates,
+                                    args.decoding, True, args.src, args.tgt, with_scores=True,
+                                    extra=("--channel-weight", "1"))
+        print(f"AR judge + W x channel ({args.channel}), {args.split} sacreBLEU")
+        for w in [float(x) for x in args.channel_weights.split(",")]:
+            picks = channel_picks(judge_scored, both_scored, w)
+            print(f"W {w:>5}: {bleu(lambda i: picks[i]):.2f}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import pytest
 from conftest import ROOT, SHARED_DATA
 
 sys.path.insert(0, os.path.join(ROOT, "recipes"))
+import candidate_oracle  # noqa: E402
 import corpora  # noqa: E402
 import distill_lm  # noqa: E402
 import romanian  # noqa: E402
@@ -357,6 +358,20 @@ def test_distillation_on_a_tiny_slice(multi30k_bin):
 
 
 # ---------------------------------------------------------------- distillation, keywords -> sentence
+
+
+def test_candidate_rerankers_pick_as_their_docstrings_say():
+    """candidate_oracle's offline rerankers: the judge + W x own + B x length mix, and the noisy-channel judge whose
+    channel score is the W = 1 decoding's score minus the judge's."""
+    judge = {0: [("a b", -1.0, 2), ("a", -0.9, 1)], 1: [("c", -0.2, 1), ("c d", -0.3, 2)]}
+    own = {0: [("a b", -0.2, 2), ("a", -0.1, 1)], 1: [("c", -0.5, 1), ("c d", -0.1, 2)]}
+    assert candidate_oracle.mixed_picks(own, judge, 0, 0) == {0: "a", 1: "c"}
+    assert candidate_oracle.mixed_picks(own, judge, 0, 0.2) == {0: "a b", 1: "c d"}
+    assert candidate_oracle.mixed_picks(own, judge, 1, 0) == {0: "a", 1: "c d"}  # -0.3 - 0.1 > -0.2 - 0.5
+    both = {0: [("a b", -1.5, 2), ("a", -2.0, 1)], 1: [("c", -0.4, 1), ("c d", -0.4, 2)]}  # channel -0.5/-1.1, -0.2/-0.1
+    assert candidate_oracle.channel_picks(judge, both, 0) == {0: "a", 1: "c"}
+    assert candidate_oracle.channel_picks(judge, both, 0.5) == {0: "a b", 1: "c"}  # -0.2 - 0.1 > -0.3 - 0.05
+    assert candidate_oracle.channel_picks(judge, both, 5) == {0: "a b", 1: "c d"}  # -0.2 - 1.0 < -0.3 - 0.5
 
 
 def test_lm_distillation_keeps_every_keyword_in_order():

@@ -10,7 +10,7 @@ from fairseq.models.transformer import TransformerModel, base_architecture
 from fairseq.sequence_scorer import SequenceScorer
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
-from insnet_fairseq.decoding.rerank import best_of_groups, judge_scores, pad_hypotheses
+from insnet_fairseq.decoding.rerank import Judge, best_of_groups, channel_scores, judge_scores, pad_hypotheses
 
 from conftest import FakeTask, build_tiny_model, generate_cmd, make_dictionary, random_batch, run, sample_of
 
@@ -61,6 +61,57 @@ def test_judge_scores_equal_fairseq_sequence_scorer_and_one_by_one(models_and_ba
         torch.testing.assert_close(alone[0], got[b], atol=1e-5, rtol=0)
 
 
+def test_channel_scores_equal_fairseq_sequence_scorer_with_the_roles_swapped(models_and_batch):
+    """log p(source | hypothesis) / |source| of a channel model is fairseq's SequenceScorer with the hypothesis as
+    the source and the (unpadded) source as the target, for left-padded sources of different lengths; batched
+    equals one by one; the Judge adds it with its weight."""
+    _, ar, d, src, src_lengths = models_and_batch
+    channel = build_tiny_ar(d, seed=12)
+    g = torch.Generator().manual_seed(6)
+    src = src.clone()
+    src[0, :3] = d.pad()  # left padding: a shorter source
+    hyps = [torch.cat([torch.randint(d.nspecial, len(d), (n,), generator=g), torch.tensor([d.eos()])])
+            for n in [0, 3, 7, 1, 5, 2]]
+    got = channel_scores(channel, src, hyps, d.pad(), d.eos())
+    for b, h in enumerate(hyps):
+        source = src[b][src[b].ne(d.pad())]
+        seq = pad_hypotheses([source], d.pad(), d.eos())
+        sample = {"net_input": {"src_tokens": h.unsqueeze(0), "src_lengths": torch.tensor([len(h)]),
+                                "prev_output_tokens": seq[:, :-1]}, "target": seq[:, 1:]}
+        ref = SequenceScorer(d).generate([channel], sample)[0][0]["positional_scores"].mean()
+        torch.testing.assert_close(got[b], ref, atol=1e-5, rtol=0)
+        alone = channel_scores(channel, src[b : b + 1], [h], d.pad(), d.eos())
+        torch.testing.assert_close(alone[0], got[b], atol=1e-5, rtol=0)
+    forward = judge_scores(ar, src, src_lengths, hyps, d.pad(), d.eos())
+    torch.testing.assert_close(Judge(ar, channel, 0.3).score(src, src_lengths, hyps, d.pad(), d.eos()),
+                               forward + 0.3 * got)
+    torch.testing.assert_close(Judge(ar).score(src, src_lengths, hyps, d.pad(), d.eos()), forward)
+
+
+def test_the_channel_judges_best_candidate_wins(models_and_batch):
+    """With --channel-weight W each sentence outputs the candidate of the highest forward + W x channel score, and
+    a large enough weight overrules the forward judge somewhere."""
+    model, ar, d, src, src_lengths = models_and_batch
+    channel = build_tiny_ar(d, seed=12)
+    kw = dict(mode="parallel", slot_top_p=0.9, max_steps=25, candidates=3, reranking=True)
+    sample = sample_of(src, src_lengths)
+    forward_only = [h[0] for h in InsertionGenerator(d, **kw).generate([model, ar], sample)]
+    plain = InsertionGenerator(d, mode="parallel", slot_top_p=0.9, max_steps=25, candidates=3).generate([model], sample)
+    out = [h[0] for h in InsertionGenerator(d, channel_weight=5.0, **kw).generate([model, ar, channel], sample)]
+    overruled = 0
+    for b, cands in enumerate(plain):
+        keep = src[b].ne(d.pad())
+        hyps = [c["tokens"] for c in cands]
+        n = len(hyps)
+        scores = Judge(ar, channel, 5.0).score(src[b : b + 1, keep].expand(n, -1), src_lengths[b : b + 1].expand(n),
+                                               hyps, d.pad(), d.eos()).tolist()
+        best = max(range(n), key=lambda j: scores[j])
+        assert out[b]["tokens"].tolist() == hyps[best].tolist()
+        assert out[b]["score"] == pytest.approx(scores[best], abs=1e-5)
+        overruled += out[b]["tokens"].tolist() != forward_only[b]["tokens"].tolist()
+    assert overruled > 0
+
+
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
 def test_the_judges_best_candidate_wins(models_and_batch, mode):
     """With the judge, each sentence outputs the candidate of the highest judge score (scored alone here), that
@@ -100,6 +151,13 @@ def test_misuse_is_refused_with_the_flag_named(models_and_batch):
         gen.generate([model, model], sample)
     with pytest.raises(ValueError, match="reranker's target dictionary has 25 entries"):
         gen.generate([model, build_tiny_ar(make_dictionary(21))], sample)
+    with pytest.raises(ValueError, match="three checkpoints.*INSNET.pt:AR.pt:REV.pt"):
+        InsertionGenerator(d, reranking=True, candidates=2, channel_weight=0.5).generate([model, ar], sample)
+    with pytest.raises(ValueError, match="a third, the channel model, needs --channel-weight"):
+        gen.generate([model, ar, ar], sample)
+    for bad in (dict(channel_weight=0.5), dict(reranking=True, channel_weight=-1.0)):  # no judge; a negative weight
+        with pytest.raises(ValueError, match="--channel-weight"):
+            InsertionGenerator(d, candidates=2, **bad)
     with pytest.raises(ValueError, match="InsNet decoding does not ensemble"):  # without the flag: no judge
         InsertionGenerator(d, candidates=2).generate([model, ar], sample)
 
@@ -113,6 +171,13 @@ def test_fairseq_generate_with_a_judge(small_data, tiny_checkpoint, ar_checkpoin
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
     assert sum(l.startswith("S-") for l in lines) == sum(l.startswith("H-") for l in lines) == 300  # the test split
+    # a channel model third (the same AR checkpoint here: the plumbing, not the direction, is tested)
+    cmd = generate_cmd(small_data, f"{tiny_checkpoint}:{ar_checkpoint}:{ar_checkpoint}", "--insertion-candidates", "2",
+                       "--iter-decode-with-external-reranker", "--channel-weight", "0.5", "--insertion-mode", "parallel")
+    out = run(cmd, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert sum(l.startswith("S-") for l in lines) == sum(l.startswith("H-") for l in lines) == 300
     out = run(generate_cmd(small_data, f"{tiny_checkpoint}:{ar_checkpoint}", "--insertion-candidates", "2"), timeout=300)
     assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
     error = [l for l in out.stderr.splitlines() if ": error: " in l]

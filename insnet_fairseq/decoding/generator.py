@@ -69,7 +69,7 @@ from torch import Tensor
 
 from insnet_fairseq.decoding.beam import BeamSearch
 from insnet_fairseq.decoding.cache import ColumnStore, column_dim, layer_names
-from insnet_fairseq.decoding.rerank import check_reranker, judge_scores
+from insnet_fairseq.decoding.rerank import Judge
 from insnet_fairseq.decoding.sampling import check_temperature, sample
 from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
 from insnet_fairseq.models.slots import gather_steps
@@ -279,6 +279,7 @@ class InsertionGenerator:
         candidates: int = 1,
         fuse_slot_queries: bool = False,
         reranking: bool = False,
+        channel_weight: float = 0.0,
         beam: int = 1,
         lenpen: float = 1.0,
     ):
@@ -294,6 +295,12 @@ class InsertionGenerator:
             raise ValueError("--iter-decode-with-external-reranker chooses among candidates: add --insertion-candidates K "
                              "(K >= 2)")
         self.reranking = reranking
+        # --channel-weight W: the judge adds W x log p(source | candidate) of a target -> source AR model (rerank.py)
+        if channel_weight < 0 or (channel_weight > 0 and not reranking):
+            raise ValueError("--channel-weight weighs the channel model of the autoregressive judge: a weight >= 0, "
+                             "with --iter-decode-with-external-reranker and --path INSNET.pt:AR.pt:REV.pt "
+                             f"(got {channel_weight})")
+        self.channel_weight = channel_weight
         # --slot-query-stream models, cached decoding: a step's pass also computes every slot's query for the next
         # step (one pass per step instead of two; the same outputs). Off by default: the queries of every slot cost
         # more than the saved pass at large batches (CPU: 1.1x faster at batch 1, 0.8x at batch 64)
@@ -345,12 +352,15 @@ class InsertionGenerator:
         holds the template, ``blank_id`` marking each blank.
         """
         reranker = None
-        if self.reranking:  # --path INSNET.pt:AR.pt: the last is the judge of the candidates (decoding/rerank.py)
-            if len(models) != 2:
+        if self.reranking:  # --path INSNET.pt:AR.pt[:REV.pt]: the judge of the candidates (decoding/rerank.py)
+            if self.channel_weight > 0 and len(models) != 3:
+                raise ValueError("--channel-weight needs three checkpoints, the InsNet model, the autoregressive judge "
+                                 f"and its channel model (target -> source): --path INSNET.pt:AR.pt:REV.pt (got {len(models)})")
+            if self.channel_weight == 0 and len(models) != 2:
                 raise ValueError("--iter-decode-with-external-reranker needs two checkpoints, the InsNet model and "
-                                 f"the autoregressive judge: --path INSNET.pt:AR.pt (got {len(models)})")
-            models, reranker = models[:1], models[1]
-            check_reranker(reranker, self.tgt_dict)
+                                 f"the autoregressive judge: --path INSNET.pt:AR.pt (got {len(models)}; a third, the "
+                                 "channel model, needs --channel-weight)")
+            models, reranker = models[:1], Judge.from_models(models[1:], self.channel_weight, self.tgt_dict)
         if len(models) != 1:
             raise ValueError("InsNet decoding does not ensemble: pass one checkpoint to --path")
         if prefix_tokens is not None:
@@ -485,7 +495,7 @@ class InsertionGenerator:
             first_rank = None
             self._record(history, state, ids)
         if reranker is not None:  # every candidate's score becomes the judge's (fairseq's rerank), one pass for all
-            judged = judge_scores(reranker, src_tokens, src_lengths, [h["tokens"] for h in hyps], self.pad, self.eos)
+            judged = reranker.score(src_tokens, src_lengths, [h["tokens"] for h in hyps], self.pad, self.eos)
             for h, s in zip(hyps, judged.tolist()):
                 h["score"] = s
         for j, b in enumerate(todo):

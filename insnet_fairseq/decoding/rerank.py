@@ -4,7 +4,10 @@ of Gu et al. (2018) with a teacher as judge. Each candidate costs one teacher-fo
 candidates of a batch in one pass: no extra decoding steps.
 
 The score is fairseq's: the candidate's mean log-probability per token under the judge, ``</s>`` included
-(:func:`fairseq.iterative_refinement_generator.IterativeRefinementGenerator.rerank`).
+(:func:`fairseq.iterative_refinement_generator.IterativeRefinementGenerator.rerank`). With a channel model
+(``--channel-weight W``, ``--path INSNET.pt:AR.pt:REV.pt``, REV an autoregressive model trained target -> source) the
+score adds W x the source's mean log-probability given the candidate, log p(x | y) / |x|: the noisy-channel
+reranking of Yee et al. (2019), which penalises a candidate that drops (or invents) content.
 """
 from typing import List, Sequence
 
@@ -64,6 +67,50 @@ def judge_scores(reranker, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequen
     real = target.ne(pad)  # [N, T]
     tok = lprobs.gather(2, target.unsqueeze(2)).squeeze(2).masked_fill(~real, 0.0)  # [N, T]
     return tok.sum(1) / real.sum(1).clamp(min=1).type_as(tok)
+
+
+@torch.no_grad()
+def channel_scores(channel, src_tokens: Tensor, hyps: Sequence[Tensor], pad: int, eos: int) -> Tensor:
+    """Mean log-probability per token of each row's source given its hypothesis, under the autoregressive
+    ``channel`` model (trained target -> source), one pass.
+
+    src_tokens [N, S] (left- or right-padded, each row ending with ``</s>``), hyps N token tensors ending with
+    ``</s>`` -> [N] float scores. Example: source [x, </s>] and hypothesis [a, </s>] score
+    (log p(x | a </s>; </s>) + log p(</s> | a </s>; </s> x)) / 2: the channel's encoder reads the hypothesis.
+    """
+    if any(m.training for m in channel.modules()):
+        channel.eval()
+    sources = [row[row.ne(pad)] for row in src_tokens.cpu()]  # N [S_i], each ending with </s>
+    hyp_tokens = torch.nn.utils.rnn.pad_sequence([h.cpu() for h in hyps], batch_first=True, padding_value=pad)
+    hyp_lengths = hyp_tokens.ne(pad).sum(1)  # [N]
+    device = src_tokens.device
+    return judge_scores(channel, hyp_tokens.to(device), hyp_lengths.to(device), sources, pad, eos)
+
+
+class Judge:
+    """The candidates' judge: the autoregressive ``forward`` model's mean log-probability of a candidate, plus
+    ``channel_weight`` x the ``channel`` model's of the source given it (no channel: the forward score alone).
+
+    ``score(src_tokens [N, S], src_lengths [N], hyps N tensors) -> [N]``. Example: forward -0.5 and channel -1.0
+    with weight 0.3 -> -0.8.
+    """
+
+    def __init__(self, forward, channel=None, channel_weight: float = 0.0):
+        self.forward, self.channel, self.channel_weight = forward, channel, channel_weight
+
+    @classmethod
+    def from_models(cls, models, channel_weight: float, tgt_dict) -> "Judge":
+        """The judge models at the end of ``--path``: the forward AR model, then the channel model when
+        ``channel_weight`` > 0; each checked (:func:`check_reranker`)."""
+        for m in models:
+            check_reranker(m, tgt_dict)
+        return cls(models[0], models[1] if channel_weight > 0 else None, channel_weight)
+
+    def score(self, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence[Tensor], pad: int, eos: int) -> Tensor:
+        s = judge_scores(self.forward, src_tokens, src_lengths, hyps, pad, eos)
+        if self.channel is not None:
+            s = s + self.channel_weight * channel_scores(self.channel, src_tokens, hyps, pad, eos).to(s)
+        return s
 
 
 def best_of_groups(scores: Tensor, k: int) -> List[int]:

@@ -169,8 +169,9 @@ def _is_autoregressive(cls) -> bool:
 
 
 def check_model_fits_task(path, state, task, judge: bool = False):
-    """``judge``: the checkpoint is the last of two or more in ``--path``, where an autoregressive model may be the
-    judge of InsNet's candidates (``--iter-decode-with-external-reranker``; the generator checks the flag)."""
+    """``judge``: the checkpoint follows the first in ``--path``, where autoregressive models may be the judge of
+    InsNet's candidates and its channel model (``--iter-decode-with-external-reranker``, ``--channel-weight``; the
+    generator checks the flags and the count)."""
     from insnet_fairseq.tasks.lm import InsertionLMTask
     from insnet_fairseq.models.insnet import InsNetLMModel
     from insnet_fairseq.tasks.translation import InsertionTranslationTask
@@ -305,7 +306,7 @@ def _wrap_load_model_ensemble_and_task(original):
             if task is None:  # as fairseq does, but before the model is built, so it can be checked
                 st_cfg = convert_namespace_to_omegaconf(st["args"]) if st.get("args") is not None else st["cfg"]
                 task = tasks.setup_task(st_cfg.task, from_checkpoint=True)
-            check_model_fits_task(path, st, task, judge=len(filenames) > 1 and i == len(filenames) - 1)
+            check_model_fits_task(path, st, task, judge=i > 0)
             check_dictionaries(path, st, task)
             try:
                 models, cfg, task = original([filename], arg_overrides, task, strict, suffix, 1, st)

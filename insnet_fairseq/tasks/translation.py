@@ -98,6 +98,12 @@ class InsertionTranslationConfig(TranslationConfig):
                   "K most probable (with --sampling: K samples), and output the one of highest mean log-probability "
                   "per insertion (the model's own score); 1: off"},
     )
+    channel_weight: float = field(
+        default=0.0,
+        metadata={"help": "with --iter-decode-with-external-reranker: the judge's score adds this weight x the "
+                  "source's mean log-probability given the candidate under a target -> source autoregressive "
+                  "model, passed third: --path INSNET.pt:AR.pt:REV.pt (noisy-channel reranking); 0: off"},
+    )
     insertion_beam: int = field(
         default=1,
         metadata={"help": "beam search over sequential insertions (--insertion-mode sequential): each hypothesis "
@@ -451,7 +457,9 @@ class InsertionTranslationTask(TranslationTask):
         from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel
 
         # --iter-decode-with-external-reranker: the last model is the autoregressive judge (checked by the generator)
-        judged = models[:-1] if getattr(args, "iter_decode_with_external_reranker", False) else models
+        judged = models
+        if getattr(args, "iter_decode_with_external_reranker", False):  # the judge (and its channel model) last
+            judged = models[: -2 if getattr(self.cfg, "channel_weight", 0.0) > 0 else -1]
         for model in judged:
             if not isinstance(model, InsNetModel) or isinstance(model, InsNetLMModel):
                 raise ValueError(
@@ -491,6 +499,7 @@ class InsertionTranslationTask(TranslationTask):
             candidates=self.cfg.insertion_candidates,
             fuse_slot_queries=self.cfg.fuse_slot_queries,
             reranking=getattr(args, "iter_decode_with_external_reranker", False),
+            channel_weight=getattr(self.cfg, "channel_weight", 0.0),
             beam=self.cfg.insertion_beam,
             lenpen=getattr(args, "lenpen", 1.0),
         )
