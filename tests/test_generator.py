@@ -478,8 +478,43 @@ def test_candidates_are_the_first_words_alternatives_and_the_best_scored_wins(mo
 
 def test_ranked_candidates_docstring_example():
     a, b = dict(score=-0.9, steps=5), dict(score=-0.4, steps=7)
-    assert InsertionGenerator.ranked_candidates([a, b]) == [dict(score=-0.4, steps=7), dict(score=-0.9, steps=7)]
-    assert InsertionGenerator.ranked_candidates([dict(a, steps=9), b])[0] == dict(score=-0.4, steps=9)
+    assert InsertionGenerator.ranked_candidates([a, b]) == [dict(score=-0.4, steps=7, candidate_steps=7),
+                                                            dict(score=-0.9, steps=7, candidate_steps=5)]
+    assert InsertionGenerator.ranked_candidates([dict(a, steps=9), b])[0] == dict(score=-0.4, steps=9, candidate_steps=7)
+
+
+@pytest.mark.parametrize("judged", [False, True])
+def test_candidates_finish_keeps_the_first_m_finished(judged):
+    """--insertion-candidates-finish M: a sentence's candidates are those of the full K-candidate decoding that
+    finished by the step its M-th finished (the others dropped unfinished), that step is its step count, the best
+    of them (by the model's own score, or the AR judge's) is output; M = K changes nothing; a bad M is refused."""
+    from test_rerank import build_tiny_ar
+
+    model, d = build_tiny_model(seed=7, vocab=30)
+    model.decoder.heads.termination_proj.bias.data.fill_(-1.0)  # candidates of a sentence stop at different steps
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    models = [model, build_tiny_ar(d)] if judged else [model]
+    kw = dict(mode="parallel", slot_top_p=0.3, max_steps=25, candidates=4, reranking=judged)
+    sample = sample_of(src, src_lengths)
+    full = InsertionGenerator(d, **kw).generate(models, sample)
+    def summary(out):
+        return [[(h["tokens"].tolist(), round(h["score"], 5), h["steps"]) for h in cands] for cands in out]
+
+    assert summary(InsertionGenerator(d, candidates_finish=4, **kw).generate(models, sample)) == summary(full)
+    cut = InsertionGenerator(d, candidates_finish=2, **kw).generate(models, sample)
+    fewer = 0
+    for whole, part in zip(full, cut):
+        t = sorted(h["candidate_steps"] for h in whole)[1]  # the step the 2nd candidate finished
+        kept = [h for h in whole if h["candidate_steps"] <= t]
+        assert sorted(h["tokens"].tolist() for h in part) == sorted(h["tokens"].tolist() for h in kept)
+        assert all(h["steps"] == t for h in part)
+        best = max(kept, key=lambda h: h["score"])
+        assert part[0]["tokens"].tolist() == best["tokens"].tolist() and part[0]["score"] == pytest.approx(best["score"])
+        fewer += t < whole[0]["steps"]
+    assert fewer > 0  # some sentence stopped before its slowest candidate: the cut is exercised
+    for m in (-1, 5):
+        with pytest.raises(ValueError, match="--insertion-candidates-finish"):
+            InsertionGenerator(d, candidates=4, candidates_finish=m)
 
 
 def test_history_insertion_indices_give_each_words_step(model_and_batch):

@@ -27,7 +27,9 @@ candidate j taking the j-th most probable word(s) at the first step (with sampli
 the candidates are output best first by mean log-probability per insertion (``--nbest``: the first N). The first word is
 the hardest guess of a layered model (a binary or anchored order starts from a sentence's middle
 word), and every later step builds on it. The K candidates cost one batch K times as wide, not more
-steps: a sentence reports the most steps any of its candidates took. With ``reranking`` (fairseq's
+steps: a sentence reports the most steps any of its candidates took. With ``candidates_finish`` M < K a sentence
+stops once M of its candidates have finished; the others are dropped unfinished (a candidate that needs far more steps
+than its siblings is mostly one gone astray), so it reports the step its M-th candidate finished. With ``reranking`` (fairseq's
 ``--iter-decode-with-external-reranker``, ``--path INSNET.pt:AR.pt``) an autoregressive model is the judge, as
 in Gu et al.: one teacher-forced pass scores every candidate of the batch (:mod:`insnet_fairseq.decoding.rerank`).
 
@@ -277,6 +279,7 @@ class InsertionGenerator:
         keywords_from_source: bool = False,
         blank_id: Optional[int] = None,
         candidates: int = 1,
+        candidates_finish: int = 0,
         fuse_slot_queries: bool = False,
         reranking: bool = False,
         channel_weight: float = 0.0,
@@ -290,6 +293,10 @@ class InsertionGenerator:
         if candidates < 1:
             raise ValueError(f"--insertion-candidates must be >= 1, got {candidates}")
         self.candidates = candidates
+        if not 0 <= candidates_finish <= candidates:
+            raise ValueError(f"--insertion-candidates-finish M stops a sentence once M of its --insertion-candidates K "
+                             f"have finished: 0 (all) or 1..K (got M {candidates_finish}, K {candidates})")
+        self.candidates_finish = candidates_finish if 0 < candidates_finish < candidates else 0  # 0: wait for all K
         # fairseq's --iter-decode-with-external-reranker: the last model is an autoregressive judge of the candidates
         if reranking and candidates < 2:
             raise ValueError("--iter-decode-with-external-reranker chooses among candidates: add --insertion-candidates K "
@@ -456,6 +463,7 @@ class InsertionGenerator:
         hyps: List[Optional[dict]] = [None] * len(owner)
         self._record(history, state, ids)
         finishing = torch.zeros(len(owner), dtype=torch.bool, device=src_tokens.device)  # [B] --stop-check-prob's step
+        n_finished = torch.zeros(len(todo), dtype=torch.long, device=src_tokens.device)  # [G] per sentence, M of K
         while True:
             wants_stop = self.termination_logit(decoder, state) > self.stop_logit  # q(stop) > stop_threshold
             held = wants_stop & (state.lengths < min_len) if self.min_length_ratio > 0 else None  # [B] or off
@@ -469,6 +477,11 @@ class InsertionGenerator:
                 finishing = resume[0].any(1)
             at_limit = ~done & (state.lengths >= decoder.max_target_positions)  # [B]
             stop = done | (state.steps >= cap) | (state.lengths >= max_len)
+            cut = torch.zeros_like(stop)  # --insertion-candidates-finish: rows dropped unfinished
+            if self.candidates_finish and bool(stop.any()):
+                group = ids // K  # [B] each row's sentence
+                n_finished.index_add_(0, group[stop], torch.ones_like(group[stop]))
+                cut = ~stop & (n_finished[group] >= self.candidates_finish)
             if bool(stop.any()):
                 for row in stop.nonzero().view(-1).tolist():
                     i = int(ids[row])
@@ -479,7 +492,7 @@ class InsertionGenerator:
                         logger.warning(f"sample id {sid}: output reached the model's limit of "
                                        f"{decoder.max_target_positions - 2} words before the model stopped "
                                        "(train with a larger --max-target-positions for longer outputs)")
-                keep = (~stop).nonzero().view(-1)
+                keep = (~stop & ~cut).nonzero().view(-1)
                 if len(keep) == 0:
                     break
                 state, ids, cap, max_len, min_len = state.select(keep), ids[keep], cap[keep], max_len[keep], min_len[keep]
@@ -495,20 +508,22 @@ class InsertionGenerator:
             first_rank = None
             self._record(history, state, ids)
         if reranker is not None:  # every candidate's score becomes the judge's (fairseq's rerank), one pass for all
-            judged = reranker.score(src_tokens, src_lengths, [h["tokens"] for h in hyps], self.pad, self.eos)
-            for h, s in zip(hyps, judged.tolist()):
-                h["score"] = s
+            rows = [i for i, h in enumerate(hyps) if h is not None]  # (dropped unfinished: None)
+            judged = reranker.score(src_tokens[rows], src_lengths[rows], [hyps[i]["tokens"] for i in rows], self.pad,
+                                    self.eos)
+            for i, s in zip(rows, judged.tolist()):
+                hyps[i]["score"] = s
         for j, b in enumerate(todo):
-            finalized[b] = self.ranked_candidates(hyps[j * K: (j + 1) * K])
+            finalized[b] = self.ranked_candidates([h for h in hyps[j * K: (j + 1) * K] if h is not None])
 
     @staticmethod
     def ranked_candidates(hyps: List[dict]) -> List[dict]:
         """A sentence's candidates, best first by score (the model's mean log-probability per insertion, or the
         judge's with ``--iter-decode-with-external-reranker``; ``--nbest`` prints the first N); each reports the
-        most steps any candidate took, as they decode side by side.
-        Example: scores -0.9 (5 steps) and -0.4 (7 steps) -> [(-0.4, 7 steps), (-0.9, 7 steps)]."""
+        most steps any candidate took, as they decode side by side, and its own as ``candidate_steps``.
+        Example: scores -0.9 (5 steps) and -0.4 (7 steps) -> [(-0.4, 7 steps), (-0.9, 7 steps, candidate_steps 5)]."""
         steps = max(h["steps"] for h in hyps)
-        return [dict(h, steps=steps) for h in sorted(hyps, key=lambda h: -h["score"])]
+        return [dict(h, steps=steps, candidate_steps=h["steps"]) for h in sorted(hyps, key=lambda h: -h["score"])]
 
     @staticmethod
     def settled_rows(sample, src_lengths: Tensor, given: Sequence[Sequence[int]], max_len: Tensor,

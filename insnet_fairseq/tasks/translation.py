@@ -98,6 +98,11 @@ class InsertionTranslationConfig(TranslationConfig):
                   "K most probable (with --sampling: K samples), and output the one of highest mean log-probability "
                   "per insertion (the model's own score); 1: off"},
     )
+    insertion_candidates_finish: int = field(
+        default=0,
+        metadata={"help": "with --insertion-candidates K: a sentence stops once M of its K candidates have finished, "
+                  "dropping the others unfinished, and reports the steps its M-th took; 0: wait for all K"},
+    )
     channel_weight: float = field(
         default=0.0,
         metadata={"help": "with --iter-decode-with-external-reranker: the judge's score adds this weight x the "
@@ -497,6 +502,7 @@ class InsertionTranslationTask(TranslationTask):
             min_length_ratio=self.cfg.min_length_ratio,
             dedupe=self.cfg.dedupe,
             candidates=self.cfg.insertion_candidates,
+            candidates_finish=getattr(self.cfg, "insertion_candidates_finish", 0),
             fuse_slot_queries=self.cfg.fuse_slot_queries,
             reranking=getattr(args, "iter_decode_with_external_reranker", False),
             channel_weight=getattr(self.cfg, "channel_weight", 0.0),
