@@ -18,7 +18,9 @@
 #                                              #  "judge", "judge-stop-check": those with JUDGE_CANDIDATES
 #                                              #  ("judge-sampled": sampled ones, JUDGE_SAMPLING;
 #                                              #  "judge-channel": the judge plus CHANNEL_WEIGHT x its channel
-#                                              #  model CHANNEL, the ar-rev row, --channel-weight)
+#                                              #  model CHANNEL, the ar-rev row, --channel-weight;
+#                                              #  "judge-stop-check-channel": both; JUDGE_FINISH M:
+#                                              #  a sentence stops once M of its candidates finished)
 #                                              #  candidates judged by the AR model JUDGE, the teacher's
 #                                              #  checkpoint by default (--iter-decode-with-external-reranker);
 #                                              #  "beam": sequential with --insertion-beam BEAM (5), --lenpen LENPEN (1);
@@ -52,6 +54,8 @@ stop_check_k=${STOP_CHECK_CANDIDATES:-0.6}  # --insertion-candidates too, STOP_C
 judge_k=${JUDGE_CANDIDATES:-8}  # MODES judge / judge-stop-check: K candidates, the AR checkpoint JUDGE picks one (8: the
 # best of 2, 4, 8 on the valid set, results/judge_valid_s11.csv)
 judge=${JUDGE:-checkpoints/multi30k_en_de-teacher/checkpoint_best.pt}
+judge_finish=${JUDGE_FINISH:-0}  # MODES judge*: a sentence stops once JUDGE_FINISH of its candidates have finished
+# (--insertion-candidates-finish; 0: all of them)
 judge_sampling=${JUDGE_SAMPLING:-"--sampling-topk 8 --temperature 0.5"}  # MODES judge-sampled: the K candidates are
 # samples (at most 0.5 steps/length: the j-th best first word of greedy candidates lengthens the slowest one;
 # chosen on the valid set, results/judge_sampling_valid_s15.csv)
@@ -179,6 +183,9 @@ eval_row() {  # ROW NAME CHECKPOINT fairseq-generate flags...
 
 insnet_decoding() {  # MODE -> "LABEL<TAB>decoding flags" of an InsNet row (the labels the results files have)
   local par="--insertion-mode parallel --slot-top-p $top_p" label="parallel (top-p $top_p, --skip-repeats"
+  local k="$judge_k candidates" kflags="--insertion-candidates $judge_k"
+  if [ "$judge_finish" != 0 ]; then k="$judge_k candidates, first $judge_finish finished"
+    kflags="$kflags --insertion-candidates-finish $judge_finish"; fi
   case $1 in
     sequential) printf '%s\t%s' "sequential" "--insertion-mode sequential" ;;
     beam) if [ "$lenpen" = 1 ]; then printf '%s\t%s' "sequential, beam $beam" "--insertion-mode sequential --insertion-beam $beam"
@@ -190,14 +197,15 @@ insnet_decoding() {  # MODE -> "LABEL<TAB>decoding flags" of an InsNet row (the 
     stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check)" "$par --skip-repeats --stop-check-prob $stop_check" ;;
     stop-check-candidates) printf '%s\t%s' "$label, --stop-check-prob $stop_check_k, $candidates candidates)" \
       "$par --skip-repeats --stop-check-prob $stop_check_k --insertion-candidates $candidates" ;;
-    judge) printf '%s\t%s' "$label, $judge_k candidates, AR judge)" \
-      "$par --skip-repeats --insertion-candidates $judge_k --iter-decode-with-external-reranker" ;;
-    judge-sampled) printf '%s\t%s' "$label, $judge_k sampled candidates ($judge_sampling), AR judge)" \
-      "$par --skip-repeats --insertion-candidates $judge_k --iter-decode-with-external-reranker --sampling $judge_sampling --beam 1" ;;
-    judge-channel) printf '%s\t%s' "$label, $judge_k candidates, AR judge + $channel_weight x channel)" \
-      "$par --skip-repeats --insertion-candidates $judge_k --iter-decode-with-external-reranker --channel-weight $channel_weight" ;;
-    judge-stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check, $judge_k candidates, AR judge)" \
-      "$par --skip-repeats --stop-check-prob $stop_check --insertion-candidates $judge_k --iter-decode-with-external-reranker" ;;
+    judge) printf '%s\t%s' "$label, $k, AR judge)" "$par --skip-repeats $kflags --iter-decode-with-external-reranker" ;;
+    judge-sampled) printf '%s\t%s' "$label, $k sampled ($judge_sampling), AR judge)" \
+      "$par --skip-repeats $kflags --iter-decode-with-external-reranker --sampling $judge_sampling --beam 1" ;;
+    judge-channel) printf '%s\t%s' "$label, $k, AR judge + $channel_weight x channel)" \
+      "$par --skip-repeats $kflags --iter-decode-with-external-reranker --channel-weight $channel_weight" ;;
+    judge-stop-check-channel) printf '%s\t%s' "$label, --stop-check-prob $stop_check, $k, AR judge + $channel_weight x channel)" \
+      "$par --skip-repeats --stop-check-prob $stop_check $kflags --iter-decode-with-external-reranker --channel-weight $channel_weight" ;;
+    judge-stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check, $k, AR judge)" \
+      "$par --skip-repeats --stop-check-prob $stop_check $kflags --iter-decode-with-external-reranker" ;;
   esac
 }
 
@@ -223,7 +231,7 @@ eval_rows() {
       ar) eval_row "$r" "$r greedy" "$ckpt" --user-dir insnet_fairseq --beam 1
           eval_row "$r" "$r beam 5" "$ckpt" --user-dir insnet_fairseq --beam 5 ;;
       insnet) for m in sequential beam parallel skip-repeats candidates stop-check stop-check-candidates judge judge-sampled \
-                       judge-channel judge-stop-check; do
+                       judge-channel judge-stop-check judge-stop-check-channel; do
                 [[ " $modes " = *" $m "* ]] || continue
                 IFS=$'\t' read -r label flags <<<"$(insnet_decoding "$m")"
                 # shellcheck disable=SC2086
