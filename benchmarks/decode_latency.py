@@ -6,7 +6,9 @@
   documented ``--iter-decode-max-iter 9``, ``--iter-decode-eos-penalty 0``, beam 1), same size;
 * with ``--beam N``: InsNet sequential beam search (``--insertion-beam N``) and the AR model's beam N;
 * with ``--candidates K --judge``: the parallel-trained model's K candidates judged by the ``--ar`` model
-  (``--iter-decode-with-external-reranker``), the judge's pass included in the time.
+  (``--iter-decode-with-external-reranker``), the judge's pass included in the time; ``--candidates-finish M``
+  stops a sentence once M of them have finished, ``--channel REV.pt --channel-weight W`` adds the judge's channel
+  model (a target -> source AR checkpoint).
 
     .venv/bin/python benchmarks/decode_latency.py --insnet checkpoints/table_insnet/checkpoint_last.pt \
         --insnet-parallel checkpoints/dinic_tau1/checkpoint_last.pt \
@@ -66,9 +68,9 @@ def sync(device):
 
 
 class System:
-    def __init__(self, name, model, generator, task, device="cpu", judge=None):
+    def __init__(self, name, model, generator, task, device="cpu", judges=()):
         self.name, self.model, self.generator, self.task, self.device = name, model, generator, task, device
-        self.models = [model] if judge is None else [model, judge]  # judge: the candidates' autoregressive reranker
+        self.models = [model, *judges]  # the candidates' autoregressive reranker (and its channel model)
 
     def run(self, samples):
         """Decode the samples; returns (seconds, sentences, mean steps, mean output length)."""
@@ -110,6 +112,10 @@ def main(argv=None):
     p.add_argument("--judge", action="store_true",
                    help="with --candidates: also decode them with the --ar model as their judge "
                         "(--iter-decode-with-external-reranker)")
+    p.add_argument("--candidates-finish", type=int, default=0,
+                   help="with --candidates: a sentence stops once M of them have finished (--insertion-candidates-finish)")
+    p.add_argument("--channel", help="with --judge: the judge's channel model, a target -> source AR checkpoint")
+    p.add_argument("--channel-weight", type=float, default=1.0, help="with --channel: its --channel-weight")
     p.add_argument("--stop-check-prob", type=float, default=0.0,
                    help="also decode the parallel-trained model with --stop-check-prob P (P > 0)")
     p.add_argument("--beam", type=int, default=1,
@@ -126,11 +132,15 @@ def main(argv=None):
     caches = [True] if args.cached_only else [True, False]
 
     ar, ar_task = load(args.ar, args.data, dev)
+    judges, channel_weight = [ar], 0.0
+    if args.channel:
+        judges, channel_weight = [ar, load(args.channel, args.data, dev)[0]], args.channel_weight
 
     def insnet_systems(name, model, task, judge=False, **flags):  # cached, then (unless --cached-only) uncached
         return [System(f"{name} {'cached' if c else 'uncached'}", model,
-                       InsertionGenerator(tgt, use_cache=c, reranking=judge, **flags), task, dev,
-                       ar if judge else None) for c in caches]
+                       InsertionGenerator(tgt, use_cache=c, reranking=judge,
+                                          channel_weight=channel_weight if judge else 0.0, **flags), task, dev,
+                       judges if judge else ()) for c in caches]
 
     systems = (insnet_systems("InsNet seq", insnet, ins_task, mode="sequential")
                + insnet_systems("InsNet par", insnet, ins_task, mode="parallel", slot_top_p=args.slot_top_p))
@@ -154,10 +164,13 @@ def main(argv=None):
                                       stop_check_prob=args.stop_check_prob, candidates=args.candidates)
         if args.judge and args.candidates > 1:  # the candidates (and stop check, if asked) judged by the AR model
             label = f"InsNet-parallel-trained par, {args.candidates} candidates, AR judge" + (
-                f", stop check {args.stop_check_prob}" if args.stop_check_prob > 0 else "")
+                f", stop check {args.stop_check_prob}" if args.stop_check_prob > 0 else "") + (
+                f", first {args.candidates_finish} finished" if args.candidates_finish else "") + (
+                f", + {channel_weight} x channel" if args.channel else "")
             systems += insnet_systems(label, par, par_task, judge=True,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
-                                      stop_check_prob=args.stop_check_prob, candidates=args.candidates)
+                                      stop_check_prob=args.stop_check_prob, candidates=args.candidates,
+                                      candidates_finish=args.candidates_finish)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
                                                                          max_len_a=2, max_len_b=10), ar_task, dev))
     if args.beam > 1:  # beam search side by side: InsNet sequential (--insertion-beam) and the AR model
