@@ -16,11 +16,10 @@
 #                                              #  "stop-check": skip-repeats + --stop-check-prob STOP_CHECK;
 #                                              #  "stop-check-candidates": both, STOP_CHECK_CANDIDATES;
 #                                              #  "judge", "judge-stop-check": those with JUDGE_CANDIDATES
-#                                              #  ("judge-sampled": sampled ones, JUDGE_SAMPLING;
-#                                              #  "judge-channel": the judge plus CHANNEL_WEIGHT x its channel
-#                                              #  model CHANNEL, the ar-rev row, --channel-weight;
-#                                              #  "judge-stop-check-channel": both; JUDGE_FINISH M:
-#                                              #  a sentence stops once M of its candidates finished)
+#                                              #  ("judge-sampled": sampled ones, JUDGE_SAMPLING; in every
+#                                              #  judge* mode JUDGE_FINISH M: a sentence stops once M of its
+#                                              #  candidates finished, CHANNEL_WEIGHT W: the judge adds W x
+#                                              #  its channel model CHANNEL, the ar-rev row, --channel-weight)
 #                                              #  candidates judged by the AR model JUDGE, the teacher's
 #                                              #  checkpoint by default (--iter-decode-with-external-reranker);
 #                                              #  "beam": sequential with --insertion-beam BEAM (5), --lenpen LENPEN (1);
@@ -59,8 +58,9 @@ judge_finish=${JUDGE_FINISH:-0}  # MODES judge*: a sentence stops once JUDGE_FIN
 judge_sampling=${JUDGE_SAMPLING:-"--sampling-topk 8 --temperature 0.5"}  # MODES judge-sampled: the K candidates are
 # samples (at most 0.5 steps/length: the j-th best first word of greedy candidates lengthens the slowest one;
 # chosen on the valid set, results/judge_sampling_valid_s15.csv)
-channel=${CHANNEL:-checkpoints/t60_ar_rev/checkpoint_best.pt}  # MODES judge-channel: the De->En model (row ar-rev)
-channel_weight=${CHANNEL_WEIGHT:-0.5}  # MODES judge-channel: its --channel-weight
+channel=${CHANNEL:-checkpoints/t60_ar_rev/checkpoint_best.pt}  # MODES judge* with CHANNEL_WEIGHT: the De->En model (row ar-rev)
+channel_weight=${CHANNEL_WEIGHT:-0}  # MODES judge*: its --channel-weight (0: no channel model; 2 chosen on the valid set
+# with JUDGE_FINISH 6 and the stop check, results/channel_valid_s16.txt)
 beam=${BEAM:-5}  # MODES beam: InsNet sequential beam search (the AR rows decode with beam 5)
 lenpen=${LENPEN:-1}  # MODES beam: its --lenpen (score / (steps + 1) ** LENPEN; choose it on the valid set)
 tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
@@ -186,6 +186,9 @@ insnet_decoding() {  # MODE -> "LABEL<TAB>decoding flags" of an InsNet row (the 
   local k="$judge_k candidates" kflags="--insertion-candidates $judge_k"
   if [ "$judge_finish" != 0 ]; then k="$judge_k candidates, first $judge_finish finished"
     kflags="$kflags --insertion-candidates-finish $judge_finish"; fi
+  local j="AR judge" jflags="--iter-decode-with-external-reranker"
+  if [ "$channel_weight" != 0 ]; then j="AR judge + $channel_weight x channel"
+    jflags="$jflags --channel-weight $channel_weight"; fi
   case $1 in
     sequential) printf '%s\t%s' "sequential" "--insertion-mode sequential" ;;
     beam) if [ "$lenpen" = 1 ]; then printf '%s\t%s' "sequential, beam $beam" "--insertion-mode sequential --insertion-beam $beam"
@@ -197,15 +200,11 @@ insnet_decoding() {  # MODE -> "LABEL<TAB>decoding flags" of an InsNet row (the 
     stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check)" "$par --skip-repeats --stop-check-prob $stop_check" ;;
     stop-check-candidates) printf '%s\t%s' "$label, --stop-check-prob $stop_check_k, $candidates candidates)" \
       "$par --skip-repeats --stop-check-prob $stop_check_k --insertion-candidates $candidates" ;;
-    judge) printf '%s\t%s' "$label, $k, AR judge)" "$par --skip-repeats $kflags --iter-decode-with-external-reranker" ;;
-    judge-sampled) printf '%s\t%s' "$label, $k sampled ($judge_sampling), AR judge)" \
-      "$par --skip-repeats $kflags --iter-decode-with-external-reranker --sampling $judge_sampling --beam 1" ;;
-    judge-channel) printf '%s\t%s' "$label, $k, AR judge + $channel_weight x channel)" \
-      "$par --skip-repeats $kflags --iter-decode-with-external-reranker --channel-weight $channel_weight" ;;
-    judge-stop-check-channel) printf '%s\t%s' "$label, --stop-check-prob $stop_check, $k, AR judge + $channel_weight x channel)" \
-      "$par --skip-repeats --stop-check-prob $stop_check $kflags --iter-decode-with-external-reranker --channel-weight $channel_weight" ;;
-    judge-stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check, $k, AR judge)" \
-      "$par --skip-repeats --stop-check-prob $stop_check $kflags --iter-decode-with-external-reranker" ;;
+    judge) printf '%s\t%s' "$label, $k, $j)" "$par --skip-repeats $kflags $jflags" ;;
+    judge-sampled) printf '%s\t%s' "$label, ${k/ candidates/ sampled candidates} ($judge_sampling), $j)" \
+      "$par --skip-repeats $kflags $jflags --sampling $judge_sampling --beam 1" ;;
+    judge-stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check, $k, $j)" \
+      "$par --skip-repeats --stop-check-prob $stop_check $kflags $jflags" ;;
   esac
 }
 
@@ -224,14 +223,14 @@ eval_rows() {
   mkdir -p "$(dirname "$out")"; rm -f $out.md $out.csv
   local rows=("$@"); [ ${#rows[@]} -gt 0 ] || rows=("${ROWS[@]}")
   for r in "${rows[@]}"; do
-    [ "$r" = ar-rev ] && { echo "skip ar-rev: De->En, the judge's channel model (MODES judge-channel)"; continue; }
+    [ "$r" = ar-rev ] && { echo "skip ar-rev: De->En, the judge's channel model (CHANNEL_WEIGHT)"; continue; }
     read -r kind d save flags <<<"$(spec "$r")"
     ckpt=$(checkpoint_of "$r" "$save")
     case $kind in
       ar) eval_row "$r" "$r greedy" "$ckpt" --user-dir insnet_fairseq --beam 1
           eval_row "$r" "$r beam 5" "$ckpt" --user-dir insnet_fairseq --beam 5 ;;
       insnet) for m in sequential beam parallel skip-repeats candidates stop-check stop-check-candidates judge judge-sampled \
-                       judge-channel judge-stop-check judge-stop-check-channel; do
+                       judge-stop-check; do
                 [[ " $modes " = *" $m "* ]] || continue
                 IFS=$'\t' read -r label flags <<<"$(insnet_decoding "$m")"
                 # shellcheck disable=SC2086

@@ -12,6 +12,7 @@ sys.path.insert(0, ROOT)
 
 import insnet_fairseq  # noqa: E402,F401
 from fairseq.data import Dictionary  # noqa: E402
+from fairseq.models.transformer import TransformerModel, base_architecture  # noqa: E402
 from insnet_fairseq.tasks.lm import InsertionLMTask  # noqa: E402
 from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel, insnet_small  # noqa: E402
 from insnet_fairseq.tasks.translation import InsertionTranslationTask  # noqa: E402
@@ -194,3 +195,16 @@ def step_logprobs(out):
 @pytest.fixture
 def tiny_model():
     return build_tiny_model()
+
+
+def build_tiny_ar(d, seed: int = 11):
+    """fairseq's autoregressive transformer (1+1 layers, d=16) over dictionary ``d``, random weights."""
+    args = argparse.Namespace(encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, decoder_embed_dim=16,
+                              encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=2,
+                              decoder_attention_heads=2, max_source_positions=64, max_target_positions=64,
+                              dropout=0.0)
+    base_architecture(args)
+    torch.manual_seed(seed)
+    model = TransformerModel.build_model(args, FakeTask(d, d))
+    model.eval()
+    return model

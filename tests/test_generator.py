@@ -8,7 +8,7 @@ import torch
 from insnet_fairseq.decoding.generator import InsertionGenerator, group_offsets
 from insnet_fairseq.reference import naive_offsets
 
-from conftest import build_tiny_model, make_dictionary, random_batch, sample_of
+from conftest import build_tiny_ar, build_tiny_model, make_dictionary, random_batch, sample_of
 
 
 def decode(model, d, src, src_lengths, **kw):
@@ -488,8 +488,6 @@ def test_candidates_finish_keeps_the_first_m_finished(judged):
     """--insertion-candidates-finish M: a sentence's candidates are those of the full K-candidate decoding that
     finished by the step its M-th finished (the others dropped unfinished), that step is its step count, the best
     of them (by the model's own score, or the AR judge's) is output; M = K changes nothing; a bad M is refused."""
-    from test_rerank import build_tiny_ar
-
     model, d = build_tiny_model(seed=7, vocab=30)
     model.decoder.heads.termination_proj.bias.data.fill_(-1.0)  # candidates of a sentence stop at different steps
     src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)

@@ -1,31 +1,15 @@
 """An autoregressive judge of InsNet's candidates (--iter-decode-with-external-reranker, decoding/rerank.py): its
 scores equal fairseq's own SequenceScorer, batched equals one by one, the output is the candidate the judge
 scores highest, and every misuse is refused with the flag named."""
-import argparse
-
 import pytest
 import torch
 
-from fairseq.models.transformer import TransformerModel, base_architecture
 from fairseq.sequence_scorer import SequenceScorer
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.rerank import Judge, best_of_groups, channel_scores, judge_scores, pad_hypotheses
 
-from conftest import FakeTask, build_tiny_model, generate_cmd, make_dictionary, random_batch, run, sample_of
-
-
-def build_tiny_ar(d, seed: int = 11):
-    """fairseq's autoregressive transformer (1+1 layers, d=16) over dictionary ``d``, random weights."""
-    args = argparse.Namespace(encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, decoder_embed_dim=16,
-                              encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=2,
-                              decoder_attention_heads=2, max_source_positions=64, max_target_positions=64,
-                              dropout=0.0)
-    base_architecture(args)
-    torch.manual_seed(seed)
-    model = TransformerModel.build_model(args, FakeTask(d, d))
-    model.eval()
-    return model
+from conftest import build_tiny_ar, build_tiny_model, generate_cmd, make_dictionary, random_batch, run, sample_of
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ reranking of Yee et al. (2019), which penalises a candidate that drops (or inven
 from typing import List, Sequence
 
 import torch
+from fairseq import utils
 from torch import Tensor
 
 
@@ -51,6 +52,22 @@ def pad_hypotheses(hyps: Sequence[Tensor], pad: int, eos: int) -> Tensor:
 
 
 @torch.no_grad()
+def sequence_scores(model, src_tokens: Tensor, src_lengths: Tensor, seq: Tensor, pad: int) -> Tensor:
+    """Mean log-probability per token of each target row under the autoregressive ``model``, one teacher-forced pass.
+
+    src_tokens [N, S], src_lengths [N], seq [N, T + 1]: ``</s>`` (the start symbol), then the target, right-padded
+    -> [N] float scores. Example: seq [</s>, a, </s>] scores (log p(a | </s>) + log p(</s> | </s> a)) / 2.
+    """
+    if any(m.training for m in model.modules()):
+        model.eval()
+    prev, target = seq[:, :-1], seq[:, 1:]  # [N, T] each: teacher forcing
+    net_output = model(src_tokens, src_lengths, prev)
+    lprobs = model.get_normalized_probs(net_output, log_probs=True)  # [N, T, V]
+    real = target.ne(pad)  # [N, T]
+    tok = lprobs.gather(2, target.unsqueeze(2)).squeeze(2).masked_fill(~real, 0.0)  # [N, T]
+    return tok.sum(1) / real.sum(1).clamp(min=1).type_as(tok)
+
+
 def judge_scores(reranker, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence[Tensor], pad: int,
                  eos: int) -> Tensor:
     """Mean log-probability per token of each hypothesis under the autoregressive ``reranker``, one pass.
@@ -58,33 +75,22 @@ def judge_scores(reranker, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequen
     src_tokens [N, S] (as the batch has them), src_lengths [N], hyps N token tensors ending with ``</s>``
     -> [N] float scores. Example: a hypothesis [a, </s>] scores (log p(a | </s>) + log p(</s> | </s> a)) / 2.
     """
-    if any(m.training for m in reranker.modules()):
-        reranker.eval()
     seq = pad_hypotheses(hyps, pad, eos).to(src_tokens.device)  # [N, T + 1]
-    prev, target = seq[:, :-1], seq[:, 1:]  # [N, T] each: teacher forcing
-    net_output = reranker(src_tokens, src_lengths, prev)
-    lprobs = reranker.get_normalized_probs(net_output, log_probs=True)  # [N, T, V]
-    real = target.ne(pad)  # [N, T]
-    tok = lprobs.gather(2, target.unsqueeze(2)).squeeze(2).masked_fill(~real, 0.0)  # [N, T]
-    return tok.sum(1) / real.sum(1).clamp(min=1).type_as(tok)
+    return sequence_scores(reranker, src_tokens, src_lengths, seq, pad)
 
 
-@torch.no_grad()
 def channel_scores(channel, src_tokens: Tensor, hyps: Sequence[Tensor], pad: int, eos: int) -> Tensor:
     """Mean log-probability per token of each row's source given its hypothesis, under the autoregressive
     ``channel`` model (trained target -> source), one pass.
 
-    src_tokens [N, S] (left- or right-padded, each row ending with ``</s>``), hyps N token tensors ending with
-    ``</s>`` -> [N] float scores. Example: source [x, </s>] and hypothesis [a, </s>] score
+    src_tokens [N, S] (left-padded, as fairseq batches them, or right-padded; each row ending with ``</s>``), hyps N
+    token tensors ending with ``</s>`` -> [N] float scores. Example: source [x, </s>] and hypothesis [a, </s>] score
     (log p(x | a </s>; </s>) + log p(</s> | a </s>; </s> x)) / 2: the channel's encoder reads the hypothesis.
     """
-    if any(m.training for m in channel.modules()):
-        channel.eval()
-    sources = [row[row.ne(pad)] for row in src_tokens.cpu()]  # N [S_i], each ending with </s>
-    hyp_tokens = torch.nn.utils.rnn.pad_sequence([h.cpu() for h in hyps], batch_first=True, padding_value=pad)
-    hyp_lengths = hyp_tokens.ne(pad).sum(1)  # [N]
-    device = src_tokens.device
-    return judge_scores(channel, hyp_tokens.to(device), hyp_lengths.to(device), sources, pad, eos)
+    sources = utils.convert_padding_direction(src_tokens, pad, left_to_right=True)  # [N, S], right-padded
+    seq = torch.cat([sources.new_full((len(sources), 1), eos), sources], dim=1)  # [N, S + 1]
+    hyp_tokens = torch.nn.utils.rnn.pad_sequence(list(hyps), batch_first=True, padding_value=pad).to(src_tokens.device)
+    return sequence_scores(channel, hyp_tokens, hyp_tokens.ne(pad).sum(1), seq, pad)
 
 
 class Judge:

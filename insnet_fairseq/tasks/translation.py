@@ -464,7 +464,7 @@ class InsertionTranslationTask(TranslationTask):
         # --iter-decode-with-external-reranker: the last model is the autoregressive judge (checked by the generator)
         judged = models
         if getattr(args, "iter_decode_with_external_reranker", False):  # the judge (and its channel model) last
-            judged = models[: -2 if getattr(self.cfg, "channel_weight", 0.0) > 0 else -1]
+            judged = models[: -2 if self.cfg.channel_weight > 0 else -1]
         for model in judged:
             if not isinstance(model, InsNetModel) or isinstance(model, InsNetLMModel):
                 raise ValueError(
@@ -502,10 +502,10 @@ class InsertionTranslationTask(TranslationTask):
             min_length_ratio=self.cfg.min_length_ratio,
             dedupe=self.cfg.dedupe,
             candidates=self.cfg.insertion_candidates,
-            candidates_finish=getattr(self.cfg, "insertion_candidates_finish", 0),
+            candidates_finish=self.cfg.insertion_candidates_finish,
             fuse_slot_queries=self.cfg.fuse_slot_queries,
             reranking=getattr(args, "iter_decode_with_external_reranker", False),
-            channel_weight=getattr(self.cfg, "channel_weight", 0.0),
+            channel_weight=self.cfg.channel_weight,
             beam=self.cfg.insertion_beam,
             lenpen=getattr(args, "lenpen", 1.0),
         )
