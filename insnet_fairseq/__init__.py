@@ -30,12 +30,13 @@ The package, by role:
   (:mod:`.fairseq_fixes.distributed_cpu`), checkpoint copies that a kill can leave truncated
   (:mod:`.fairseq_fixes.atomic_checkpoints`), InsT's ``--label-tau`` loss failing on its float64 targets
   (:mod:`.fairseq_fixes.insertion_targets`), ``--task language_modeling`` under numpy 2
-  (:mod:`.fairseq_fixes.numpy_compat`), and tracebacks printed for a bad flag or file
-  (:mod:`.fairseq_fixes.clean_errors`: one line instead);
+  (:mod:`.fairseq_fixes.numpy_compat`), tracebacks printed for a bad flag or file
+  (:mod:`.fairseq_fixes.clean_errors`: one line instead), and ``fairseq-train`` aborting at exit when its batch-prefetch
+  thread is still inside torch (:mod:`.fairseq_fixes.clean_exit`);
 * :mod:`.reference`: naive per-prefix implementations the tests check the one-pass code against.
 """
-from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, checkpoint_compat, clean_errors, distributed_cpu,
-                                          insertion_targets, interactive, numpy_compat)
+from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, checkpoint_compat, clean_errors, clean_exit,
+                                          distributed_cpu, insertion_targets, interactive, numpy_compat)
 from insnet_fairseq.tasks import checkpoint_checks
 
 checkpoint_compat.install()
@@ -47,6 +48,7 @@ atomic_checkpoints.install()
 clean_errors.install()
 insertion_targets.install()
 numpy_compat.install()
+clean_exit.install()
 
 from insnet_fairseq.models import (expansion_lm, indigo, infill_transformer, insnet,  # noqa: E402,F401  (registration)
                                    levt_keywords)

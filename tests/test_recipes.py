@@ -394,7 +394,8 @@ def test_lm_distillation_on_a_tiny_slice(lm_data, tmp_path):
                     os.path.join(work, "lm_small"))
     lm_data = os.path.join(data, "lm_small")
     teacher = tmp_path / "teacher"
-    out = subprocess.run([os.path.join(BIN, "fairseq-train"), lm_data + "-ar", "--task", "translation", *AR_TINY,
+    out = subprocess.run([os.path.join(BIN, "fairseq-train"), lm_data + "-ar", "--user-dir", "insnet_fairseq",
+                          "--task", "translation", *AR_TINY,
                           "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "512", "--max-update", "2",
                           "--disable-validation", "--save-dir", str(teacher), "--no-epoch-checkpoints",
                           "--num-workers", "0"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
