@@ -9,7 +9,8 @@
 #   bash recipes/budget_table.sh train ROW     # train one row (resumes an interrupted run)
 #   bash recipes/budget_table.sh eval [ROW...] # score the rows that exist -> results/budget_table.{md,csv}
 #                                              # (checkpoint_last or _best, whichever scores higher on the
-#                                              #  valid set; CKPT=last, CKPT=best: that one)
+#                                              #  valid set; CKPT=last, CKPT=best: that one;
+#                                              #  CKPT=avg: the average of the kept checkpoints)
 #                                              # (BATCH1=0: skip the batch-1 timing; OUT=name: results/name.*;
 #                                              #  MODES: InsNet decodings, "sequential parallel skip-repeats"
 #                                              #  and "candidates": skip-repeats + --insertion-candidates CANDIDATES;
@@ -156,11 +157,17 @@ primary_flags() {  # ROW -> the decoding a row is known by (used to pick its che
 checkpoint_of() {  # ROW SAVE_DIR -> the checkpoint scored on the test set
   # CKPT=valid (default): of the model at the end of its budget (checkpoint_last.pt) and the one with the best
   # valid loss (checkpoint_best.pt), the one with the higher valid sacreBLEU under the row's primary decoding
-  # (valid loss picks early checkpoints of +KD rows: it is measured on the real references); CKPT=last, CKPT=best.
+  # (valid loss picks early checkpoints of +KD rows: it is measured on the real references); CKPT=last, CKPT=best;
+  # CKPT=avg: the parameter average of every checkpoint the run kept (last, best, the latest --save-interval-updates
+  # one: recipes/average_checkpoints.py), written to checkpoint_avg.pt
   local last=$2/checkpoint_last.pt best=$2/checkpoint_best.pt
   case ${CKPT:-valid} in
     last) echo "$last"; return ;;
     best) if [ -f "$best" ]; then echo "$best"; else echo "$last"; fi; return ;;
+    avg) if [ -f "$last" ] && { [ ! -f "$2/checkpoint_avg.pt" ] || [ "$last" -nt "$2/checkpoint_avg.pt" ]; }; then
+           python recipes/average_checkpoints.py --inputs "$2" --output "$2/checkpoint_avg.pt" >&2 || exit 2
+         fi
+         echo "$2/checkpoint_avg.pt"; return ;;
   esac
   if [ ! -f "$best" ] || cmp -s "$best" "$last"; then echo "$last"; return; fi
   local flags; flags=$(primary_flags "$1")

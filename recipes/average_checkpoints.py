@@ -1,0 +1,103 @@
+#!/usr/bin/env python
+"""Average the parameters of checkpoints of one training run into one checkpoint (as fairseq's
+``scripts/average_checkpoints.py``, which the fairseq wheel does not install).
+
+    python recipes/average_checkpoints.py --inputs checkpoints/t120_ar --output checkpoints/t120_ar/checkpoint_avg.pt
+    python recipes/average_checkpoints.py --inputs a.pt b.pt c.pt --output avg.pt
+
+A directory stands for every checkpoint the run kept there (``checkpoint_last.pt``, ``checkpoint_best.pt`` and the
+``--save-interval-updates`` ones, ``checkpoint_E_U.pt``; never an earlier average), each file counted once even when
+two names hold the same state (``checkpoint_best.pt`` is a copy of the last one when the last was the best).
+Floating-point parameters are averaged in float32 and stored in their own dtype; integer buffers, the
+configuration, the optimizer history and the training state are the last input's (the newest by update, so a
+resumed run continues from it). Checkpoints of different models are refused, naming the file and the parameter.
+
+Example: parameters w = [1, 2] (update 1000) and w = [3, 6] (update 1166) -> w = [2, 4], with update 1166's state.
+"""
+import argparse
+import glob
+import hashlib
+import os
+import re
+import sys
+from typing import Dict, List
+
+import torch
+
+
+def run_checkpoints(directory: str) -> List[str]:
+    """The checkpoints a run kept in ``directory``: last, best and the interval/epoch ones (no averages)."""
+    names = sorted(glob.glob(os.path.join(directory, "checkpoint*.pt")))
+    kept = [n for n in names if re.fullmatch(r"checkpoint(_last|_best|\d+|_\d+_\d+)\.pt", os.path.basename(n))]
+    if not kept:
+        sys.exit(f"average_checkpoints.py: no checkpoint*.pt in {directory}")
+    return kept
+
+
+def distinct(paths: List[str]) -> List[str]:
+    """``paths`` without the files whose bytes an earlier one already has (best = last, or a copy)."""
+    seen, out = set(), []
+    for p in paths:
+        h = hashlib.sha1()
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        if h.digest() not in seen:
+            seen.add(h.digest())
+            out.append(p)
+    return out
+
+
+def updates(state: dict) -> int:
+    history = state.get("optimizer_history") or [{}]
+    return int(history[-1].get("num_updates", 0))
+
+
+def average(states: List[dict], names: List[str]) -> Dict[str, torch.Tensor]:
+    """The mean of every floating-point parameter of ``states`` (others: the last state's)."""
+    first, first_name = states[0]["model"], names[0]
+    for state, name in zip(states[1:], names[1:]):
+        model = state["model"]
+        if model.keys() != first.keys():
+            diff = sorted(model.keys() ^ first.keys())[:3]
+            sys.exit(f"average_checkpoints.py: {name} and {first_name} are different models (parameters {diff})")
+        for k, v in model.items():
+            if v.shape != first[k].shape:
+                sys.exit(f"average_checkpoints.py: {name}: parameter {k} has shape {tuple(v.shape)}, "
+                         f"{first_name} {tuple(first[k].shape)}")
+    out = {}
+    for k, v in states[-1]["model"].items():
+        if v.is_floating_point():
+            out[k] = (torch.stack([s["model"][k].float() for s in states]).mean(0)).to(v.dtype)
+        else:
+            out[k] = v
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--inputs", nargs="+", required=True, help="checkpoint files, or one run's save directory")
+    p.add_argument("--output", required=True)
+    args = p.parse_args()
+    paths = []
+    for x in args.inputs:
+        if os.path.isdir(x):
+            paths.extend(run_checkpoints(x))
+        elif os.path.isfile(x):
+            paths.append(x)
+        else:
+            sys.exit(f"average_checkpoints.py: --inputs {x}: no such file or directory")
+    paths = [q for q in distinct(paths) if os.path.abspath(q) != os.path.abspath(args.output)]
+    states = [torch.load(q, map_location="cpu", weights_only=False) for q in paths]
+    order = sorted(range(len(states)), key=lambda i: updates(states[i]))  # oldest first: the newest's state is kept
+    states, paths = [states[i] for i in order], [paths[i] for i in order]
+    merged = dict(states[-1])
+    merged["model"] = average(states, paths)
+    tmp = args.output + ".tmp"
+    torch.save(merged, tmp)
+    os.replace(tmp, args.output)  # never a truncated average
+    print(f"averaged {len(paths)} checkpoints (updates {', '.join(str(updates(s)) for s in states)}) -> {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""recipes/average_checkpoints.py: the mean of each floating-point parameter, the newest run state kept, every
+checkpoint of a save directory counted once, different models refused with the file named."""
+import os
+import shutil
+import subprocess
+import sys
+
+import torch
+
+from conftest import ROOT
+
+
+def save(path, updates, w, steps=None, extra=None):
+    model = {"w": torch.tensor(w), "steps": torch.tensor(steps if steps is not None else updates)}
+    model.update(extra or {})
+    torch.save({"model": model, "optimizer_history": [{"num_updates": updates}], "extra_state": {"u": updates}}, path)
+
+
+def average(*args):
+    return subprocess.run([sys.executable, "recipes/average_checkpoints.py", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_a_save_directory_is_averaged_once_per_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    save(run / "checkpoint_9_1000.pt", 1000, [1.0, 2.0])
+    save(run / "checkpoint_last.pt", 1166, [3.0, 6.0])
+    shutil.copy(run / "checkpoint_last.pt", run / "checkpoint_best.pt")  # the last was the best: counted once
+    save(run / "checkpoint_avg.pt", 1, [100.0, 100.0])  # an earlier average is not an input
+    save(run / "checkpoint_60min.pt", 1, [100.0, 100.0])  # nor a snapshot of another run's base
+    out = average("--inputs", str(run), "--output", str(run / "checkpoint_avg.pt"))
+    assert out.returncode == 0, out.stderr
+    assert "averaged 2 checkpoints (updates 1000, 1166)" in out.stdout
+    state = torch.load(run / "checkpoint_avg.pt", weights_only=False)
+    assert torch.equal(state["model"]["w"], torch.tensor([2.0, 4.0]))
+    assert int(state["model"]["steps"]) == 1166  # integer buffers and the run state: the newest input's
+    assert state["extra_state"] == {"u": 1166} and state["optimizer_history"][-1]["num_updates"] == 1166
+
+
+def test_files_in_any_order_keep_the_newest_state(tmp_path):
+    for name, u, w in (("b.pt", 300, [0.0]), ("a.pt", 100, [3.0]), ("c.pt", 200, [6.0])):
+        save(tmp_path / name, u, w)
+    out = average("--inputs", *(str(tmp_path / n) for n in ("b.pt", "a.pt", "c.pt")), "--output",
+                  str(tmp_path / "avg.pt"))
+    assert out.returncode == 0, out.stderr
+    state = torch.load(tmp_path / "avg.pt", weights_only=False)
+    assert torch.equal(state["model"]["w"], torch.tensor([3.0])) and state["extra_state"] == {"u": 300}
+
+
+def test_different_models_and_missing_inputs_are_refused(tmp_path):
+    save(tmp_path / "a.pt", 1, [1.0, 2.0])
+    save(tmp_path / "b.pt", 2, [1.0, 2.0, 3.0])
+    save(tmp_path / "c.pt", 3, [1.0, 2.0], extra={"head": torch.zeros(1)})
+    out = average("--inputs", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--output", str(tmp_path / "x.pt"))
+    assert out.returncode != 0 and "parameter w has shape (3,)" in out.stderr and "Traceback" not in out.stderr
+    out = average("--inputs", str(tmp_path / "a.pt"), str(tmp_path / "c.pt"), "--output", str(tmp_path / "x.pt"))
+    assert out.returncode != 0 and "are different models (parameters ['head'])" in out.stderr
+    out = average("--inputs", str(tmp_path / "nothing.pt"), "--output", str(tmp_path / "x.pt"))
+    assert out.returncode != 0 and "--inputs" in out.stderr and "nothing.pt" in out.stderr
+    assert not os.path.exists(tmp_path / "x.pt")
