@@ -9,7 +9,8 @@ A directory stands for every checkpoint the run kept there (``checkpoint_last.pt
 ``--save-interval-updates`` ones, ``checkpoint_E_U.pt``; never an earlier average), each file counted once even when
 two names hold the same state (``checkpoint_best.pt`` is a copy of the last one when the last was the best).
 Floating-point parameters are averaged in float32 and stored in their own dtype; integer buffers, the
-configuration, the optimizer history and the training state are the last input's (the newest by update, so a
+configuration, the optimizer history and the training state are the last input's, and parameters tied in it
+(``--share-all-embeddings``) stay one tensor (the newest by update, so a
 resumed run continues from it). Checkpoints of different models are refused, naming the file and the parameter.
 
 Example: parameters w = [1, 2] (update 1000) and w = [3, 6] (update 1166) -> w = [2, 4], with update 1166's state.
@@ -65,12 +66,15 @@ def average(states: List[dict], names: List[str]) -> Dict[str, torch.Tensor]:
             if v.shape != first[k].shape:
                 sys.exit(f"average_checkpoints.py: {name}: parameter {k} has shape {tuple(v.shape)}, "
                          f"{first_name} {tuple(first[k].shape)}")
-    out = {}
+    out, shared = {}, {}  # tied parameters (--share-all-embeddings) stay one tensor: one storage in the file
     for k, v in states[-1]["model"].items():
-        if v.is_floating_point():
-            out[k] = (torch.stack([s["model"][k].float() for s in states]).mean(0)).to(v.dtype)
-        else:
+        if not v.is_floating_point():
             out[k] = v
+            continue
+        tie = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), v.stride())
+        if tie not in shared:
+            shared[tie] = torch.stack([s["model"][k].float() for s in states]).mean(0).to(v.dtype)
+        out[k] = shared[tie]
     return out
 
 

@@ -59,3 +59,15 @@ def test_different_models_and_missing_inputs_are_refused(tmp_path):
     out = average("--inputs", str(tmp_path / "nothing.pt"), "--output", str(tmp_path / "x.pt"))
     assert out.returncode != 0 and "--inputs" in out.stderr and "nothing.pt" in out.stderr
     assert not os.path.exists(tmp_path / "x.pt")
+
+
+def test_tied_parameters_stay_one_tensor(tmp_path):
+    for name, u, w in (("a.pt", 1, [1.0, 1.0]), ("b.pt", 2, [3.0, 5.0])):
+        emb = torch.tensor(w)
+        torch.save({"model": {"encoder.embed": emb, "decoder.embed": emb, "decoder.out": emb},
+                    "optimizer_history": [{"num_updates": u}]}, tmp_path / name)
+    out = average("--inputs", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--output", str(tmp_path / "avg.pt"))
+    assert out.returncode == 0, out.stderr
+    model = torch.load(tmp_path / "avg.pt", weights_only=False)["model"]
+    assert torch.equal(model["decoder.out"], torch.tensor([2.0, 3.0]))
+    assert model["encoder.embed"].data_ptr() == model["decoder.embed"].data_ptr() == model["decoder.out"].data_ptr()
