@@ -16,7 +16,8 @@
 #       sample: the unconditional autoregressive LM, 3 layers, d=256, tied input/output embeddings).
 # Environment: UPDATES (500; 0: no limit), MAX_TOKENS (4096), LR (1e-3), WARMUP (400), MINUTES (no limit),
 # THREADS (torch threads; default: all cores), SCHEDULER (inverse_sqrt, or fixed: constant LR, for
-# fine-tuning). InsNet-only: ORDER (insertion order).
+# fine-tuning), KEEP_INTERVAL (1: how many of the checkpoints saved every 250 updates are kept, the inputs of
+# recipes/average_checkpoints.py with checkpoint_last/_best). InsNet-only: ORDER (insertion order).
 set -euo pipefail
 kind=${1:?KIND: insnet|indigo|insnet-lm|ar|levt|inst|infill|expansion-lm|ar-lm}; data=${2:?DATA_BIN}; save=${3:?SAVE_DIR}; shift 3
 [ -d "$data" ] || { echo "train.sh: data directory $data does not exist (run the data recipe first, e.g. make multi30k)" >&2; exit 2; }
@@ -61,5 +62,5 @@ exec fairseq-train "$data" --user-dir insnet_fairseq "${model[@]}" "${size[@]}" 
   --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 1.0 \
   --lr "${LR:-1e-3}" "${sched[@]}" \
   --max-tokens "${MAX_TOKENS:-4096}" --max-update "${UPDATES:-500}" --max-epoch 1000 "${limit[@]}" \
-  --save-dir "$save" --no-epoch-checkpoints --save-interval-updates 250 --keep-interval-updates 1 \
+  --save-dir "$save" --no-epoch-checkpoints --save-interval-updates 250 --keep-interval-updates "${KEEP_INTERVAL:-1}" \
   --log-format simple --log-interval 50 --num-workers 0 --seed 1 "$@"
