@@ -43,7 +43,8 @@
 # Environment: MINUTES, FT_MINUTES, THREADS, UPDATES (0: no update limit; set it for a quick check), BASE (seq-binary),
 # CKPT_DIR (checkpoints: rows train into CKPT_DIR/lm_<row>), LM_DATA, MT_DATA, MT_RAW (../shared/data/multi30k),
 # MT_TOK_REF (work/multi30k_en_de/test.clean.de, for tokenised BLEU when present),
-# SEEDS, OUT_DIR, GEN_ARGS (more fairseq-generate flags for every InsNet row, e.g. --max-insertion-steps 20).
+# CKPT (best: the best valid loss, else the last; last; avg: the average of the kept checkpoints), SEEDS, OUT_DIR,
+# GEN_ARGS (more fairseq-generate flags for every InsNet row, e.g. --max-insertion-steps 20).
 set -euo pipefail
 export MINUTES=${MINUTES:-60} THREADS=${THREADS:-1} UPDATES=${UPDATES:-0}
 ft_minutes=${FT_MINUTES:-20}
@@ -102,7 +103,15 @@ train_row() {
   bash recipes/train.sh "$kind" "$d" "$ckpts/lm_$row" $flags "$@"
 }
 
-checkpoint_of() {  # SAVE_DIR -> the checkpoint with the best valid loss, else the last one
+checkpoint_of() {  # SAVE_DIR -> the checkpoint with the best valid loss, else the last one; CKPT=last: the last one;
+  # CKPT=avg: the parameter average of every checkpoint the run kept (recipes/average_checkpoints.py, checkpoint_avg.pt)
+  case ${CKPT:-best} in
+    last) echo "$1/checkpoint_last.pt"; return ;;
+    avg) if [ -f "$1/checkpoint_last.pt" ] && { [ ! -f "$1/checkpoint_avg.pt" ] || [ "$1/checkpoint_last.pt" -nt "$1/checkpoint_avg.pt" ]; }; then
+           python recipes/average_checkpoints.py --inputs "$1" --output "$1/checkpoint_avg.pt" >&2 || exit 2
+         fi
+         echo "$1/checkpoint_avg.pt"; return ;;
+  esac
   if [ -f "$1/checkpoint_best.pt" ]; then echo "$1/checkpoint_best.pt"; else echo "$1/checkpoint_last.pt"; fi
 }
 
