@@ -4,6 +4,8 @@
 
     python recipes/average_checkpoints.py --inputs checkpoints/t120_ar --output checkpoints/t120_ar/checkpoint_avg.pt
     python recipes/average_checkpoints.py --inputs a.pt b.pt c.pt --output avg.pt
+    python recipes/average_checkpoints.py --inputs SAVE_DIR --output SAVE_DIR/checkpoint_avg.pt --reuse  # remade only
+                                                                  # when a checkpoint is newer than the average
 
 A directory stands for every checkpoint the run kept there (``checkpoint_last.pt``, ``checkpoint_best.pt`` and the
 ``--save-interval-updates`` ones, ``checkpoint_E_U.pt``; never an earlier average), each file counted once even when
@@ -82,6 +84,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--inputs", nargs="+", required=True, help="checkpoint files, or one run's save directory")
     p.add_argument("--output", required=True)
+    p.add_argument("--reuse", action="store_true", help="keep --output when it is newer than every input")
     args = p.parse_args()
     paths = []
     for x in args.inputs:
@@ -91,7 +94,12 @@ def main():
             paths.append(x)
         else:
             sys.exit(f"average_checkpoints.py: --inputs {x}: no such file or directory")
-    paths = [q for q in distinct(paths) if os.path.abspath(q) != os.path.abspath(args.output)]
+    paths = [q for q in paths if os.path.abspath(q) != os.path.abspath(args.output)]
+    if args.reuse and os.path.isfile(args.output) and all(os.path.getmtime(args.output) > os.path.getmtime(q)
+                                                          for q in paths):
+        print(f"{args.output} is newer than its {len(paths)} inputs: kept")
+        return
+    paths = distinct(paths)
     states = [torch.load(q, map_location="cpu", weights_only=False) for q in paths]
     order = sorted(range(len(states)), key=lambda i: updates(states[i]))  # oldest first: the newest's state is kept
     states, paths = [states[i] for i in order], [paths[i] for i in order]

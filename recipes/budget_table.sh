@@ -164,8 +164,8 @@ checkpoint_of() {  # ROW SAVE_DIR -> the checkpoint scored on the test set
   case ${CKPT:-valid} in
     last) echo "$last"; return ;;
     best) if [ -f "$best" ]; then echo "$best"; else echo "$last"; fi; return ;;
-    avg) if [ -f "$last" ] && { [ ! -f "$2/checkpoint_avg.pt" ] || [ "$last" -nt "$2/checkpoint_avg.pt" ]; }; then
-           python recipes/average_checkpoints.py --inputs "$2" --output "$2/checkpoint_avg.pt" >&2 || exit 2
+    avg) if [ -f "$last" ]; then
+           python recipes/average_checkpoints.py --inputs "$2" --output "$2/checkpoint_avg.pt" --reuse >&2 || exit 2
          fi
          echo "$2/checkpoint_avg.pt"; return ;;
   esac

@@ -107,8 +107,8 @@ checkpoint_of() {  # SAVE_DIR -> the checkpoint with the best valid loss, else t
   # CKPT=avg: the parameter average of every checkpoint the run kept (recipes/average_checkpoints.py, checkpoint_avg.pt)
   case ${CKPT:-best} in
     last) echo "$1/checkpoint_last.pt"; return ;;
-    avg) if [ -f "$1/checkpoint_last.pt" ] && { [ ! -f "$1/checkpoint_avg.pt" ] || [ "$1/checkpoint_last.pt" -nt "$1/checkpoint_avg.pt" ]; }; then
-           python recipes/average_checkpoints.py --inputs "$1" --output "$1/checkpoint_avg.pt" >&2 || exit 2
+    avg) if [ -f "$1/checkpoint_last.pt" ]; then
+           python recipes/average_checkpoints.py --inputs "$1" --output "$1/checkpoint_avg.pt" --reuse >&2 || exit 2
          fi
          echo "$1/checkpoint_avg.pt"; return ;;
   esac

@@ -71,3 +71,20 @@ def test_tied_parameters_stay_one_tensor(tmp_path):
     model = torch.load(tmp_path / "avg.pt", weights_only=False)["model"]
     assert torch.equal(model["decoder.out"], torch.tensor([2.0, 3.0]))
     assert model["encoder.embed"].data_ptr() == model["decoder.embed"].data_ptr() == model["decoder.out"].data_ptr()
+
+
+def test_reuse_keeps_an_average_newer_than_its_inputs(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    save(run / "checkpoint_last.pt", 2, [4.0])
+    save(run / "checkpoint_1_1.pt", 1, [2.0])
+    avg = run / "checkpoint_avg.pt"
+    args = ("--inputs", str(run), "--output", str(avg), "--reuse")
+    assert average(*args).returncode == 0 and torch.load(avg, weights_only=False)["model"]["w"].item() == 3.0
+    out = average(*args)
+    assert out.returncode == 0 and "kept" in out.stdout  # nothing newer: not remade
+    save(run / "checkpoint_last.pt", 3, [8.0])  # the run went on
+    os.utime(run / "checkpoint_last.pt", (os.path.getmtime(avg) + 10,) * 2)
+    out = average(*args)
+    assert out.returncode == 0 and "averaged 2 checkpoints (updates 1, 3)" in out.stdout
+    assert torch.load(avg, weights_only=False)["model"]["w"].item() == 5.0
