@@ -10,22 +10,25 @@
 A directory stands for every checkpoint the run kept there (``checkpoint_last.pt``, ``checkpoint_best.pt`` and the
 ``--save-interval-updates`` ones, ``checkpoint_E_U.pt``; never an earlier average), each file counted once even when
 two names hold the same state (``checkpoint_best.pt`` is a copy of the last one when the last was the best).
-Floating-point parameters are averaged in float32 and stored in their own dtype; integer buffers, the
-configuration, the optimizer history and the training state are the last input's, and parameters tied in it
-(``--share-all-embeddings``) stay one tensor (the newest by update, so a
-resumed run continues from it). Checkpoints of different models are refused, naming the file and the parameter.
+Floating-point parameters are averaged in float32 and stored in their own dtype. Integer buffers, the
+configuration, the optimizer history and the training state are the newest input's (by update, so a resumed run
+continues from it), and parameters tied in it (``--share-all-embeddings``) stay one tensor. Checkpoints of different
+models are refused, naming the file and the parameter. The average is written atomically (fairseq's
+``torch_persistent_save``).
 
 Example: parameters w = [1, 2] (update 1000) and w = [3, 6] (update 1166) -> w = [2, 4], with update 1166's state.
 """
 import argparse
 import glob
 import hashlib
+import io
 import os
 import re
 import sys
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
+from fairseq import checkpoint_utils
 
 
 def run_checkpoints(directory: str) -> List[str]:
@@ -37,18 +40,19 @@ def run_checkpoints(directory: str) -> List[str]:
     return kept
 
 
-def distinct(paths: List[str]) -> List[str]:
-    """``paths`` without the files whose bytes an earlier one already has (best = last, or a copy)."""
-    seen, out = set(), []
+def load_distinct(paths: List[str]) -> Tuple[List[str], List[dict]]:
+    """The states of ``paths``, each file read once, without the files whose bytes an earlier one already has
+    (best = last, or a copy): (the paths kept, their states)."""
+    seen, kept, states = set(), [], []
     for p in paths:
-        h = hashlib.sha1()
         with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        if h.digest() not in seen:
-            seen.add(h.digest())
-            out.append(p)
-    return out
+            data = f.read()
+        digest = hashlib.sha1(data).digest()
+        if digest not in seen:
+            seen.add(digest)
+            kept.append(p)
+            states.append(torch.load(io.BytesIO(data), map_location="cpu", weights_only=False))
+    return kept, states
 
 
 def updates(state: dict) -> int:
@@ -99,15 +103,12 @@ def main():
                                                           for q in paths):
         print(f"{args.output} is newer than its {len(paths)} inputs: kept")
         return
-    paths = distinct(paths)
-    states = [torch.load(q, map_location="cpu", weights_only=False) for q in paths]
+    paths, states = load_distinct(paths)
     order = sorted(range(len(states)), key=lambda i: updates(states[i]))  # oldest first: the newest's state is kept
     states, paths = [states[i] for i in order], [paths[i] for i in order]
     merged = dict(states[-1])
     merged["model"] = average(states, paths)
-    tmp = args.output + ".tmp"
-    torch.save(merged, tmp)
-    os.replace(tmp, args.output)  # never a truncated average
+    checkpoint_utils.torch_persistent_save(merged, args.output)  # to OUTPUT.tmp, then renamed: never truncated
     print(f"averaged {len(paths)} checkpoints (updates {', '.join(str(updates(s)) for s in states)}) -> {args.output}")
 
 

@@ -78,6 +78,8 @@ def test_reuse_keeps_an_average_newer_than_its_inputs(tmp_path):
     run.mkdir()
     save(run / "checkpoint_last.pt", 2, [4.0])
     save(run / "checkpoint_1_1.pt", 1, [2.0])
+    for name in ("checkpoint_last.pt", "checkpoint_1_1.pt"):  # clearly older than the average, whatever the clock
+        os.utime(run / name, (os.path.getmtime(run / name) - 100,) * 2)
     avg = run / "checkpoint_avg.pt"
     args = ("--inputs", str(run), "--output", str(avg), "--reuse")
     assert average(*args).returncode == 0 and torch.load(avg, weights_only=False)["model"]["w"].item() == 3.0

@@ -1,4 +1,8 @@
 """Fixes to fairseq installed by importing insnet_fairseq."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -83,10 +87,6 @@ def test_training_that_stops_mid_epoch_exits_cleanly(tmp_path):
     """fairseq's prefetch thread (--data-buffer-size) inside torch at interpreter exit aborts the process
     ("terminate called without an active exception", SIGABRT) after a successful run; with the fix it is
     stopped and joined first (fairseq_fixes/clean_exit.py). Unfixed (argument "plain"), this script aborted 8 times in 8."""
-    import os
-    import subprocess
-    import sys
-
     script = tmp_path / "prefetch_then_exit.py"
     script.write_text(PREFETCH_THEN_EXIT)
     env = dict(os.environ, OMP_NUM_THREADS="1")
