@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Multi30k En->De at equal wall-clock budgets: every system of the table trains MINUTES (60) of
 # wall clock on THREADS (1) CPU thread(s), same size (3+3 layers, d=256, recipes/train.sh), same
-# batch (MAX_TOKENS 4096), lr 1e-3 with inverse_sqrt after 400 warm-up updates; two rows train at
+# batch (MAX_TOKENS 4096), lr 1e-3 with inverse_sqrt after 400 warm-up updates, dropout DROPOUT (0.1, train.sh); two rows train at
 # once on a 2-core machine. "+KD" rows train on data-bin/multi30k_en_de-distill, made from the AR
 # row's own checkpoint (the teacher: `make distill-multi30k_en_de` with the same budget), so the
 # teacher's time and the distillation's are extra and reported apart (logs/distill.log).
@@ -262,7 +262,7 @@ tune_row() {  # the valid set, never the test set, picks the parallel decoding f
   IFS=';' read -r -a sets <<<"$grid"
   for set in "${sets[@]}"; do
     # shellcheck disable=SC2086
-    python recipes/evaluate.py --data "$data" --path "$(judged "$ckpt" "$set")" --src en --tgt de --name "$1 valid $set" \
+    python recipes/evaluate.py --data "$data" --path "$(judged "$ckpt" "$set")" --src en --tgt de --name "$(judged "$ckpt" "$set") valid $set" \
       --gen-subset valid --raw-ref "$raw/valid.de" --csv results/${TUNE_OUT:-top_p_valid}.csv -- --user-dir insnet_fairseq \
       --task insertion_translation --insertion-mode parallel $set
   done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Train one model of the results table with fairseq-train, all kinds under the same settings:
-# 3+3 layers, d=256, 4 heads, FFN 1024, dropout 0.1, shared embeddings, Adam (0.9, 0.98), lr LR with
+# 3+3 layers, d=256, 4 heads, FFN 1024, dropout DROPOUT (0.1), shared embeddings, Adam (0.9, 0.98), lr LR with
 # inverse_sqrt after WARMUP updates, label smoothing 0.1, MAX_TOKENS per batch, UPDATES updates.
 #
 #   recipes/train.sh KIND DATA_BIN SAVE_DIR [extra fairseq-train flags...]
@@ -14,7 +14,7 @@
 #       expansion_lm_small: 4 layers, d=256; the LM data with its parses, make lm-parse-multi30k; no label smoothing,
 #       no encoder to share embeddings with), ar-lm (fairseq's `transformer_lm`, task language_modeling, one sentence per
 #       sample: the unconditional autoregressive LM, 3 layers, d=256, tied input/output embeddings).
-# Environment: UPDATES (500; 0: no limit), MAX_TOKENS (4096), LR (1e-3), WARMUP (400), MINUTES (no limit),
+# Environment: UPDATES (500; 0: no limit), DROPOUT (0.1), MAX_TOKENS (4096), LR (1e-3), WARMUP (400), MINUTES (no limit),
 # THREADS (torch threads; default: all cores), SCHEDULER (inverse_sqrt, or fixed: constant LR, for
 # fine-tuning), KEEP_INTERVAL (1: how many of the checkpoints saved every 250 updates are kept, the inputs of
 # recipes/average_checkpoints.py with checkpoint_last/_best). InsNet-only: ORDER (insertion order).
@@ -23,7 +23,7 @@ kind=${1:?KIND: insnet|indigo|insnet-lm|ar|levt|inst|infill|expansion-lm|ar-lm};
 [ -d "$data" ] || { echo "train.sh: data directory $data does not exist (run the data recipe first, e.g. make multi30k)" >&2; exit 2; }
 size=(--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256
       --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024
-      --encoder-attention-heads 4 --decoder-attention-heads 4 --dropout 0.1)
+      --encoder-attention-heads 4 --decoder-attention-heads 4 --dropout "${DROPOUT:-0.1}")
 shared=(--share-all-embeddings --label-smoothing 0.1)
 case $kind in
   insnet)
@@ -46,10 +46,10 @@ case $kind in
            --decoder-learned-pos --encoder-learned-pos --apply-bert-init --ddp-backend legacy_ddp) ;;
   expansion-lm)
     model=(--task expansion_lm --arch expansion_lm_small --criterion expansion_lm_loss)
-    size=(--layers 4 --embed-dim 256 --ffn-embed-dim 1024 --attention-heads 4 --dropout 0.1); shared=() ;;
+    size=(--layers 4 --embed-dim 256 --ffn-embed-dim 1024 --attention-heads 4 --dropout "${DROPOUT:-0.1}"); shared=() ;;
   ar-lm)
     model=(--task language_modeling --arch transformer_lm --criterion cross_entropy --sample-break-mode eos)
-    size=(--decoder-layers 3 --decoder-embed-dim 256 --decoder-ffn-embed-dim 1024 --decoder-attention-heads 4 --dropout 0.1)
+    size=(--decoder-layers 3 --decoder-embed-dim 256 --decoder-ffn-embed-dim 1024 --decoder-attention-heads 4 --dropout "${DROPOUT:-0.1}")
     shared=(--share-decoder-input-output-embed) ;;
   *) echo "train.sh: unknown KIND '$kind' (insnet|indigo|insnet-lm|ar|levt|inst|infill|expansion-lm|ar-lm)" >&2; exit 2 ;;
 esac
