@@ -260,9 +260,11 @@ tune_row() {  # the valid set, never the test set, picks the parallel decoding f
   # --iter-decode-with-external-reranker decodes with the AR judge JUDGE)
   local grid=${GRID:-"--slot-top-p 0.5;--slot-top-p 0.7;--slot-top-p 0.8;--slot-top-p 0.9;--slot-top-p 0.95"}
   IFS=';' read -r -a sets <<<"$grid"
+  local path
   for set in "${sets[@]}"; do
+    path=$(judged "$ckpt" "$set")  # the row is named by it: checkpoint, and judge and channel model when used
     # shellcheck disable=SC2086
-    python recipes/evaluate.py --data "$data" --path "$(judged "$ckpt" "$set")" --src en --tgt de --name "$(judged "$ckpt" "$set") valid $set" \
+    python recipes/evaluate.py --data "$data" --path "$path" --src en --tgt de --name "$path valid $set" \
       --gen-subset valid --raw-ref "$raw/valid.de" --csv results/${TUNE_OUT:-top_p_valid}.csv -- --user-dir insnet_fairseq \
       --task insertion_translation --insertion-mode parallel $set
   done

@@ -21,9 +21,10 @@
 set -euo pipefail
 kind=${1:?KIND: insnet|indigo|insnet-lm|ar|levt|inst|infill|expansion-lm|ar-lm}; data=${2:?DATA_BIN}; save=${3:?SAVE_DIR}; shift 3
 [ -d "$data" ] || { echo "train.sh: data directory $data does not exist (run the data recipe first, e.g. make multi30k)" >&2; exit 2; }
+dropout=${DROPOUT:-0.1}
 size=(--encoder-layers 3 --decoder-layers 3 --encoder-embed-dim 256 --decoder-embed-dim 256
       --encoder-ffn-embed-dim 1024 --decoder-ffn-embed-dim 1024
-      --encoder-attention-heads 4 --decoder-attention-heads 4 --dropout "${DROPOUT:-0.1}")
+      --encoder-attention-heads 4 --decoder-attention-heads 4 --dropout "$dropout")
 shared=(--share-all-embeddings --label-smoothing 0.1)
 case $kind in
   insnet)
@@ -46,10 +47,10 @@ case $kind in
            --decoder-learned-pos --encoder-learned-pos --apply-bert-init --ddp-backend legacy_ddp) ;;
   expansion-lm)
     model=(--task expansion_lm --arch expansion_lm_small --criterion expansion_lm_loss)
-    size=(--layers 4 --embed-dim 256 --ffn-embed-dim 1024 --attention-heads 4 --dropout "${DROPOUT:-0.1}"); shared=() ;;
+    size=(--layers 4 --embed-dim 256 --ffn-embed-dim 1024 --attention-heads 4 --dropout "$dropout"); shared=() ;;
   ar-lm)
     model=(--task language_modeling --arch transformer_lm --criterion cross_entropy --sample-break-mode eos)
-    size=(--decoder-layers 3 --decoder-embed-dim 256 --decoder-ffn-embed-dim 1024 --decoder-attention-heads 4 --dropout "${DROPOUT:-0.1}")
+    size=(--decoder-layers 3 --decoder-embed-dim 256 --decoder-ffn-embed-dim 1024 --decoder-attention-heads 4 --dropout "$dropout")
     shared=(--share-decoder-input-output-embed) ;;
   *) echo "train.sh: unknown KIND '$kind' (insnet|indigo|insnet-lm|ar|levt|inst|infill|expansion-lm|ar-lm)" >&2; exit 2 ;;
 esac
