@@ -52,7 +52,8 @@ def child(kind: str, length: int, data: str, device: str) -> dict:
     def train_step(batch):
         model.train()
         opt.zero_grad()
-        tt.step_fn("ar" if kind == "ar" else "insnet", model, to(batch), d).backward()
+        # plain NLL on both sides (label smoothing 0: fairseq's cross_entropy criterion for the AR model)
+        tt.step_fn("ar" if kind == "ar" else "insnet", model, to(batch), d, 0.0).backward()
         opt.step()
 
     def decode(batch, words):  # insnet-sequential / insnet-parallel decoding of `words` words

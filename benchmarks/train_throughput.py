@@ -7,7 +7,9 @@ on the same batches, measured side by side in one run (rounds interleave the mod
 
 Settings: "multi30k" = real training batches of the binarised Multi30k (max-tokens budget);
 "len32" ... "len256" = synthetic batches whose source and target have exactly that many tokens.
-A training step is forward + backward + Adam step. Prints tokens/s per model and the ratios. The naive
+A training step is forward + backward + Adam step, each model with its criterion's loss at ``--label-smoothing``
+(0.1, the results tables'): the AR model as fairseq's ``label_smoothed_cross_entropy`` computes it (``cross_entropy``,
+plain NLL, at 0), InsNet as ``insnet_loss``. Prints tokens/s per model and the ratios. The naive
 re-encoding (one pass per prefix: O(n) passes) runs only up to ``--naive-max-length`` (64) tokens.
 """
 import argparse
@@ -21,6 +23,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import insnet_fairseq  # noqa: E402,F401
+from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel  # noqa: E402
 from insnet_fairseq.tasks.criterion import term_losses  # noqa: E402
@@ -79,28 +82,29 @@ def synthetic_batches(d, length, max_tokens, count):
     return out
 
 
-def step_fn(kind, model, batch, d):
+def step_fn(kind, model, batch, d, eps):
     ni = batch["net_input"]
     tgt = batch["target"]
-    if kind == "ar":
+    if kind == "ar":  # fairseq's criteria: label_smoothed_cross_entropy (eps > 0), cross_entropy (eps 0)
         out, _ = model(ni["src_tokens"], ni["src_lengths"], ni["prev_output_tokens"])
-        lprobs = torch.log_softmax(out.float(), -1)
-        return torch.nn.functional.nll_loss(lprobs.view(-1, lprobs.size(-1)), tgt.view(-1),
-                                            ignore_index=d.pad(), reduction="sum")
+        lprobs = torch.log_softmax(out.float(), -1).view(-1, out.size(-1))
+        if eps > 0:
+            return label_smoothed_nll_loss(lprobs, tgt.view(-1), eps, ignore_index=d.pad(), reduce=True)[0]
+        return torch.nn.functional.nll_loss(lprobs, tgt.view(-1), ignore_index=d.pad(), reduction="sum")
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
     order = make_order("random", target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0))
     if kind == "naive":
         return reencode_prefixes(model, ni["src_tokens"], ni["src_lengths"], target, order)
-    terms = term_losses(model(ni["src_tokens"], ni["src_lengths"], target, order))
+    terms = term_losses(model(ni["src_tokens"], ni["src_lengths"], target, order), eps)
     return sum(v[0] for v in terms.values())
 
 
-def time_steps(kind, model, opt, batches, d):
+def time_steps(kind, model, opt, batches, d, eps):
     model.train()
     t0 = time.perf_counter()
     for batch in batches:
         opt.zero_grad()
-        step_fn(kind, model, batch, d).backward()
+        step_fn(kind, model, batch, d, eps).backward()
         opt.step()
     return time.perf_counter() - t0
 
@@ -115,6 +119,8 @@ def main():
     p.add_argument("--naive-max-length", type=int, default=64,
                    help="time the naive per-prefix re-encoding only for settings up to this target length")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
+    p.add_argument("--label-smoothing", type=float, default=0.1,
+                   help="each model's loss as its criterion computes it with this label smoothing (the tables': 0.1)")
     args = p.parse_args()
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     dict_path = os.path.join(args.data, "dict.en.txt")
@@ -122,7 +128,7 @@ def main():
         sys.exit(f"{dict_path} not found: run `make multi30k` first")
     d = Dictionary.load(dict_path)
     print(f"device: cpu x{torch.get_num_threads()} threads, torch {torch.__version__}, vocab {len(d)}, "
-          f"model 3+3 layers d=256 h=4 ffn=1024, max-tokens {args.max_tokens}")
+          f"model 3+3 layers d=256 h=4 ffn=1024, max-tokens {args.max_tokens}, label smoothing {args.label_smoothing}")
     rows = []
     for setting in args.settings.split(","):
         if setting == "multi30k":
@@ -136,11 +142,11 @@ def main():
         opts = {k: torch.optim.Adam(m.parameters(), lr=1e-4) for k, m in models.items()}
         # warm-up
         for k in models:
-            time_steps(k, models[k], opts[k], batches[:1], d)
+            time_steps(k, models[k], opts[k], batches[:1], d, args.label_smoothing)
         times = {k: [] for k in models}
         for _ in range(args.rounds):
             for k in models:
-                times[k].append(time_steps(k, models[k], opts[k], batches, d))
+                times[k].append(time_steps(k, models[k], opts[k], batches, d, args.label_smoothing))
         tps = {k: ntok / statistics.median(v) for k, v in times.items()}
         rows.append((setting, mean_len, tps))
         naive = (f"naive re-encoding {tps['naive']:6.0f} tok/s  |  " if "naive" in tps else "naive not timed  |  ")

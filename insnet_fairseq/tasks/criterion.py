@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 import torch.nn.functional as F
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
-from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
 from fairseq.dataclass import FairseqDataclass
+
+from .token_loss import smoothed_nll
 
 TERMS = ("token", "position", "termination")
 
@@ -25,8 +26,8 @@ class InsNetLossConfig(FairseqDataclass):
 def term_losses(net_output, label_smoothing: float = 0.0):
     """Summed NLL of each named term; returns {name: (loss, nll)} (equal unless smoothing)."""
     tok = net_output["token"]
-    lprobs = F.log_softmax(tok["logits"].float(), dim=-1)  # [N, V], real steps only
-    tok_loss, tok_nll = label_smoothed_nll_loss(lprobs, tok["target"], label_smoothing, reduce=True)
+    # [N, V] logits, real steps only: fairseq's label_smoothed_nll_loss with a one-pass backward
+    tok_loss, tok_nll = smoothed_nll(tok["logits"], tok["target"], label_smoothing)
 
     pos = net_output["position"]
     pos_lprobs = F.log_softmax(pos["logits"][pos["mask"]].float(), dim=-1)  # [N, K]
