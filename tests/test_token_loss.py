@@ -46,3 +46,12 @@ def test_docstring_example_uniform_logits():
     for eps in (0.0, 0.3):
         loss, nll = smoothed_nll(torch.zeros(1, 4), torch.tensor([2]), eps)
         assert math.isclose(float(loss), math.log(4), rel_tol=1e-6) and math.isclose(float(nll), math.log(4), rel_tol=1e-6)
+
+
+def test_a_second_backward_through_the_same_graph_is_refused():
+    """The backward writes the gradient over its saved log-probabilities, so it must not run twice."""
+    logits = torch.randn(3, 7, requires_grad=True)
+    loss, _ = smoothed_nll(logits, torch.tensor([1, 2, 3]), 0.1)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="once per forward"):
+        loss.backward()

@@ -28,11 +28,15 @@ class _SmoothedNLL(torch.autograd.Function):
         eps_i = eps / (lprobs.size(1) - 1)
         loss = nll if eps == 0 else (1.0 - eps - eps_i) * nll - eps_i * lprobs.sum()
         ctx.save_for_backward(lprobs, target)
-        ctx.eps, ctx.logits_dtype = eps, logits.dtype
+        ctx.eps, ctx.logits_dtype, ctx.consumed = eps, logits.dtype, False
         return loss, nll
 
     @staticmethod
     def backward(ctx, g_loss: Tensor, g_nll: Tensor):
+        if ctx.consumed:
+            raise RuntimeError("smoothed_nll's backward reuses its saved log-probabilities in place: "
+                               "it can run once per forward (no retain_graph=True)")
+        ctx.consumed = True
         lprobs, target = ctx.saved_tensors
         V = lprobs.size(1)
         b = ctx.eps / (V - 1)
@@ -40,7 +44,8 @@ class _SmoothedNLL(torch.autograd.Function):
         g_loss = torch.zeros((), dtype=lprobs.dtype) if g_loss is None else g_loss
         g_nll = torch.zeros((), dtype=lprobs.dtype) if g_nll is None else g_nll
         at_target = g_loss * a + g_nll  # the gradient's weight on -lp[n, t_n]
-        grad = lprobs.exp().mul_(at_target + g_loss * (b * V))  # [N, V]: p * (sum of the weights on -lp)
+        # [N, V]: p * (the sum of the weights on -lp), written over the saved log-probabilities (no new [N, V] buffer)
+        grad = lprobs.exp_().mul_(at_target + g_loss * (b * V))
         if b:
             grad.sub_(g_loss * b)
         rows = torch.arange(len(target), device=target.device)
