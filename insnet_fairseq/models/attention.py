@@ -137,7 +137,8 @@ class OffsetSelfAttention(nn.Module):
         index = (offsets + M).unsqueeze(1).expand(B, H, T, S)
         mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
         # gather's backward needs only the index and mul's only the scalar, so the product is masked in place
-        bias = (by_offset.gather(-1, index) * self.scaling).masked_fill_(mask.unsqueeze(1), float("-inf"))  # [B, H, T, S]
+        bias = by_offset.gather(-1, index) * self.scaling  # [B, H, T, S]
+        bias.masked_fill_(mask.unsqueeze(1), float("-inf"))
         # softmax((q + u) k^T * scaling + bias) v, dropout on the weights: one fused kernel, as the AR model's
         out = F.scaled_dot_product_attention(q + self.u.view(1, H, 1, Dh), k, v, attn_mask=bias,
                                              dropout_p=self.dropout if self.training else 0.0,

@@ -32,7 +32,7 @@ class _SmoothedNLL(torch.autograd.Function):
         return loss, nll
 
     @staticmethod
-    def backward(ctx, g_loss: Tensor, g_nll: Tensor):
+    def backward(ctx, g_loss: Tensor, g_nll: Tensor):  # 0-dim each (autograd gives zeros for an unused output)
         if ctx.consumed:
             raise RuntimeError("smoothed_nll's backward reuses its saved log-probabilities in place: "
                                "it can run once per forward (no retain_graph=True)")
@@ -41,8 +41,6 @@ class _SmoothedNLL(torch.autograd.Function):
         V = lprobs.size(1)
         b = ctx.eps / (V - 1)
         a = 1.0 - ctx.eps - b
-        g_loss = torch.zeros((), dtype=lprobs.dtype) if g_loss is None else g_loss
-        g_nll = torch.zeros((), dtype=lprobs.dtype) if g_nll is None else g_nll
         at_target = g_loss * a + g_nll  # the gradient's weight on -lp[n, t_n]
         # [N, V]: p * (the sum of the weights on -lp), written over the saved log-probabilities (no new [N, V] buffer)
         grad = lprobs.exp_().mul_(at_target + g_loss * (b * V))
