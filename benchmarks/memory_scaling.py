@@ -34,8 +34,6 @@ def peak_mb(device) -> float:
 
 
 def child(kind: str, length: int, data: str, device: str) -> dict:
-    import argparse as ap
-
     import torch
 
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))

@@ -212,7 +212,7 @@ def test_insnet_dependency_order_batches(lm_data, tmp_path):
     task.load_dataset("test")
     dataset = task.datasets["test"]
     sample = dataset.collater([dataset[i] for i in range(16)])
-    target, order, levels = sample["net_input"]["target"], sample["net_input"]["order"], sample["levels"]
+    order, levels = sample["net_input"]["order"], sample["levels"]
     for b, i in enumerate(sample["id"].tolist()):
         n = words[i]
         expect = dependency_levels(parse_deps_line(deps[i], n)[0])

@@ -5,7 +5,8 @@ import copy
 import pytest
 import torch
 
-from insnet_fairseq.decoding.generator import InsertionGenerator, group_offsets
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.decoding.state import group_offsets
 from insnet_fairseq.reference import naive_offsets
 
 from conftest import build_tiny_ar, build_tiny_model, make_dictionary, random_batch, sample_of
@@ -227,7 +228,7 @@ def test_repeat_policies_leave_no_adjacent_duplicates(model_and_batch, mode, pol
 def test_replace_repeats_puts_the_best_other_token_in_every_repeating_slot():
     """drop_repeats on one step: "<s> 5 6 </s>", slots (<s>,5) (5,6) (6,</s>) chosen with 5, 7, 6:
     skip keeps only 7; replace keeps all three, the repeats taking their best non-neighbour token."""
-    from insnet_fairseq.decoding.generator import DecoderState
+    from insnet_fairseq.decoding.state import DecoderState
 
     d = make_dictionary(12)
     V = len(d)

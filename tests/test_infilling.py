@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from conftest import ROOT, build_tiny_lm_model
-from insnet_fairseq.decoding.generator import InsertionGenerator, check_blanks, split_template
+from insnet_fairseq.decoding.flags import check_blanks, split_template
+from insnet_fairseq.decoding.generator import InsertionGenerator
 
 sys.path.insert(0, os.path.join(ROOT, "recipes"))
 from evaluate_infill import fill_back, template_kept  # noqa: E402

@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from conftest import (BIN, ROOT, SHARED_DATA, FakeLMTask, FakeTask, build_tiny_lm_model, make_dictionary, random_batch,
+from conftest import (BIN, ROOT, FakeLMTask, FakeTask, build_tiny_lm_model, make_dictionary, random_batch,
                       run, step_logprobs, tiny_args)
 from insnet_fairseq.tasks.checkpoint_checks import CheckpointError, check_model_fits_task
 from insnet_fairseq.decoding.generator import InsertionGenerator

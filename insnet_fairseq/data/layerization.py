@@ -9,7 +9,7 @@ A layering fixes the trajectory that training encodes in its single pass:
 
 * :func:`encoding_order`: positions sorted by (layer, position): a layer's tokens are encoded
   one after another, left to right, which is the rule decoding uses for the tokens of one
-  parallel step (:func:`insnet_fairseq.decoding.generator.group_offsets`), so training and decoding see the same offsets;
+  parallel step (:func:`insnet_fairseq.decoding.state.group_offsets`), so training and decoding see the same offsets;
 * :func:`context_steps`: for every step, the last step of the earlier layers: the context its
   token is inserted into (``t - 1`` for a sequential trajectory). The model takes it as
   ``context`` and scores each token at its slot in that context (:class:`insnet_fairseq.models.insnet.InsNetDecoder`).

@@ -4,14 +4,13 @@ lives in a buffer with room for more tokens, and a decoding step writes its new 
 place instead of concatenating (a ``torch.cat`` per step copies the whole cache: O(n^2) over a
 sentence). Buffers grow by doubling when full, so the copies are O(n) in all.
 
-A :class:`~insnet_fairseq.decoding.generator.DecoderState` holds *views* of the first ``size`` columns
+A :class:`~insnet_fairseq.decoding.state.DecoderState` holds *views* of the first ``size`` columns
 and the store; the next step appends after them. A state is never changed by a later step: columns
 are only written past the newest state's size, and appending to an older state (a branch) copies the
 store first.
 """
 from typing import Dict, List, Tuple
 
-import torch
 from torch import Tensor
 
 

@@ -60,197 +60,27 @@ fill its output cap. Long constrained starts are decoded apart from the rest of 
 (:meth:`InsertionGenerator.length_groups`) and encoded a few rows at a time (``ENCODE_CHUNK``),
 so that one long constraint phrase neither slows its batch nor exhausts memory.
 """
-import dataclasses
 import logging
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from insnet_fairseq.decoding.beam import BeamSearch
-from insnet_fairseq.decoding.cache import ColumnStore, column_dim, layer_names
+from insnet_fairseq.decoding.cache import ColumnStore, layer_names
+from insnet_fairseq.decoding.flags import check_beam_flags, check_blanks, check_decoding_flags, split_template
 from insnet_fairseq.decoding.rerank import Judge
 from insnet_fairseq.decoding.sampling import check_temperature, sample
+from insnet_fairseq.decoding.state import HOLE, DecoderState, compact, group_offsets
 from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
 from insnet_fairseq.models.slots import gather_steps
 
 logger = logging.getLogger(__name__)
 
-MODES = ("sequential", "parallel")
-HOLE = 1 << 30  # position of a hole: right of everything
 ENCODE_CHUNK = 1 << 22  # rows x S x S elements per full encoding pass (see _encode_all)
 GROUP_FREE = 64  # constrained starts up to this many tokens share a decoding group (see length_groups)
-
-
-@dataclasses.dataclass(frozen=True)
-class DecoderState:
-    """Immutable per-step state of a batch of partial sequences (B sentences, S tokens)."""
-
-    tokens: Tensor  # [B, S] tokens in insertion order (pad at holes)
-    positions: Tensor  # [B, S] index of each token in the current partial sequence (HOLE at holes)
-    real: Tensor  # [B, S] bool, False at holes
-    hidden: Tensor  # [B, S, D] last-layer states
-    cache: List[Tuple[Tensor, Tensor]]  # per layer self-attention (k, v), each [B, H, S, Dh]
-    last: Tensor  # [B] index of the most recently inserted token (the global vector)
-    scores: Tensor  # [B, S] log-prob of each insertion (0 for initial tokens)
-    steps: Tensor  # [B] insertion steps taken
-    open_right: Optional[Tensor] = None  # [B, S] bool: the slot right of the token takes words (None: all do)
-    parts: Optional[Tuple[Tensor, Tensor]] = None  # (f_l(h) [B, S, Dl], f_r(h) [B, S, Dr]); None: heads without them
-    store: Optional[ColumnStore] = None  # the buffers the per-token tensors above are views of (cached decoding)
-    slot_queries: Optional[Tensor] = None  # [B, S - 1, D] every slot's query (fused --slot-query-stream decoding)
-
-    def columns(self) -> Dict[str, Tensor]:
-        """The per-token tensors that only ever grow by new columns (all but ``positions``), by name."""
-        out = dict(tokens=self.tokens, real=self.real, scores=self.scores, hidden=self.hidden)
-        if self.open_right is not None:
-            out["open_right"] = self.open_right
-        if self.parts is not None:
-            out["part_l"], out["part_r"] = self.parts
-        for (k, v), (kn, vn) in zip(self.cache, layer_names(len(self.cache))):
-            out[kn], out[vn] = k, v
-        return out
-
-    @staticmethod
-    def from_store(store: ColumnStore, size: int, positions: Tensor, last: Tensor, steps: Tensor,
-                   slot_queries: Optional[Tensor] = None) -> "DecoderState":
-        """The state whose per-token tensors are the first ``size`` columns of ``store``'s buffers."""
-        v = store.views(size)
-        n_layers = sum(column_dim(name) == 2 for name in v) // 2
-        return DecoderState(
-            tokens=v["tokens"], positions=positions, real=v["real"], hidden=v["hidden"],
-            cache=[(v[kn], v[vn]) for kn, vn in layer_names(n_layers)], last=last, scores=v["scores"], steps=steps,
-            open_right=v.get("open_right"), parts=(v["part_l"], v["part_r"]) if "part_l" in v else None, store=store,
-            slot_queries=slot_queries,
-        )
-
-    def select(self, keep: Tensor) -> "DecoderState":
-        """Keep the sentences ``keep`` (LongTensor of batch rows)."""
-        if self.store is not None:
-            size = self.tokens.size(1)
-            return DecoderState.from_store(self.store.select(keep, size), size, self.positions[keep], self.last[keep],
-                                           self.steps[keep],
-                                           None if self.slot_queries is None else self.slot_queries[keep])
-        return DecoderState(
-            tokens=self.tokens[keep], positions=self.positions[keep], real=self.real[keep],
-            hidden=self.hidden[keep], cache=[(k[keep], v[keep]) for k, v in self.cache],
-            last=self.last[keep], scores=self.scores[keep], steps=self.steps[keep],
-            open_right=None if self.open_right is None else self.open_right[keep],
-            parts=None if self.parts is None else (self.parts[0][keep], self.parts[1][keep]),
-        )
-
-    @property
-    def lengths(self) -> Tensor:
-        return self.real.sum(1)
-
-    def sequence_order(self) -> Tensor:
-        """[B, S] insertion indices sorted by position (real tokens first, left to right)."""
-        return self.positions.argsort(dim=1)
-
-
-def group_offsets(positions: Tensor, group_positions: Tensor, group_real: Tensor) -> Tensor:
-    """Offset rows of tokens inserted in one step, encoded left to right.
-
-    Args:
-        positions: [B, S] positions of all tokens (old and new) in the new partial sequence.
-        group_positions: [B, G] positions of the new tokens, ascending (HOLE at holes).
-        group_real: [B, G] bool.
-
-    Returns:
-        [B, G, S] offset of key j seen from new token m, counted among the old tokens and the
-        new tokens 0..m (new tokens right of m in the group are not there yet):
-        ``rank = pos[j] - #{m' > m : pos[m'] < pos[j]}``, ``offset = rank - pos[m]``.
-
-    Example: "<s> a </s>" (inserted <s>, </s>, a) gets x and y in one step -> "<s> x a y </s>",
-    positions (insertion order <s>, </s>, a, x, y) = [0, 4, 2, 1, 3]. The row of x (y not there
-    yet: "<s> x a </s>") is [-1, 2, 1, 0, *]; the row of y is [-3, 1, -1, -2, 0].
-    """
-    less = (group_positions.unsqueeze(2) < positions.unsqueeze(1)) & group_real.unsqueeze(2)  # [B, G, S]
-    later = less.flip(1).cumsum(1).flip(1) - less.long()  # sum over m' > m
-    rank = positions.unsqueeze(1) - later
-    S = positions.size(1)
-    return (rank - group_positions.unsqueeze(2)).clamp(-(S - 1), S - 1)
-
-
-def compact(chosen: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-    """The chosen slots of each sentence, left to right, packed to the widest sentence's count.
-
-    chosen bool [B, K] -> (slot_of [B, G], real bool [B, G], count [B]), G = max count; rows
-    with fewer slots are filled with holes (``real`` False). Example: [[F, T, F, T], [T, F, F, F]]
-    -> slot_of [[1, 3], [0, *]], real [[T, T], [T, F]], count [2, 1].
-    """
-    B, K = chosen.shape
-    count = chosen.sum(1)  # [B]
-    G = int(count.max())
-    k_idx = torch.arange(K, device=chosen.device).unsqueeze(0).expand(B, K)
-    slot_of = torch.where(chosen, k_idx, k_idx + K).sort(dim=1).values[:, :G] % K  # [B, G]
-    real = torch.arange(G, device=chosen.device).unsqueeze(0) < count.unsqueeze(1)
-    return slot_of, real, count
-
-
-def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int, min_token_prob: float = 0.0,
-                         stop_threshold: float = 0.5, stop_check_prob: float = 0.0) -> None:
-    """Refuse flag values decoding cannot use, naming the flag (the task checks them before a model loads)."""
-    if mode not in MODES:
-        raise ValueError(f"--insertion-mode must be one of {', '.join(MODES)}, not {mode!r}")
-    if mode == "parallel" and not 0.0 < slot_top_p <= 1.0:  # sequential decoding ignores it
-        raise ValueError(f"--slot-top-p must be in (0, 1], got {slot_top_p}")
-    if not 0.0 < stop_threshold < 1.0:
-        raise ValueError(f"--stop-threshold must be in (0, 1), got {stop_threshold}")
-    if not 0.0 <= min_token_prob < 1.0:
-        raise ValueError(f"--min-token-prob must be in [0, 1), got {min_token_prob}")
-    if not 0.0 <= stop_check_prob < 1.0:
-        raise ValueError(f"--stop-check-prob must be in [0, 1), got {stop_check_prob}")
-    if max_steps < 0:
-        raise ValueError(f"--max-insertion-steps must be >= 0 (0: 2 x source length + 10), got {max_steps}")
-
-
-def check_beam_flags(beam: int, mode: str, candidates: int = 1, sampling: bool = False, skip_repeats: bool = False,
-                     replace_repeats: bool = False, stop_check_prob: float = 0.0, min_token_prob: float = 0.0) -> None:
-    """Refuse ``--insertion-beam`` values and the flags a beam search does not combine with, naming them."""
-    if beam < 1:
-        raise ValueError(f"--insertion-beam must be >= 1, got {beam}")
-    if beam == 1:
-        return
-    if mode != "sequential":
-        raise ValueError(f"--insertion-beam {beam} searches sequential insertions: add --insertion-mode sequential "
-                         f"(got {mode}; parallel decoding keeps several hypotheses with --insertion-candidates)")
-    clash = [flag for flag, on in (("--insertion-candidates", candidates > 1), ("--sampling", sampling),
-                                   ("--skip-repeats", skip_repeats), ("--replace-repeats", replace_repeats),
-                                   ("--stop-check-prob", stop_check_prob > 0), ("--min-token-prob", min_token_prob > 0))
-             if on]
-    if clash:
-        raise ValueError(f"--insertion-beam {beam} does not combine with {', '.join(clash)} (greedy decoding's "
-                         "options): drop them, or decode with --insertion-beam 1")
-
-
-def split_template(ids: Sequence[int], blank_id: int) -> Tuple[List[int], List[int]]:
-    """A template's tokens and blanks: ids with ``blank_id`` at each blank -> (tokens, blanks), each
-    blank given as the number of tokens before it; adjacent blanks are one blank.
-    Example: [a, B, b, c, B] (B = blank_id) -> ([a, b, c], [1, 3])."""
-    tokens, blanks = [], []
-    for t in ids:
-        if t == blank_id:
-            if not blanks or blanks[-1] != len(tokens):
-                blanks.append(len(tokens))
-        else:
-            tokens.append(int(t))
-    return tokens, blanks
-
-
-def check_blanks(blanks, n_tokens: Sequence[int]) -> List[List[int]]:
-    """Blanks per sentence (see :meth:`InsertionGenerator.generate`), checked against the template lengths."""
-    if len(blanks) != len(n_tokens):
-        raise ValueError(f"blanks has {len(blanks)} rows for a batch of {len(n_tokens)} sentences")
-    rows = []
-    for b, (row, n) in enumerate(zip(blanks, n_tokens)):
-        row = [int(x) for x in row]
-        if row != sorted(set(row)) or any(not 0 <= x <= n for x in row):
-            raise ValueError(f"blanks[{b}] = {row}: blanks are distinct counts of template tokens before them, "
-                             f"ascending, each in 0..{n}")
-        rows.append(row)
-    return rows
 
 
 class InsertionGenerator:

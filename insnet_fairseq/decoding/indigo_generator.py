@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from insnet_fairseq.decoding.generator import DecoderState, InsertionGenerator
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.decoding.state import DecoderState
 from insnet_fairseq.models.slots import gather_steps
 
 

@@ -12,7 +12,6 @@ token head predicts the words. Outputs mask the dependency placeholders and ``<s
 Shapes: tokens, heads, expansions, placeholders [B, m] -> token logits [P, V], expansion logits [P, E] at the
 P placeholders (only they are predicted, so only they are projected to the vocabularies).
 """
-from typing import Optional
 
 import torch
 import torch.nn as nn

@@ -24,7 +24,6 @@ traceback (as they print the tasks' :class:`insnet_fairseq.tasks.translation.Dat
 """
 import hashlib
 import os
-import sys
 
 from fairseq import checkpoint_utils, utils
 from fairseq.file_io import PathManager

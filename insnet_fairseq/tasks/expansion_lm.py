@@ -20,7 +20,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
-import torch
 import torch.nn.functional as F
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
@@ -129,7 +128,7 @@ class ExpansionLMLoss(FairseqCriterion):
     """Word + expansion cross-entropy at the placeholders (the paper's equal-weight sum)."""
 
     def forward(self, model, sample, reduce=True):
-        pad, exp_pad = self.task.target_dictionary.pad(), self.task.expansion_dictionary.pad()
+        pad = self.task.target_dictionary.pad()
         token = expansion = 0.0
         for b in sample["net_input"]["buckets"]:  # transitions of similar lengths
             where = b["token_target"].ne(pad)  # [T, m] the placeholders

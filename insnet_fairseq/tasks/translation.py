@@ -14,7 +14,8 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from insnet_fairseq.data.dataset import InsertionPairDataset
-from insnet_fairseq.decoding.generator import MODES, InsertionGenerator, check_beam_flags, check_decoding_flags
+from insnet_fairseq.decoding.flags import MODES, check_beam_flags, check_decoding_flags
+from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.inputs import screen_lines
 from insnet_fairseq.data.layerization import (LAYERIZATIONS, PAD_LAYER, compact, delay_last_words, layerize,
                                               num_layers, promotions_from_states, sequential_layers,
