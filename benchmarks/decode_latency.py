@@ -231,6 +231,12 @@ def main(argv=None):
                       "faster than uncached")
     if "batch 1" in [s for s, _, _, _ in plans]:
         ar_ms = ms("AR transformer greedy", "batch 1")
+        ar_step = ar_ms / results[("AR transformer greedy", "batch 1")][1]
+        for name in dict.fromkeys(n for n, _ in results):  # issue 13: an InsNet step costs at most an AR step
+            if name.startswith("InsNet") and not name.endswith("uncached") and (name, "batch 1") in results:
+                step = ms(name, "batch 1") / results[(name, "batch 1")][1]
+                print(f"batch 1, per step: {name} {step:.2f} ms, AR greedy {ar_step:.2f} ms: {step / ar_step:.2f}x "
+                      "the AR model's step")
         for name in dict.fromkeys(n for n, _ in results):  # every system, once, in the order they ran
             if name != "AR transformer greedy" and not name.endswith("uncached") and (name, "batch 1") in results:
                 print(f"batch 1: {name} is {ar_ms / ms(name, 'batch 1'):.2f}x the speed of the AR transformer "

@@ -10,7 +10,9 @@ warm up, then once under ``torch.profiler``, and prints per system and batch siz
 decoding step, and the share of the time in model arithmetic (matrix products, attention, softmax,
 layer norm, activations: the ops a step cannot do without) against the rest (indexing, copies,
 concatenation, sorting, masks: bookkeeping), with the top ops by self CPU time. An InsNet step
-should cost about an AR step (issue 13): the table shows which part does not.
+should cost about an AR step (issue 13): the table shows which part does not. Also printed: aten calls per
+step, nested calls included. At batch 1 on a CPU a step's time is mostly the Python and dispatch around
+each call, and the count, unlike the milliseconds, does not depend on what else the machine runs.
 """
 import argparse
 import os
@@ -53,7 +55,9 @@ def profile_system(name, model, generator, samples, top):
     leaf = [e for e in events if e.key.startswith("aten::")]
     total = sum(e.self_cpu_time_total for e in leaf)
     arith = sum(e.self_cpu_time_total for e in leaf if is_arithmetic(e.key))
-    print(f"\n{name}: {1000 * wall / max(1, n_steps):.2f} ms per batched step ({n_steps} steps, profiler on); "
+    calls = sum(e.count for e in leaf)  # every aten call, nested ones included: the same count on any machine
+    print(f"\n{name}: {1000 * wall / max(1, n_steps):.2f} ms per batched step ({n_steps} steps, profiler on), "
+          f"{calls / max(1, n_steps):.0f} aten calls per step; "
           f"aten time {total / 1000:.0f} ms: arithmetic {100 * arith / max(1, total):.0f}%, "
           f"bookkeeping {100 * (total - arith) / max(1, total):.0f}%; Python outside aten "
           f"{100 * max(0.0, 1 - total / 1e6 / wall):.0f}% of the wall time")

@@ -70,6 +70,52 @@ def test_fused_position_logits_match_materialised_slots():
     torch.testing.assert_close(fused[:, valid], slow[:, valid], atol=1e-4, rtol=1e-5)
 
 
+def test_offset_projection_kept_for_decoding_follows_the_weights():
+    """Outside training and without gradients, P is kept and sliced: equal to projecting the rows at every
+    call, over growing ranges, and projected again after W_kR changes in place (an optimizer step)."""
+    torch.manual_seed(5)
+    attn = OffsetSelfAttention(16, 2, 16).eval()
+    table = sinusoidal_offset_table(100, 16)
+    center = 100
+
+    def direct(m):
+        return attn._project(table[center - m : center + m + 1])
+
+    with torch.no_grad():
+        for m in (3, 1, 40, 70, 100):  # inside the kept range, then past it (kept range doubled, then capped)
+            torch.testing.assert_close(attn.project_offsets(table, m), direct(m), atol=1e-6, rtol=1e-6)
+        kept = attn.project_offsets(table, 5)
+        attn.r_proj.weight.add_(1.0)  # in place, as an optimizer step
+        moved = attn.project_offsets(table, 5)
+        torch.testing.assert_close(moved, direct(5), atol=1e-6, rtol=1e-6)
+        assert not torch.allclose(moved, kept)
+    attn.train()  # training projects every call, with gradients
+    p = attn.project_offsets(table, 5)
+    assert p.requires_grad and p.shape == (2, 11, 8)
+
+
+@pytest.mark.parametrize("global_vector", [True, False])
+def test_decoding_position_logits_match_the_fused_head(global_vector):
+    """One decoding step's slots scored from the tokens' parts (materialised, a few ops) equal the fused
+    training head's logits for the same step (T = 1), with and without the global vector."""
+    torch.manual_seed(4)
+    heads = SlotHeads(24, 30, global_vector=global_vector)
+    torch.nn.init.normal_(heads.norm.weight)
+    torch.nn.init.normal_(heads.norm.bias)
+    B, S = 3, 9
+    h = torch.randn(B, S, 24) * 3
+    a, b = heads.parts(h)
+    left, right = torch.randint(0, S, (B, S - 1)), torch.randint(0, S, (B, S - 1))
+    last = torch.tensor([2, 8, 5])
+    g = h[torch.arange(B), last]  # [B, D]
+    step = heads.step_position_logits(a, b, g, left, right)  # [B, K]
+    fused = heads.position_logits_from_parts(a, b, g.unsqueeze(1), left.unsqueeze(1), right.unsqueeze(1)).squeeze(1)
+    assert step.dtype == torch.float32 and step.shape == (B, S - 1)
+    torch.testing.assert_close(step, fused, atol=1e-4, rtol=1e-5)
+    # and the docstring's example: 3 tokens, 2 slots
+    assert heads.step_position_logits(a[:1, :3], b[:1, :3], g[:1], torch.tensor([[0, 2]]), torch.tensor([[2, 1]])).shape == (1, 2)
+
+
 def test_slot_query_model_loads_a_checkpoint_without_the_stream():
     """--finetune-from-model of a plain checkpoint into --slot-query-stream: every saved parameter
     is loaded, the stream's own start from their initial values."""

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
-from insnet_fairseq.decoding.state import group_offsets
+from insnet_fairseq.decoding.state import compact, group_offsets
 from insnet_fairseq.reference import naive_offsets
 
 from conftest import build_tiny_ar, build_tiny_model, make_dictionary, random_batch, sample_of
@@ -35,6 +35,27 @@ def test_group_offsets_docstring_example():
     # the same rows as the offset matrix of the trajectory [0, 4, 2] then x (1), then y (3)
     full = naive_offsets([0, 4, 2, 1, 3])
     assert off[0, 1].tolist() == full[4]
+
+
+def test_one_new_token_fast_paths_match_the_general_rule():
+    """compact and group_offsets with at most one new token a sentence (every sequential step) take a short
+    path: it must give what the general rule gives. compact: against the rank of each row's True (rows with
+    none get a hole); group_offsets: against the offset matrix of the trajectory (naive_offsets)."""
+    g = torch.Generator().manual_seed(0)
+    chosen = torch.zeros(6, 9, dtype=torch.bool)
+    cols = torch.randint(0, 9, (6,), generator=g)
+    chosen[torch.arange(6), cols] = True
+    chosen[2] = False  # a row that inserts nothing
+    slot_of, real, count = compact(chosen)
+    assert slot_of.shape == (6, 1) and real[:, 0].tolist() == [True, True, False, True, True, True]
+    assert slot_of[real].tolist() == cols[torch.arange(6) != 2].tolist() and count.tolist() == chosen.sum(1).tolist()
+    two = chosen.clone()
+    two[0, (cols[0] + 1) % 9] = True  # the general path (G = 2) agrees on the rows with one slot
+    assert compact(two)[0][1:, 0][real[1:, 0]].tolist() == slot_of[1:][real[1:]].tolist()
+    for trajectory in ([0, 4, 2, 1, 3], [0, 3, 1, 2], [0, 5, 3, 4, 1, 2]):  # insertion order -> final positions
+        pos = torch.tensor([trajectory])
+        off = group_offsets(pos, pos[:, -1:], torch.tensor([[True]]))  # the last token, alone in its step
+        assert off[0, 0].tolist() == naive_offsets(trajectory)[-1]
 
 
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
@@ -152,14 +173,17 @@ def test_column_store_appends_in_place_grows_and_never_overwrites_a_newer_state(
     kv = torch.zeros(2, 1, 3, 2)
     store = ColumnStore({"tokens": t, "k0": kv}, capacity=8)  # docstring example: 3 of 8 columns
     assert store.capacity == 8 and store.buffers["k0"].shape == (2, 1, 8, 2)
-    same, views = store.append(3, {"tokens": torch.full((2, 2), 7), "k0": torch.ones(2, 1, 2, 2)})
+    same = store.append(3, {"tokens": torch.full((2, 2), 7), "k0": torch.ones(2, 1, 2, 2)})
+    views = same.views(5)
     assert same is store and views["tokens"].tolist() == [[0, 1, 2, 7, 7], [3, 4, 5, 7, 7]]
     assert views["k0"][:, :, 3:].eq(1).all() and views["tokens"].data_ptr() == store.buffers["tokens"].data_ptr()
     # appending to the older 3-column state again (a branch) copies: the 5-column views keep their 7s
-    branch, bviews = store.append(3, {"tokens": torch.full((2, 1), 9), "k0": torch.ones(2, 1, 1, 2)})
+    branch = store.append(3, {"tokens": torch.full((2, 1), 9), "k0": torch.ones(2, 1, 1, 2)})
+    bviews = branch.views(4)
     assert branch is not store and views["tokens"][:, 3:].eq(7).all() and bviews["tokens"][:, 3].eq(9).all()
     # full: the next append doubles the capacity and keeps every column
-    full, fviews = store.append(5, {"tokens": torch.full((2, 4), 8), "k0": torch.ones(2, 1, 4, 2)})
+    full = store.append(5, {"tokens": torch.full((2, 4), 8), "k0": torch.ones(2, 1, 4, 2)})
+    fviews = full.views(9)
     assert full.capacity == 16 and fviews["tokens"][0].tolist() == [0, 1, 2, 7, 7, 8, 8, 8, 8]
     assert full.select(torch.tensor([1]), 9).views(9)["tokens"].tolist() == [[3, 4, 5, 7, 7, 8, 8, 8, 8]]
     with pytest.raises(ValueError, match="same number of columns"):

@@ -31,7 +31,7 @@ class ColumnStore:
 
     Example: ``ColumnStore({"tokens": t}, capacity=8)`` with ``t`` [2, 3] holds 3 of 8
     columns; ``store.append(3, {"tokens": u})`` with ``u`` [2, 2] writes columns 3-4 in place and returns
-    (the store, its views [2, 5]).
+    the store, whose ``views(5)`` are [2, 5].
     """
 
     def __init__(self, tensors: Dict[str, Tensor], capacity: int):
@@ -61,15 +61,15 @@ class ColumnStore:
         for name, t in new.items():
             self.buffers[name].narrow(self.dims[name], size, extra).copy_(t)
 
-    def append(self, size: int, new: Dict[str, Tensor]) -> Tuple["ColumnStore", Dict[str, Tensor]]:
+    def append(self, size: int, new: Dict[str, Tensor]) -> "ColumnStore":
         """Write ``new`` (every buffer's next G columns) after the first ``size``; returns the store
-        written to and its views of ``size + G`` columns. Buffers not in ``new`` must have been written
-        already (:meth:`write`, :meth:`writer`)."""
+        written to, whose first ``size + G`` columns are filled (:meth:`views`). Buffers not in ``new`` must
+        have been written already (:meth:`write`, :meth:`writer`)."""
         extra = _columns(new, self.dims)
         store = self.reserve(size, extra)
         store.write(size, new)
         store.filled = size + extra
-        return store, store.views(size + extra)
+        return store
 
     def select(self, rows: Tensor, size: int) -> "ColumnStore":
         """A store of the batch rows ``rows`` (their first ``size`` columns, same capacity)."""

@@ -36,9 +36,9 @@ in Gu et al.: one teacher-forced pass scores every candidate of the batch (:mod:
 Cached context: a token's states never change once inserted, so every layer's keys/values
 are kept and a step encodes only the new tokens; their offset rows are computed directly from
 the current positions (O(new x all) per step). So are the token's halves of the slot
-representation, f_l(h) and f_r(h): a step scores its slots with the training's fused position head
-(:meth:`insnet_fairseq.models.slots.SlotHeads.position_logits_from_parts`), O(B S D), and builds slot
-representations only for the slots it inserts into. ``use_cache=False`` re-encodes the whole
+representation, f_l(h) and f_r(h): a step scores its slots from them
+(:meth:`insnet_fairseq.models.slots.SlotHeads.step_position_logits`), O(B S D) with no projection, and
+projects to the vocabulary only the slots it inserts into. ``use_cache=False`` re-encodes the whole
 partial sequence every step with the full offset matrix (for checking and timing).
 
 Batches are rectangular: in parallel mode a sentence that inserts fewer tokens than the
@@ -65,7 +65,6 @@ import math
 from typing import List, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from insnet_fairseq.decoding.beam import BeamSearch
@@ -75,7 +74,6 @@ from insnet_fairseq.decoding.rerank import Judge
 from insnet_fairseq.decoding.sampling import check_temperature, sample
 from insnet_fairseq.decoding.state import HOLE, DecoderState, compact, group_offsets
 from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
-from insnet_fairseq.models.slots import gather_steps
 
 logger = logging.getLogger(__name__)
 
@@ -305,7 +303,6 @@ class InsertionGenerator:
                 resume = self.confident_slots(decoder, state, source_kv, source_pad, done & ~finishing)
                 done = (done | finishing) & ~resume[0].any(1)
                 finishing = resume[0].any(1)
-            at_limit = ~done & (state.lengths >= decoder.max_target_positions)  # [B]
             stop = done | (state.steps >= cap) | (state.lengths >= max_len)
             cut = torch.zeros_like(stop)  # --insertion-candidates-finish: rows dropped unfinished
             if self.candidates_finish and bool(stop.any()):
@@ -313,6 +310,7 @@ class InsertionGenerator:
                 n_finished.index_add_(0, group[stop], torch.ones_like(group[stop]))
                 cut = ~stop & (n_finished[group] >= self.candidates_finish)
             if bool(stop.any()):
+                at_limit = ~done & (state.lengths >= decoder.max_target_positions)  # [B]
                 for row in stop.nonzero().view(-1).tolist():
                     i = int(ids[row])
                     b = owner[i]
@@ -518,8 +516,8 @@ class InsertionGenerator:
     # -- one insertion step ------------------------------------------------------------------------
     def choose_slots(self, pos_lprobs: Tensor, room: Tensor) -> Tensor:
         """bool [B, K]: the slots to insert into (at least one, at most ``room`` per sentence)."""
-        if self.mode == "sequential":
-            return F.one_hot(pos_lprobs.argmax(-1), pos_lprobs.size(1)).bool()
+        if self.mode == "sequential":  # (not F.one_hot: it checks the classes' range with a host sync)
+            return torch.zeros_like(pos_lprobs, dtype=torch.bool).scatter_(1, pos_lprobs.argmax(-1, keepdim=True), True)
         probs, idx = pos_lprobs.exp().sort(dim=-1, descending=True)  # [B, K]
         mass_before = probs.cumsum(-1) - probs
         rank = torch.arange(probs.size(1), device=probs.device).unsqueeze(0)
@@ -567,7 +565,7 @@ class InsertionGenerator:
         Returns ((left, right) [B, K] steps of each slot's neighbours, pos_lprobs [B, K]), K = S - 1
         slots; slot k lies between the tokens of ranks k and k + 1 (left to right); slots beyond a
         sentence's length, and closed slots (infilling: outside the blanks), get -inf. The slots are
-        scored from the tokens' cached parts with the fused position head: no [B, K, D] tensor.
+        scored from the tokens' cached parts (:meth:`~insnet_fairseq.models.slots.SlotHeads.step_position_logits`).
         """
         heads = decoder.heads
         h = state.hidden
@@ -577,9 +575,8 @@ class InsertionGenerator:
         slot_ok = torch.arange(K, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
         if state.open_right is not None:
             slot_ok = slot_ok & state.open_right.gather(1, left)  # [B, K] the left token's slot is open
-        g = gather_steps(h, state.last.unsqueeze(1))  # [B, 1, D]
         a, b = state.parts
-        logits = heads.position_logits_from_parts(a, b, g, left.unsqueeze(1), right.unsqueeze(1)).squeeze(1)  # [B, K]
+        logits = heads.step_position_logits(a, b, state.last_hidden, left, right)  # [B, K]
         pos_lprobs = torch.log_softmax(logits.masked_fill(~slot_ok, float("-inf")), -1)
         return (left, right), pos_lprobs
 
@@ -590,12 +587,12 @@ class InsertionGenerator:
         rows = chosen.nonzero()[:, 0]  # [N]
         a, b = state.parts
         return decoder.heads.slot_repr_from_parts(a[rows, left[chosen]], b[rows, right[chosen]],
-                                                  state.hidden[rows, state.last[rows]])
+                                                  state.last_hidden[rows])
 
     @staticmethod
     def termination_logit(decoder, state: DecoderState) -> Tensor:
         """Logit [B] of q(stop | h_last): the global vector says the partial sequence is complete."""
-        return decoder.heads.termination_logit(gather_steps(state.hidden, state.last.unsqueeze(1)).squeeze(1)).float()
+        return decoder.heads.termination_logit(state.last_hidden).float()
 
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len,
              one_word: Optional[Tensor] = None, word_rank: Optional[Tensor] = None,
@@ -764,11 +761,11 @@ class InsertionGenerator:
             store.write(S, known)  # before the pass, which needs the grown real mask
             real_all = store.buffers["real"][:, : S + G]  # [B, S + G]
             offsets = group_offsets(pos_all, g_pos, g_real)  # [B, G, S + G]
-            m = torch.arange(G, device=h.device)
-            later_new = m.view(1, G) > m.view(G, 1)  # new key m' > query m
-            mask = ~real_all.unsqueeze(1) | torch.cat(
-                [torch.zeros(G, S, dtype=torch.bool, device=h.device), later_new], 1
-            ).unsqueeze(0)  # [B, G, S + G]
+            mask = ~real_all.unsqueeze(1)  # [B, 1, S + G] holes are blocked
+            if G > 1:  # and a new token does not see the new tokens right of it: [B, G, S + G]
+                m = torch.arange(G, device=h.device)
+                later_new = m.view(1, G) > m.view(G, 1)  # new key m' > query m
+                mask = mask | torch.cat([torch.zeros(G, S, dtype=torch.bool, device=h.device), later_new], 1)
             writers = [store.writer(kn, vn, S) for kn, vn in layer_names(len(state.cache))]
             z = None
             if self.fused(decoder):  # the new tokens and every slot's query for the next step, in one pass
@@ -780,7 +777,7 @@ class InsertionGenerator:
             new = dict(hidden=h_new)
             if state.parts is not None:
                 new["part_l"], new["part_r"] = self.slot_parts(decoder, h_new)
-            store, _ = store.append(S, new)
+            store = store.append(S, new)
             return DecoderState.from_store(store, S + G, pos_all, last, steps, z)
         tokens_all = torch.cat([state.tokens, g_tok], 1)
         real_all = torch.cat([state.real, g_real], 1)

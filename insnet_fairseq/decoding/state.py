@@ -7,6 +7,7 @@ follows, :func:`insnet_fairseq.data.layerization.encoding_order`); :func:`compac
 chosen slots left to right, holes where a sentence inserts fewer tokens than the widest.
 """
 import dataclasses
+import functools
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -73,13 +74,25 @@ class DecoderState:
             parts=None if self.parts is None else (self.parts[0][keep], self.parts[1][keep]),
         )
 
-    @property
+    @functools.cached_property
     def lengths(self) -> Tensor:
+        """[B] tokens of each partial sequence (``<s>`` and ``</s>`` included); computed once per state (a
+        decoding step asks for it several times, and at batch 1 a step costs about its number of op calls)."""
         return self.real.sum(1)
 
-    def sequence_order(self) -> Tensor:
-        """[B, S] insertion indices sorted by position (real tokens first, left to right)."""
+    @functools.cached_property
+    def last_hidden(self) -> Tensor:
+        """[B, D] the last-layer state of each sentence's most recent token (the global vector h_t of its
+        slots and of q(stop)); computed once per state."""
+        return self.hidden[torch.arange(self.hidden.size(0), device=self.hidden.device), self.last]
+
+    @functools.cached_property
+    def _order(self) -> Tensor:
         return self.positions.argsort(dim=1)
+
+    def sequence_order(self) -> Tensor:
+        """[B, S] insertion indices sorted by position (real tokens first, left to right); computed once per state."""
+        return self._order
 
 
 def group_offsets(positions: Tensor, group_positions: Tensor, group_real: Tensor) -> Tensor:
@@ -99,10 +112,12 @@ def group_offsets(positions: Tensor, group_positions: Tensor, group_real: Tensor
     positions (insertion order <s>, </s>, a, x, y) = [0, 4, 2, 1, 3]. The row of x (y not there
     yet: "<s> x a </s>") is [-1, 2, 1, 0, *]; the row of y is [-3, 1, -1, -2, 0].
     """
+    S = positions.size(1)
+    if group_positions.size(1) == 1:  # one new token a sentence (every sequential step): no later new token
+        return (positions.unsqueeze(1) - group_positions.unsqueeze(2)).clamp(-(S - 1), S - 1)
     less = (group_positions.unsqueeze(2) < positions.unsqueeze(1)) & group_real.unsqueeze(2)  # [B, G, S]
     later = less.flip(1).cumsum(1).flip(1) - less.long()  # sum over m' > m
     rank = positions.unsqueeze(1) - later
-    S = positions.size(1)
     return (rank - group_positions.unsqueeze(2)).clamp(-(S - 1), S - 1)
 
 
@@ -116,6 +131,8 @@ def compact(chosen: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     B, K = chosen.shape
     count = chosen.sum(1)  # [B]
     G = int(count.max())
+    if G == 1:  # at most one slot a sentence (every sequential step): its index, no sort
+        return chosen.byte().argmax(1, keepdim=True), (count > 0).unsqueeze(1), count
     k_idx = torch.arange(K, device=chosen.device).unsqueeze(0).expand(B, K)
     slot_of = torch.where(chosen, k_idx, k_idx + K).sort(dim=1).values[:, :G] % K  # [B, G]
     real = torch.arange(G, device=chosen.device).unsqueeze(0) < count.unsqueeze(1)

@@ -54,6 +54,7 @@ class OffsetSelfAttention(nn.Module):
         self.v = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # position bias
         self.dropout = dropout
         self.naive = False  # test oracle switch, see reference.naive_attention()
+        self._kept_offsets = None  # decoding: (key, M, P [H, 2M + 1, Dh]), see project_offsets
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -68,11 +69,27 @@ class OffsetSelfAttention(nn.Module):
 
         rel_table: [2M + 1, Dr], row M + r embeds offset r (M >= max_offset).
         Returns [H, 2 * max_offset + 1, Dh].
+
+        Without gradients and outside training (decoding: one call per layer and step, S growing by a
+        token or a few) P is kept for a range of offsets (at least 32, doubled when outgrown) and sliced,
+        until the table or ``W_kR`` changes (their tensors' version counters: an optimizer step, a
+        checkpoint load) or a larger range is asked for.
         """
         center = (rel_table.size(0) - 1) // 2
-        rows = rel_table[center - max_offset : center + max_offset + 1]  # [R, Dr]
-        p = self.r_proj(rows)  # [R, D]
-        return p.view(-1, self.num_heads, self.head_dim).transpose(0, 1)  # [H, R, Dh]
+        if self.training or torch.is_grad_enabled():
+            return self._project(rel_table[center - max_offset : center + max_offset + 1])
+        w = self.r_proj.weight
+        key = (rel_table.data_ptr(), rel_table._version, rel_table.dtype, w.data_ptr(), w._version, w.dtype)
+        kept = self._kept_offsets
+        if kept is None or kept[0] != key or kept[1] < max_offset:
+            m = min(center, max(max_offset, 32, 2 * kept[1] if kept is not None and kept[0] == key else 0))
+            kept = self._kept_offsets = (key, m, self._project(rel_table[center - m : center + m + 1]))
+        m = kept[1]
+        return kept[2][:, m - max_offset : m + max_offset + 1]  # [H, R, Dh]
+
+    def _project(self, rows: Tensor) -> Tensor:
+        """rows [R, Dr] of the offset table -> W_kR rows per head [H, R, Dh]."""
+        return self.r_proj(rows).view(-1, self.num_heads, self.head_dim).transpose(0, 1)
 
     def forward(
         self,
@@ -99,10 +116,7 @@ class OffsetSelfAttention(nn.Module):
             return self.naive_forward(x, offsets, rel_table, attn_mask)
         B, T, D = x.shape
         H, Dh = self.num_heads, self.head_dim
-        q, k, v = self.qkv_proj(x).split(D, dim=-1)
-        q = q.view(B, T, H, Dh).transpose(1, 2)  # [B, H, T, Dh]
-        k = k.view(B, T, H, Dh).transpose(1, 2)  # [B, H, T, Dh]
-        v = v.view(B, T, H, Dh).transpose(1, 2)  # [B, H, T, Dh]
+        q, k, v = self.qkv_proj(x).view(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4).unbind(0)  # each [B, H, T, Dh]
         if past is not None and hasattr(past, "extend"):  # a preallocated cache: written in place
             k, v = past.extend(k, v)  # [B, H, S, Dh] each
         elif past is not None:

@@ -28,6 +28,12 @@ from torch import Tensor, nn
 from insnet_fairseq.models.attention import CrossAttention, OffsetSelfAttention, sinusoidal_offset_table
 
 
+def dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """``F.dropout``, with no call at all where it is the identity (evaluation, p = 0): a decoding step on
+    a CPU at batch 1 costs about its number of op calls."""
+    return F.dropout(x, p=p, training=True) if training and p > 0 else x
+
+
 class InsNetDecoderLayer(nn.Module):
     """Offset self-attention -> cross-attention -> feed-forward, each with a residual and
     LayerNorm (post-norm like fairseq's default, pre-norm with ``--decoder-normalize-before``)."""
@@ -52,11 +58,11 @@ class InsNetDecoderLayer(nn.Module):
 
     def _residual(self, x: Tensor, norm: nn.LayerNorm, fn) -> Tensor:
         y = fn(norm(x) if self.normalize_before else x)
-        x = x + F.dropout(y, p=self.dropout, training=self.training)
+        x = x + dropout(y, self.dropout, self.training)
         return x if self.normalize_before else norm(x)
 
     def _ffn(self, x: Tensor) -> Tensor:
-        h = F.dropout(self.activation(self.fc1(x)), p=self.activation_dropout, training=self.training)
+        h = dropout(self.activation(self.fc1(x)), self.activation_dropout, self.training)
         return self.fc2(h)
 
     def forward(
@@ -172,7 +178,7 @@ class InsNetContextEncoder(nn.Module):
             h [B, T, D] last-layer states, and per-layer (k, v) [B, H, S, Dh].
         """
         x = self.embed_scale * self.embed_tokens(tokens)
-        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = dropout(x, self.dropout, self.training)
         offsets = self.clip(offsets)
         new_past = []
         for i, layer in enumerate(self.layers):
@@ -193,10 +199,10 @@ class InsNetContextEncoder(nn.Module):
         step's slot queries together (``--slot-query-stream``). q_offsets/q_mask [B, Q, S] as in
         :meth:`query_stream`. Returns (h [B, T, D], per-layer (k, v) [B, H, S, Dh], z [B, Q, D])."""
         x = self.embed_scale * self.embed_tokens(tokens)
-        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = dropout(x, self.dropout, self.training)
         offsets, q_offsets = self.clip(offsets), self.clip(q_offsets)
         B, Q, _ = q_offsets.shape
-        q = F.dropout((self.embed_scale * self.slot_query).expand(B, Q, -1), p=self.dropout, training=self.training)
+        q = dropout((self.embed_scale * self.slot_query).expand(B, Q, -1), self.dropout, self.training)
         new_past = []
         for i, layer in enumerate(self.layers):
             x, q, kv = layer.forward_with_queries(x, offsets, self.offset_embed, attn_mask, source_kv[i],
@@ -230,7 +236,7 @@ class InsNetContextEncoder(nn.Module):
         B, Q, _ = offsets.shape
         offsets = self.clip(offsets)
         x = (self.embed_scale * self.slot_query).expand(B, Q, -1)
-        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = dropout(x, self.dropout, self.training)
         for i, layer in enumerate(self.layers):
             x = layer.query(x, kv[i], offsets, self.offset_embed, attn_mask, source_kv[i], source_padding_mask)
         if self.layer_norm is not None:

@@ -140,6 +140,20 @@ class SlotHeads(nn.Module):
         rstd = torch.rsqrt(var + self.norm.eps)
         return rstd * (weighted - mean * wg.sum()) + (w @ beta) + self.position_proj.bias.float()
 
+    def step_position_logits(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor) -> Tensor:
+        """Decoding: the position logits of one step's slots, from the tokens' :meth:`parts` ``a`` [B, S, Dl],
+        ``b`` [B, S, Dr], the global vectors ``g`` [B, D] and the slots' neighbours ``left``, ``right`` [B, K]
+        -> float [B, K]. The slots are materialised: at one step per sentence [B, K, D] is the size of the
+        states, and it takes a handful of ops where :meth:`position_logits_from_parts` (built for training's
+        B x n x n slots) takes about fifty, which is most of a batch-1 step's cost on a CPU. Equal up to
+        float rounding (tested).
+
+        Example: "<s> a </s>" (S = 3 tokens, K = 2 slots) -> left [[0, 2]], right [[2, 1]] (steps by rank)
+        -> logits [1, 2].
+        """
+        e = self.slot_repr_from_parts(gather_steps(a, left), gather_steps(b, right), g.unsqueeze(1))  # [B, K, D]
+        return self.position_logit(e).float()
+
     def target_slot_repr(self, h: Tensor, steps: Tensor, left: Tensor, right: Tensor) -> Tensor:
         """Materialised e at one slot per prediction.
 
