@@ -72,13 +72,18 @@ def test_cached_equals_uncached(model_and_batch, mode):
 
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
 def test_batched_equals_one_by_one(model_and_batch, mode):
+    """Outputs, scores and histories (--retain-iter-history), while the batch sheds its finished sentences."""
     model, d, src, src_lengths = model_and_batch
-    batched = decode(model, d, src, src_lengths, mode=mode, max_steps=25)
+    batched = decode(model, d, src, src_lengths, mode=mode, max_steps=25, retain_history=True)
+    assert len({h["steps"] for h in batched}) > 1  # sentences finish at different steps
     for b in range(len(src)):
         keep = src[b].ne(d.pad())
-        alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], mode=mode, max_steps=25)[0]
+        alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], mode=mode, max_steps=25,
+                       retain_history=True)[0]
         assert alone["tokens"].tolist() == batched[b]["tokens"].tolist()
-        assert alone["steps"] == batched[b]["steps"]
+        assert alone["steps"] == batched[b]["steps"] == len(batched[b]["history"]) - 1
+        assert [x["tokens"].tolist() for x in alone["history"]] == [x["tokens"].tolist() for x in batched[b]["history"]]
+        torch.testing.assert_close(alone["positional_scores"], batched[b]["positional_scores"], atol=1e-4, rtol=0)
 
 
 def test_sequential_inserts_one_token_per_step(model_and_batch):
