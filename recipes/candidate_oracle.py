@@ -10,6 +10,11 @@ With ``--channel REV.pt`` (a target -> source AR model) it also prints the picks
 judge's score + W x log p(source | candidate) / |source|, for each W of ``--channel-weights``: two decodings give every
 candidate's two scores (W = 0 and W = 1), so the grid costs no more decoding.
 
+With ``--mbr`` it also prints minimum-Bayes-risk picks: per sentence the candidate with the highest expected
+sentence-BLEU against the sentence's candidates, each weighted by softmax(judge score / T) for each T of
+``--mbr-temperatures`` (inf: uniform weights, the candidates' consensus). The candidates are their own evidence, so it
+needs no more decoding.
+
 If the oracle is far above the judge, a better judge would help; if it is near it, the candidates are the limit
 (the parallel model itself). Every candidate is read from fairseq-generate's ``--nbest`` output (detokenised D- lines).
 """
@@ -77,6 +82,33 @@ def channel_picks(judge_scored, both_scored, weight):
     return picks
 
 
+def mbr_picks(judge_scored, temperature, utility=None):
+    """{id: the candidate of the highest expected utility against every candidate of its sentence (itself
+    included), candidate j weighted by softmax over j of judge score_j / ``temperature`` (``inf``: uniform)}.
+    ``utility(hyp, ref)``: sentence sacreBLEU by default. Ties go to the judge's order (its best first).
+
+    Example: candidates "a b c" (judge -1.0), "a b d" (-1.1), "x y" (-0.5) with utility = shared words: uniform
+    weights pick "a b c" (3 + 2 + 0 against 2 + 3 + 0 and 0 + 0 + 2: "a b c" comes first among the tied); T 0.01
+    puts all weight on "x y", which then picks itself.
+    """
+    import math
+
+    if utility is None:
+        def utility(hyp, ref):
+            return sacrebleu.sentence_bleu(hyp, [ref]).score
+    picks = {}
+    for i, cands in judge_scored.items():
+        texts = [c[0] for c in cands]
+        if math.isinf(temperature):
+            weights = [1.0] * len(cands)
+        else:
+            top = max(c[1] for c in cands)
+            weights = [math.exp((c[1] - top) / temperature) for c in cands]
+        gains = [sum(w * utility(h, r) for r, w in zip(texts, weights)) for h in texts]
+        picks[i] = texts[max(range(len(texts)), key=lambda k: (gains[k], -k))]
+    return picks
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default="data-bin/multi30k_en_de")
@@ -92,6 +124,9 @@ def main():
                    "+ BONUS x length in tokens, a grid of --mix-weights x --mix-bonuses")
     p.add_argument("--mix-weights", default="0,0.25,0.5,1,2")
     p.add_argument("--mix-bonuses", default="0,0.02,0.05,0.1,0.2")
+    p.add_argument("--mbr", action="store_true", help="also the minimum-Bayes-risk picks (expected sentence-BLEU "
+                   "against the candidates, weighted by the judge: --mbr-temperatures)")
+    p.add_argument("--mbr-temperatures", default="inf,1,0.5,0.25,0.1")
     p.add_argument("--channel", help="a target -> source AR checkpoint: also the noisy-channel judge's picks")
     p.add_argument("--channel-weights", default="0,0.1,0.25,0.5,0.75,1,1.5,2")
     args = p.parse_args()
@@ -122,6 +157,12 @@ def main():
                 picks = mixed_picks(own_scored, judge_scored, w, b)
                 row.append(bleu(lambda i: picks[i]))
             print(f"{w:>12} " + " ".join(f"{x:6.2f}" for x in row))
+    if args.mbr:  # expected sentence-BLEU against the candidates, weighted by softmax(judge score / T)
+        print(f"minimum Bayes risk over the {args.candidates} candidates, judge weights softmax(score / T), "
+              f"{args.split} sacreBLEU")
+        for t in [float(x) for x in args.mbr_temperatures.split(",")]:
+            picks = mbr_picks(judge_scored, t)
+            print(f"T {t:>5}: {bleu(lambda i: picks[i]):.2f}")
     if args.channel:  # the judge's score + W x the channel's: the W = 1 decoding gives each candidate's channel score
         _, both_scored = candidates(args.data, f"{args.path}:{args.judge}:{args.channel}", args.split, args.candidates,
                                     args.decoding, True, args.src, args.tgt, with_scores=True,

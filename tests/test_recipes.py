@@ -374,6 +374,17 @@ def test_candidate_rerankers_pick_as_their_docstrings_say():
     assert candidate_oracle.channel_picks(judge, both, 5) == {0: "a b", 1: "c d"}  # -0.2 - 1.0 < -0.3 - 0.5
 
 
+def test_candidate_oracle_mbr_picks_follow_the_docstring():
+    """Minimum Bayes risk: the consensus candidate with uniform weights, the judge's favourite at a low temperature."""
+    def shared(h, r):
+        return len(set(h.split()) & set(r.split()))
+
+    scored = {0: [("a b c", -1.0, 3), ("a b d", -1.1, 3), ("x y", -0.5, 2)]}
+    assert candidate_oracle.mbr_picks(scored, float("inf"), shared) == {0: "a b c"}
+    assert candidate_oracle.mbr_picks(scored, 0.01, shared) == {0: "x y"}
+    assert candidate_oracle.mbr_picks({0: [("a", -1.0, 1)]}, 1.0) == {0: "a"}  # sacreBLEU utility, one candidate
+
+
 def test_lm_distillation_keeps_every_keyword_in_order():
     assert distill_lm.keeps_keywords(["man", "hat"], "a man in a red hat .".split())
     assert not distill_lm.keeps_keywords(["man", "hat"], "a hat on a man .".split())  # out of order
