@@ -20,7 +20,8 @@
 #                                              #  ("judge-sampled": sampled ones, JUDGE_SAMPLING; in every
 #                                              #  judge* mode JUDGE_FINISH M: a sentence stops once M of its
 #                                              #  candidates finished, CHANNEL_WEIGHT W: the judge adds W x
-#                                              #  its channel model CHANNEL, the ar-rev row, --channel-weight)
+#                                              #  its channel model CHANNEL, the ar-rev row, --channel-weight;
+#                                              #  MBR T: ranked by expected BLEU, --insertion-candidates-mbr)
 #                                              #  candidates judged by the AR model JUDGE, the teacher's
 #                                              #  checkpoint by default (--iter-decode-with-external-reranker);
 #                                              #  "beam": sequential with --insertion-beam BEAM (5), --lenpen LENPEN (1);
@@ -62,6 +63,7 @@ judge_sampling=${JUDGE_SAMPLING:-"--sampling-topk 8 --temperature 0.5"}  # MODES
 channel=${CHANNEL:-checkpoints/t60_ar_rev/checkpoint_best.pt}  # MODES judge* with CHANNEL_WEIGHT: the De->En model (row ar-rev)
 channel_weight=${CHANNEL_WEIGHT:-0}  # MODES judge*: its --channel-weight (0: no channel model; 2 chosen on the valid set
 # with JUDGE_FINISH 6 and the stop check, results/channel_valid_s16.txt)
+mbr=${MBR:-0}  # MODES judge*: --insertion-candidates-mbr MBR, the judged candidates ranked by minimum Bayes risk (0: off)
 beam=${BEAM:-5}  # MODES beam: InsNet sequential beam search (the AR rows decode with beam 5)
 lenpen=${LENPEN:-1}  # MODES beam: its --lenpen (score / (steps + 1) ** LENPEN; choose it on the valid set)
 tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
@@ -196,6 +198,7 @@ insnet_decoding() {  # MODE -> "LABEL<TAB>decoding flags" of an InsNet row (the 
   local j="AR judge" jflags="--iter-decode-with-external-reranker"
   if [ "$channel_weight" != 0 ]; then j="AR judge + $channel_weight x channel"
     jflags="$jflags --channel-weight $channel_weight"; fi
+  if [ "$mbr" != 0 ]; then j="$j, MBR T $mbr"; jflags="$jflags --insertion-candidates-mbr $mbr"; fi
   case $1 in
     sequential) printf '%s\t%s' "sequential" "--insertion-mode sequential" ;;
     beam) if [ "$lenpen" = 1 ]; then printf '%s\t%s' "sequential, beam $beam" "--insertion-mode sequential --insertion-beam $beam"

@@ -155,9 +155,11 @@ def test_fairseq_generate_with_a_judge(small_data, tiny_checkpoint, ar_checkpoin
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
     assert sum(l.startswith("S-") for l in lines) == sum(l.startswith("H-") for l in lines) == 300  # the test split
-    # a channel model third (the same AR checkpoint here: the plumbing, not the direction, is tested)
+    # a channel model third (the same AR checkpoint here: the plumbing, not the direction, is tested), and the judged
+    # candidates ranked by minimum Bayes risk
     cmd = generate_cmd(small_data, f"{tiny_checkpoint}:{ar_checkpoint}:{ar_checkpoint}", "--insertion-candidates", "2",
-                       "--iter-decode-with-external-reranker", "--channel-weight", "0.5", "--insertion-mode", "parallel")
+                       "--iter-decode-with-external-reranker", "--channel-weight", "0.5", "--insertion-mode", "parallel",
+                       "--insertion-candidates-mbr", "1")
     out = run(cmd, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()
@@ -166,3 +168,7 @@ def test_fairseq_generate_with_a_judge(small_data, tiny_checkpoint, ar_checkpoin
     assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
     error = [l for l in out.stderr.splitlines() if ": error: " in l]
     assert error and "--iter-decode-with-external-reranker" in error[0], out.stderr[-1000:]
+    out = run(generate_cmd(small_data, tiny_checkpoint, "--insertion-candidates-mbr", "inf"), timeout=300)
+    assert out.returncode != 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    error = [l for l in out.stderr.splitlines() if ": error: " in l]
+    assert error and "--insertion-candidates-mbr" in error[0], out.stderr[-1000:]

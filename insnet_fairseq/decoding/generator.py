@@ -32,6 +32,8 @@ stops once M of its candidates have finished; the others are dropped unfinished 
 than its siblings is mostly one gone astray), so it reports the step its M-th candidate finished. With ``reranking`` (fairseq's
 ``--iter-decode-with-external-reranker``, ``--path INSNET.pt:AR.pt``) an autoregressive model is the judge, as
 in Gu et al.: one teacher-forced pass scores every candidate of the batch (:mod:`insnet_fairseq.decoding.rerank`).
+With ``candidates_mbr`` T the candidates are ranked by minimum Bayes risk instead, their expected BLEU+1 against each
+other weighted by softmax(score / T) (:mod:`insnet_fairseq.decoding.mbr`).
 
 Cached context: a token's states never change once inserted, so every layer's keys/values
 are kept and a step encodes only the new tokens; their offset rows are computed directly from
@@ -70,6 +72,7 @@ from torch import Tensor
 from insnet_fairseq.decoding.beam import BeamSearch
 from insnet_fairseq.decoding.cache import ColumnStore, layer_names
 from insnet_fairseq.decoding.flags import check_beam_flags, check_blanks, check_decoding_flags, split_template
+from insnet_fairseq.decoding.mbr import mbr_order
 from insnet_fairseq.decoding.rerank import Judge
 from insnet_fairseq.decoding.sampling import check_temperature, sample
 from insnet_fairseq.decoding.state import HOLE, DecoderState, compact, group_offsets
@@ -113,6 +116,7 @@ class InsertionGenerator:
         channel_weight: float = 0.0,
         beam: int = 1,
         lenpen: float = 1.0,
+        candidates_mbr: float = 0.0,
     ):
         check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold, stop_check_prob)
         check_beam_flags(beam, mode, candidates=candidates, sampling=sampling, skip_repeats=skip_repeats,
@@ -136,6 +140,12 @@ class InsertionGenerator:
                              "with --iter-decode-with-external-reranker and --path INSNET.pt:AR.pt:REV.pt "
                              f"(got {channel_weight})")
         self.channel_weight = channel_weight
+        # --insertion-candidates-mbr T: the candidates ranked by expected BLEU+1 against each other (decoding/mbr.py)
+        if candidates_mbr < 0 or (candidates_mbr > 0 and candidates < 2):
+            raise ValueError("--insertion-candidates-mbr T ranks the candidates of --insertion-candidates K (K >= 2) by "
+                             "their expected BLEU against each other, weighted by softmax(score / T): T > 0 (inf: "
+                             f"uniform), 0: off (got T {candidates_mbr}, K {candidates})")
+        self.candidates_mbr = candidates_mbr
         # --slot-query-stream models, cached decoding: a step's pass also computes every slot's query for the next
         # step (one pass per step instead of two; the same outputs). Off by default: the queries of every slot cost
         # more than the saved pass at large batches (CPU: 1.1x faster at batch 1, 0.8x at batch 64)
@@ -341,17 +351,34 @@ class InsertionGenerator:
                                     self.eos)
             for i, s in zip(rows, judged.tolist()):
                 hyps[i]["score"] = s
+        ranks = self.mbr_ranks(hyps, len(todo), K) if self.candidates_mbr > 0 else None
         for j, b in enumerate(todo):
-            finalized[b] = self.ranked_candidates([h for h in hyps[j * K: (j + 1) * K] if h is not None])
+            finalized[b] = self.ranked_candidates([h for h in hyps[j * K: (j + 1) * K] if h is not None],
+                                                  None if ranks is None else ranks[j])
+
+    def mbr_ranks(self, hyps: List[Optional[dict]], G: int, K: int) -> List[List[int]]:
+        """--insertion-candidates-mbr: for each of the G sentences, its candidates' places (among those finished,
+        in their order) by expected BLEU+1 against the sentence's candidates, best first (:mod:`.mbr`)."""
+        empty = torch.zeros(0, dtype=torch.long)
+        seqs = [empty if h is None else h["tokens"][:-1] for h in hyps]  # words, without </s>
+        tokens = torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=self.pad).view(G, K, -1)
+        lengths = torch.tensor([len(x) for x in seqs]).view(G, K)
+        valid = torch.tensor([h is not None for h in hyps]).view(G, K)
+        scores = torch.tensor([0.0 if h is None else h["score"] for h in hyps]).view(G, K)
+        order = mbr_order(tokens, lengths, scores, valid, self.candidates_mbr)  # [G, K] candidate indices
+        place = valid.long().cumsum(1) - 1  # [G, K] a finished candidate's index among its sentence's finished ones
+        return [[int(place[g, k]) for k in order[g].tolist() if valid[g, k]] for g in range(G)]
 
     @staticmethod
-    def ranked_candidates(hyps: List[dict]) -> List[dict]:
+    def ranked_candidates(hyps: List[dict], order: Optional[List[int]] = None) -> List[dict]:
         """A sentence's candidates, best first by score (the model's mean log-probability per insertion, or the
-        judge's with ``--iter-decode-with-external-reranker``; ``--nbest`` prints the first N); each reports the
-        most steps any candidate took, as they decode side by side, and its own as ``candidate_steps``.
+        judge's with ``--iter-decode-with-external-reranker``; ``--nbest`` prints the first N), or in ``order``
+        (--insertion-candidates-mbr); each reports the most steps any candidate took, as they decode side by side,
+        and its own as ``candidate_steps``.
         Example: scores -0.9 (5 steps) and -0.4 (7 steps) -> [(-0.4, 7 steps), (-0.9, 7 steps, candidate_steps 5)]."""
         steps = max(h["steps"] for h in hyps)
-        return [dict(h, steps=steps, candidate_steps=h["steps"]) for h in sorted(hyps, key=lambda h: -h["score"])]
+        ranked = sorted(hyps, key=lambda h: -h["score"]) if order is None else [hyps[i] for i in order]
+        return [dict(h, steps=steps, candidate_steps=h["steps"]) for h in ranked]
 
     @staticmethod
     def settled_rows(sample, src_lengths: Tensor, given: Sequence[Sequence[int]], max_len: Tensor,

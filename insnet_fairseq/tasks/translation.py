@@ -104,6 +104,13 @@ class InsertionTranslationConfig(TranslationConfig):
         metadata={"help": "with --insertion-candidates K: a sentence stops once M of its K candidates have finished, "
                   "dropping the others unfinished, and reports the steps its M-th took; 0: wait for all K"},
     )
+    insertion_candidates_mbr: float = field(
+        default=0.0,
+        metadata={"help": "with --insertion-candidates K: output the candidates best first by minimum Bayes risk, their "
+                  "expected BLEU+1 against the sentence's candidates, each weighted by softmax(score / T) (the judge's "
+                  "score with --iter-decode-with-external-reranker, else the model's own); inf: uniform weights; "
+                  "0: off (best score first)"},
+    )
     channel_weight: float = field(
         default=0.0,
         metadata={"help": "with --iter-decode-with-external-reranker: the judge's score adds this weight x the "
@@ -507,6 +514,7 @@ class InsertionTranslationTask(TranslationTask):
             fuse_slot_queries=self.cfg.fuse_slot_queries,
             reranking=getattr(args, "iter_decode_with_external_reranker", False),
             channel_weight=self.cfg.channel_weight,
+            candidates_mbr=self.cfg.insertion_candidates_mbr,
             beam=self.cfg.insertion_beam,
             lenpen=getattr(args, "lenpen", 1.0),
         )
