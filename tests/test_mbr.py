@@ -11,7 +11,7 @@ import torch
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.mbr import mbr_order, ngram_ids, pairwise_bleu
 
-from conftest import build_tiny_model, random_batch, sample_of
+from conftest import build_tiny_model, make_dictionary, random_batch, sample_of
 
 
 def bleu_plus_one(hyp, ref):
@@ -54,6 +54,9 @@ def test_pairwise_bleu_equals_its_definition():
     # the docstring's example, and a large vocabulary (ids renumbered per order: no overflow)
     ex = pairwise_bleu(torch.tensor([[[3, 4, 5, 6], [3, 4, 5, 7]]]), torch.tensor([[4, 4]]))
     assert ex[0, 0, 0].item() == pytest.approx(1.0) and ex[0, 0, 1].item() == pytest.approx(0.658, abs=1e-3)
+    short = pairwise_bleu(torch.tensor([[[3, 4], [3, 1]]]), torch.tensor([[2, 1]]))  # shorter than the 4-grams
+    assert short[0, 0, 1].item() == pytest.approx(bleu_plus_one([3, 4], [3]), abs=1e-6)
+    assert short[0, 1, 0].item() == pytest.approx(bleu_plus_one([3], [3, 4]), abs=1e-6)
     big = pairwise_bleu(torch.tensor([[[10**6, 3, 10**6 - 1, 4], [10**6, 3, 10**6 - 1, 5]]]), torch.tensor([[4, 4]]))
     assert big[0, 0, 1].item() == pytest.approx(0.658, abs=1e-3)
 
@@ -92,3 +95,14 @@ def test_generator_ranks_candidates_by_expected_bleu():
     assert changed > 0  # MBR picked another candidate than the best score somewhere: the choice is exercised
     with pytest.raises(ValueError, match="--insertion-candidates-mbr"):
         InsertionGenerator(d, candidates_mbr=1.0)
+
+
+def test_generator_mbr_with_empty_and_missing_candidates():
+    """Candidates with no words (a model that stops at once) and candidates dropped unfinished (None) are ranked
+    without error: the empty ones by their (zero) utility, the missing ones never."""
+    gen = InsertionGenerator(make_dictionary(20), candidates=3, candidates_mbr=float("inf"))
+    eos = gen.eos
+    hyps = [dict(tokens=torch.tensor([eos]), score=-1.0), None, dict(tokens=torch.tensor([5, 6, eos]), score=-2.0),
+            dict(tokens=torch.tensor([eos]), score=-1.0), dict(tokens=torch.tensor([eos]), score=-0.5), None]
+    ranks = gen.mbr_ranks(hyps, 2, 3)
+    assert sorted(ranks[0]) == [0, 1] and sorted(ranks[1]) == [0, 1]  # places among each sentence's finished ones

@@ -359,10 +359,12 @@ class InsertionGenerator:
     def mbr_ranks(self, hyps: List[Optional[dict]], G: int, K: int) -> List[List[int]]:
         """--insertion-candidates-mbr: for each of the G sentences, its candidates' places (among those finished,
         in their order) by expected BLEU+1 against the sentence's candidates, best first (:mod:`.mbr`)."""
-        empty = torch.zeros(0, dtype=torch.long)
-        seqs = [empty if h is None else h["tokens"][:-1] for h in hyps]  # words, without </s>
-        tokens = torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True, padding_value=self.pad).view(G, K, -1)
+        seqs = [[] if h is None else h["tokens"][:-1] for h in hyps]  # words, without </s>
         lengths = torch.tensor([len(x) for x in seqs]).view(G, K)
+        tokens = torch.full((G * K, max(1, int(lengths.max()))), self.pad, dtype=torch.long)
+        for i, x in enumerate(seqs):  # one copy per candidate, after decoding (as rerank.pad_hypotheses)
+            tokens[i, : len(x)] = torch.as_tensor(x, dtype=torch.long)
+        tokens = tokens.view(G, K, -1)
         valid = torch.tensor([h is not None for h in hyps]).view(G, K)
         scores = torch.tensor([0.0 if h is None else h["score"] for h in hyps]).view(G, K)
         order = mbr_order(tokens, lengths, scores, valid, self.candidates_mbr)  # [G, K] candidate indices

@@ -30,8 +30,8 @@ def ngram_ids(tokens: Tensor, lengths: Tensor, max_order: int = MAX_ORDER):
     ids = tokens.long()
     for n in range(1, max_order + 1):
         if n > 1:  # n-gram at i = (its (n-1)-gram at i, token i + n - 1), renumbered
-            key = torch.zeros_like(ids)
-            key[:, : T - n + 1] = ids[:, : T - n + 1] * base + tokens[:, n - 1 :]
+            key, m = torch.zeros_like(ids), max(0, T - n + 1)  # m: where an n-gram can start
+            key[:, :m] = ids[:, :m] * base + tokens[:, n - 1 :]
             ids = torch.unique(key, return_inverse=True)[1]
         yield ids.masked_fill(starts > (lengths - n).unsqueeze(1), -1)
 
