@@ -20,6 +20,7 @@ If the oracle is far above the judge, a better judge would help; if it is near i
 """
 import argparse
 import collections
+import math
 import subprocess
 import sys
 
@@ -91,8 +92,6 @@ def mbr_picks(judge_scored, temperature, utility=None):
     weights pick "a b c" (3 + 2 + 0 against 2 + 3 + 0 and 0 + 0 + 2: "a b c" comes first among the tied); T 0.01
     puts all weight on "x y", which then picks itself.
     """
-    import math
-
     if utility is None:
         def utility(hyp, ref):
             return sacrebleu.sentence_bleu(hyp, [ref]).score

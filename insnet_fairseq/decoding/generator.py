@@ -73,7 +73,7 @@ from insnet_fairseq.decoding.beam import BeamSearch
 from insnet_fairseq.decoding.cache import ColumnStore, layer_names
 from insnet_fairseq.decoding.flags import check_beam_flags, check_blanks, check_decoding_flags, split_template
 from insnet_fairseq.decoding.mbr import mbr_order
-from insnet_fairseq.decoding.rerank import Judge
+from insnet_fairseq.decoding.rerank import Judge, pad_hypotheses
 from insnet_fairseq.decoding.sampling import check_temperature, sample
 from insnet_fairseq.decoding.state import HOLE, DecoderState, compact, group_offsets
 from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
@@ -286,6 +286,8 @@ class InsertionGenerator:
             blanks = None if blanks is None else [blanks[b] for b in owner]
         encoder_out = model.forward_encoder(src_tokens, src_lengths)
         source_kv, source_pad = decoder.encode_source(encoder_out)
+        if source_pad is not None and not bool(source_pad.any()):  # nothing padded (batch 1): no mask on every step
+            source_pad = None
         state = self.initial_state(decoder, len(owner), src_tokens.device, source_kv, source_pad, initial_tokens,
                                    initial_order, blanks, capacity=int(max_len.max()))
         ids = torch.arange(len(owner), device=src_tokens.device)  # decoded row of each sentence left
@@ -359,17 +361,15 @@ class InsertionGenerator:
     def mbr_ranks(self, hyps: List[Optional[dict]], G: int, K: int) -> List[List[int]]:
         """--insertion-candidates-mbr: for each of the G sentences, its candidates' places (among those finished,
         in their order) by expected BLEU+1 against the sentence's candidates, best first (:mod:`.mbr`)."""
-        seqs = [[] if h is None else h["tokens"][:-1] for h in hyps]  # words, without </s>
-        lengths = torch.tensor([len(x) for x in seqs]).view(G, K)
-        tokens = torch.full((G * K, max(1, int(lengths.max()))), self.pad, dtype=torch.long)
-        for i, x in enumerate(seqs):  # one copy per candidate, after decoding (as rerank.pad_hypotheses)
-            tokens[i, : len(x)] = torch.as_tensor(x, dtype=torch.long)
-        tokens = tokens.view(G, K, -1)
+        ended = [torch.tensor([self.eos]) if h is None else h["tokens"] for h in hyps]  # each ends with </s>
+        tokens = pad_hypotheses(ended, self.pad, self.eos)[:, 1:].view(G, K, -1)  # </s> and padding past each length
+        lengths = torch.tensor([len(t) - 1 for t in ended]).view(G, K)  # words, without </s>
         valid = torch.tensor([h is not None for h in hyps]).view(G, K)
         scores = torch.tensor([0.0 if h is None else h["score"] for h in hyps]).view(G, K)
-        order = mbr_order(tokens, lengths, scores, valid, self.candidates_mbr)  # [G, K] candidate indices
-        place = valid.long().cumsum(1) - 1  # [G, K] a finished candidate's index among its sentence's finished ones
-        return [[int(place[g, k]) for k in order[g].tolist() if valid[g, k]] for g in range(G)]
+        order = mbr_order(tokens, lengths, scores, valid, self.candidates_mbr).tolist()  # [G, K] candidate indices
+        place = (valid.long().cumsum(1) - 1).tolist()  # a finished candidate's index among its sentence's finished ones
+        ok = valid.tolist()
+        return [[place[g][k] for k in order[g] if ok[g][k]] for g in range(G)]
 
     @staticmethod
     def ranked_candidates(hyps: List[dict], order: Optional[List[int]] = None) -> List[dict]:

@@ -12,7 +12,6 @@ from torch import Tensor
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.state import DecoderState
-from insnet_fairseq.models.slots import gather_steps
 
 
 class IndigoGenerator(InsertionGenerator):
@@ -35,8 +34,7 @@ class IndigoGenerator(InsertionGenerator):
     @staticmethod
     def word_lprobs(decoder, state: DecoderState) -> Tensor:
         """log p(next word | h_last) [B, V + 1] (index V: <eod>)."""
-        h_last = gather_steps(state.hidden, state.last.unsqueeze(1)).squeeze(1)  # [B, D]
-        return F.log_softmax(decoder.heads.word_logits(h_last).float(), -1)
+        return F.log_softmax(decoder.heads.word_logits(state.last_hidden).float(), -1)
 
     def termination_logit(self, decoder, state: DecoderState) -> Tensor:
         """Stop when <eod> is the most likely next word: [B] > 0 exactly then (greedy decoding). The
@@ -61,8 +59,7 @@ class IndigoGenerator(InsertionGenerator):
         tok_lprobs = lp.gather(1, tokens.unsqueeze(1)).squeeze(1)
         h = state.hidden
         B, S, _ = h.shape
-        h_last = gather_steps(h, state.last.unsqueeze(1))  # [B, 1, D]
-        left_key, right_key = heads.pointer_logits(h_last, tokens.unsqueeze(1), h)  # [B, 1, S]
+        left_key, right_key = heads.pointer_logits(state.last_hidden.unsqueeze(1), tokens.unsqueeze(1), h)  # [B, 1, S]
         by_pos = state.sequence_order()  # [B, S]
         left, right = by_pos[:, :-1].unsqueeze(1), by_pos[:, 1:].unsqueeze(1)  # [B, 1, K]
         slot_logits = heads.slot_logits(left_key, right_key, left, right).squeeze(1).float()  # [B, K]

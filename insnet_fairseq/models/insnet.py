@@ -90,14 +90,13 @@ class InsNetDecoder(FairseqDecoder):
         return state_dict
 
     def encode_source(self, encoder_out: Dict):
-        """fairseq encoder output -> (per-layer cross-attention k/v, source padding mask [B, L], None when no
-        position is padding).
+        """fairseq encoder output -> (per-layer cross-attention k/v, source padding mask [B, L] or None).
 
         Without cross-attention (``insnet_lm``) every layer gets the encoder's empty [B, 0, 0]
         states as its k/v: nothing reads them, but they select rows like real ones."""
         states = encoder_out["encoder_out"][0].transpose(0, 1)  # [L, B, C] -> [B, L, C]
         masks = encoder_out["encoder_padding_mask"]
-        padding = masks[0] if len(masks) > 0 and bool(masks[0].any()) else None  # None: nothing to mask (batch 1)
+        padding = masks[0] if len(masks) > 0 else None
         if not self.context.cross_attention:
             return [(states, states)] * len(self.context.layers), padding
         return self.context.project_source(states), padding
