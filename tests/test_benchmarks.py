@@ -1,0 +1,31 @@
+"""Helpers of the benchmarks that decide what is measured."""
+import os
+import sys
+
+import torch
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import cache_gain  # noqa: E402
+
+
+def test_cache_gain_joins_consecutive_sentences_with_one_eos():
+    eos = 2
+    ds = [{"source": torch.tensor([5 + i, 6, eos]), "target": torch.tensor([9, 10 + i, eos])} for i in range(5)]
+    items = cache_gain.joined_items(ds, [0, 1, 2, 3, 4], 2, eos)
+    assert len(items) == 2  # the fifth sentence has no partner: left out, never half a pair
+    assert items[0]["source"].tolist() == [5, 6, 6, 6, eos] and items[0]["target"].tolist() == [9, 10, 9, 11, eos]
+    assert items[1]["source"].tolist() == [7, 6, 8, 6, eos] and [it["id"] for it in items] == [0, 1]
+    assert [it["source"].tolist() for it in cache_gain.joined_items(ds, [3], 1, eos)] == [[8, 6, eos]]  # K = 1: as is
+
+
+def test_call_timer_counts_the_wrapped_calls_time():
+    class Thing:
+        def work(self, x):
+            return x + 1
+
+    thing = Thing()
+    timer = cache_gain.CallTimer(thing, "work")
+    assert thing.work(1) == 2 and thing.work(2) == 3  # calls pass through
+    assert timer.seconds > 0
