@@ -20,6 +20,7 @@ If the oracle is far above the judge, a better judge would help; if it is near i
 """
 import argparse
 import collections
+import functools
 import math
 import subprocess
 import sys
@@ -69,18 +70,31 @@ def mixed_picks(own_scored, judge_scored, weight, bonus):
     return picks
 
 
+def channel_scored(judge_scored, both_scored, weight):
+    """{id: [(candidate, judge score + ``weight`` x channel score, length)], best first}, where ``both_scored`` holds
+    each candidate's score at channel weight 1 (judge + channel), so its channel score is the difference."""
+    out = {}
+    for i, cands in judge_scored.items():
+        both = {text: score for text, score, _ in both_scored[i]}
+        scored = [(text, s + weight * (both[text] - s), n) for text, s, n in cands]
+        out[i] = sorted(scored, key=lambda c: -c[1])  # stable: ties keep the judge's order
+    return out
+
+
 def channel_picks(judge_scored, both_scored, weight):
-    """{id: the candidate of the highest judge score + ``weight`` x channel score}, where ``both_scored`` holds each
-    candidate's score at channel weight 1 (judge + channel), so its channel score is the difference.
+    """{id: the candidate of the highest judge score + ``weight`` x channel score} (see :func:`channel_scored`).
 
     Example: candidates ("a b", judge -1.0, both -1.5) and ("a", judge -0.9, both -2.0): weight 0 -> "a"; weight 0.5
     -> "a b" (-1.0 + 0.5 x -0.5 > -0.9 + 0.5 x -1.1).
     """
-    picks = {}
-    for i, cands in judge_scored.items():
-        both = {text: score for text, score, _ in both_scored[i]}
-        picks[i] = max(cands, key=lambda c: c[1] + weight * (both[c[0]] - c[1]))[0]
-    return picks
+    return {i: cands[0][0] for i, cands in channel_scored(judge_scored, both_scored, weight).items()}
+
+
+@functools.lru_cache(maxsize=None)
+def sentence_bleu(hyp: str, ref: str) -> float:
+    """sacreBLEU's sentence BLEU of ``hyp`` against ``ref``, memoised: a grid of MBR temperatures and channel weights
+    asks for the same pairs again."""
+    return sacrebleu.sentence_bleu(hyp, [ref]).score
 
 
 def mbr_picks(judge_scored, temperature, utility=None):
@@ -93,8 +107,7 @@ def mbr_picks(judge_scored, temperature, utility=None):
     puts all weight on "x y", which then picks itself.
     """
     if utility is None:
-        def utility(hyp, ref):
-            return sacrebleu.sentence_bleu(hyp, [ref]).score
+        utility = sentence_bleu
     picks = {}
     for i, cands in judge_scored.items():
         texts = [c[0] for c in cands]
@@ -170,7 +183,18 @@ def main():
         for w in [float(x) for x in args.channel_weights.split(",")]:
             picks = channel_picks(judge_scored, both_scored, w)
             print(f"W {w:>5}: {bleu(lambda i: picks[i]):.2f}")
-
+        if args.mbr:  # MBR weighted by the noisy-channel judge's scores
+            temps = [float(x) for x in args.mbr_temperatures.split(",") if not math.isinf(float(x))]
+            print(f"minimum Bayes risk, weights softmax((judge + W x channel) / T), {args.split} sacreBLEU; "
+                  "rows: W, columns: T")
+            print("W\\T " + " ".join(f"{t:>6}" for t in temps))
+            for w in [float(x) for x in args.channel_weights.split(",")]:
+                scored = channel_scored(judge_scored, both_scored, w)
+                row = []
+                for t in temps:
+                    picks = mbr_picks(scored, t)
+                    row.append(bleu(lambda i: picks[i]))
+                print(f"{w:>5} " + " ".join(f"{x:6.2f}" for x in row))
 
 if __name__ == "__main__":
     main()

@@ -372,6 +372,10 @@ def test_candidate_rerankers_pick_as_their_docstrings_say():
     assert candidate_oracle.channel_picks(judge, both, 0) == {0: "a", 1: "c"}
     assert candidate_oracle.channel_picks(judge, both, 0.5) == {0: "a b", 1: "c"}  # -0.2 - 0.1 > -0.3 - 0.05
     assert candidate_oracle.channel_picks(judge, both, 5) == {0: "a b", 1: "c d"}  # -0.2 - 1.0 < -0.3 - 0.5
+    # the combined scores, best first (what MBR weighs): -1.0 + 0.5 x -0.5 and -0.9 + 0.5 x -1.1
+    combined = candidate_oracle.channel_scored(judge, both, 0.5)[0]
+    assert [(t, n) for t, _, n in combined] == [("a b", 2), ("a", 1)]
+    assert [s for _, s, _ in combined] == pytest.approx([-1.25, -1.45])
 
 
 def test_candidate_oracle_mbr_picks_follow_the_docstring():

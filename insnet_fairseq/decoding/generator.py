@@ -583,8 +583,9 @@ class InsertionGenerator:
             tokens = lprobs.topk(int(rank.max()) + 1, dim=-1).indices.gather(1, rank.unsqueeze(1)).squeeze(1)
         elif self.sampling:
             tokens = sample(lprobs, self.sampling_topk, self.sampling_topp, temperature=self.temperature)
-        else:
-            tokens = lprobs.argmax(-1)
+        else:  # (max, not argmax + gather: on a CPU argmax over [N, V] costs about twice max's value-and-index pass)
+            best, tokens = lprobs.max(-1)
+            return tokens, best
         return tokens, lprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
     @staticmethod
