@@ -191,6 +191,11 @@ def test_column_store_appends_in_place_grows_and_never_overwrites_a_newer_state(
     fviews = full.views(9)
     assert full.capacity == 16 and fviews["tokens"][0].tolist() == [0, 1, 2, 7, 7, 8, 8, 8, 8]
     assert full.select(torch.tensor([1]), 9).views(9)["tokens"].tolist() == [[3, 4, 5, 7, 7, 8, 8, 8, 8]]
+    # a row selection of the older 3-column state: its own buffers, 3 columns filled, appended in place
+    older = store.select(torch.tensor([0]), 3)
+    assert older.filled == 3 and older.capacity == 8 and older.views(3)["tokens"].tolist() == [[0, 1, 2]]
+    assert older.append(3, {"tokens": torch.full((1, 1), 6), "k0": torch.ones(1, 1, 1, 2)}) is older
+    assert older.views(4)["tokens"].tolist() == [[0, 1, 2, 6]] and views["tokens"][0].tolist() == [0, 1, 2, 7, 7]
     with pytest.raises(ValueError, match="same number of columns"):
         ColumnStore({"tokens": t, "k0": torch.zeros(2, 1, 4, 2)}, capacity=8)
 

@@ -72,8 +72,13 @@ class ColumnStore:
         return store
 
     def select(self, rows: Tensor, size: int) -> "ColumnStore":
-        """A store of the batch rows ``rows`` (their first ``size`` columns, same capacity)."""
-        return type(self)({name: v[rows] for name, v in self.views(size).items()}, self.capacity)
+        """A store of the batch rows ``rows`` (their first ``size`` columns filled, same capacity): one indexing
+        copy per buffer, whole (the columns past ``size`` come along unread), not a copy of the views into new
+        buffers (two copies and four ops per buffer; a batch drops finished sentences at most steps)."""
+        store = object.__new__(type(self))
+        store.dims, store.capacity, store.filled = self.dims, self.capacity, size
+        store.buffers = {name: buf[rows] for name, buf in self.buffers.items()}
+        return store
 
     def writer(self, key: str, value: str, size: int) -> "KVWriter":
         """Appends one layer's new keys/values in place during the step's pass (see :class:`KVWriter`)."""
