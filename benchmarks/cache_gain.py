@@ -7,8 +7,9 @@ batch 64, growing with length).
 
 Sources of growing length are made from the Multi30k test set by joining K consecutive source sentences into
 one (``--concat K``; K = 1: the test set itself); for K > 1 outputs are held to the source's length
-(``--min-length-ratio 1``: a model trained on single sentences stops after about one). Each set is decoded at batch 64, sequentially, with the cache
-and without it (every step re-encodes the whole partial sequence), in alternating rounds; the median is kept.
+(``--min-length-ratio 1``: a model trained on single sentences stops after about one). Each set is decoded at
+batch 64, sequentially, with the cache and without it (every step re-encodes the whole partial sequence), in
+alternating rounds; the median is kept.
 Both decodings must give the same tokens (checked here, and token for token in tests/test_generator.py).
 
 Beside the ratio it prints where the time goes: the decoder passes (the context encoder over inserted tokens,
@@ -28,7 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from decode_latency import load, src_sizes  # noqa: E402
+from decode_latency import load  # noqa: E402
 
 from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
 
@@ -36,13 +37,13 @@ from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
 class CallTimer:
     """Wraps ``obj.method`` and adds the wall time of every call to ``seconds`` (one CPU thread: the call's work)."""
 
-    def __init__(self, obj, method="forward"):
+    def __init__(self, obj, method="forward", clock=time.perf_counter):
         self.seconds, inner = 0.0, getattr(obj, method)
 
         def timed(*args, **kwargs):
-            start = time.perf_counter()
+            start = clock()
             out = inner(*args, **kwargs)
-            self.seconds += time.perf_counter() - start
+            self.seconds += clock() - start
             return out
 
         setattr(obj, method, timed)

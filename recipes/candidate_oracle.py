@@ -196,5 +196,6 @@ def main():
                     row.append(bleu(lambda i: picks[i]))
                 print(f"{w:>5} " + " ".join(f"{x:6.2f}" for x in row))
 
+
 if __name__ == "__main__":
     main()

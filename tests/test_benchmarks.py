@@ -20,12 +20,13 @@ def test_cache_gain_joins_consecutive_sentences_with_one_eos():
     assert [it["source"].tolist() for it in cache_gain.joined_items(ds, [3], 1, eos)] == [[8, 6, eos]]  # K = 1: as is
 
 
-def test_call_timer_counts_the_wrapped_calls_time():
+def test_call_timer_adds_up_the_wrapped_calls_time():
     class Thing:
         def work(self, x):
             return x + 1
 
+    ticks = iter([10.0, 10.5, 20.0, 20.25])  # two calls: 0.5 s and 0.25 s (a fake clock: no real timing)
     thing = Thing()
-    timer = cache_gain.CallTimer(thing, "work")
+    timer = cache_gain.CallTimer(thing, "work", clock=lambda: next(ticks))
     assert thing.work(1) == 2 and thing.work(2) == 3  # calls pass through
-    assert timer.seconds > 0
+    assert timer.seconds == 0.75

@@ -75,9 +75,13 @@ class ColumnStore:
         """A store of the batch rows ``rows`` (their first ``size`` columns filled, same capacity): one indexing
         copy per buffer, whole (the columns past ``size`` come along unread), not a copy of the views into new
         buffers (two copies and four ops per buffer; a batch drops finished sentences at most steps)."""
-        store = object.__new__(type(self))
-        store.dims, store.capacity, store.filled = self.dims, self.capacity, size
-        store.buffers = {name: buf[rows] for name, buf in self.buffers.items()}
+        return self._of_buffers({name: buf[rows] for name, buf in self.buffers.items()}, self.dims, self.capacity, size)
+
+    @classmethod
+    def _of_buffers(cls, buffers: Dict[str, Tensor], dims: Dict[str, int], capacity: int, filled: int) -> "ColumnStore":
+        """A store around ``buffers`` as they are (already of ``capacity`` columns, ``filled`` written): no copy."""
+        store = cls.__new__(cls)
+        store.dims, store.buffers, store.capacity, store.filled = dims, buffers, capacity, filled
         return store
 
     def writer(self, key: str, value: str, size: int) -> "KVWriter":
