@@ -15,6 +15,11 @@ sentence-BLEU against the sentence's candidates, each weighted by softmax(judge 
 ``--mbr-temperatures`` (inf: uniform weights, the candidates' consensus). The candidates are their own evidence, so it
 needs no more decoding.
 
+With ``--second-judge CKPT`` (another judge: an autoregressive model, or an InsNet model trained left to right, which
+scores a candidate along the left-to-right trajectory, decoding/rerank.py) it also prints the second judge's picks
+alone and those of judge + V x second judge's score (+ W x channel with ``--channel``), for each V of
+``--second-weights``: one more decoding gives every candidate's second score.
+
 If the oracle is far above the judge, a better judge would help; if it is near it, the candidates are the limit
 (the parallel model itself). Every candidate is read from fairseq-generate's ``--nbest`` output (detokenised D- lines).
 """
@@ -81,6 +86,21 @@ def channel_scored(judge_scored, both_scored, weight):
     return out
 
 
+def added_scored(base_scored, other_scored, weight):
+    """{id: [(candidate, base score + ``weight`` x its score in ``other_scored``, length)], best first}: a second
+    judge's score added to the first's (both mean log-probabilities per token).
+
+    Example: base ("a b", -1.0), ("a", -0.9); other ("a b", -0.5), ("a", -1.5); weight 0.5 -> ("a b", -1.25) first,
+    then ("a", -1.65).
+    """
+    out = {}
+    for i, cands in base_scored.items():
+        other = {text: score for text, score, _ in other_scored[i]}
+        scored = [(text, s + weight * other[text], n) for text, s, n in cands]
+        out[i] = sorted(scored, key=lambda c: -c[1])  # stable: ties keep the first judge's order
+    return out
+
+
 def channel_picks(judge_scored, both_scored, weight):
     """{id: the candidate of the highest judge score + ``weight`` x channel score} (see :func:`channel_scored`).
 
@@ -141,6 +161,9 @@ def main():
     p.add_argument("--mbr-temperatures", default="inf,1,0.5,0.25,0.1")
     p.add_argument("--channel", help="a target -> source AR checkpoint: also the noisy-channel judge's picks")
     p.add_argument("--channel-weights", default="0,0.1,0.25,0.5,0.75,1,1.5,2")
+    p.add_argument("--second-judge", help="another judge's checkpoint (autoregressive, or InsNet trained left to "
+                   "right): also its picks alone and those of judge + V x its score (--second-weights)")
+    p.add_argument("--second-weights", default="0.25,0.5,1,2")
     args = p.parse_args()
     refs = open(args.raw_ref, encoding="utf-8").read().splitlines()
     own, own_scored = candidates(args.data, args.path, args.split, args.candidates, args.decoding, False, args.src,
@@ -195,6 +218,20 @@ def main():
                     picks = mbr_picks(scored, t)
                     row.append(bleu(lambda i: picks[i]))
                 print(f"{w:>5} " + " ".join(f"{x:6.2f}" for x in row))
+    if args.second_judge:  # judge (+ W x channel) + V x the second judge: one more decoding scores every candidate
+        second, second_scored = candidates(args.data, f"{args.path}:{args.second_judge}", args.split, args.candidates,
+                                           args.decoding, True, args.src, args.tgt, with_scores=True)
+        print(f"second judge ({args.second_judge}) alone: {bleu(lambda i: second[i][0]):.2f}; judge + W x channel + V "
+              f"x second judge, {args.split} sacreBLEU; rows: W (0 only without --channel), columns: V")
+        vs = [float(x) for x in args.second_weights.split(",")]
+        print("W\\V " + " ".join(f"{v:>6}" for v in vs))
+        for w in [float(x) for x in args.channel_weights.split(",")] if args.channel else [0.0]:
+            base = channel_scored(judge_scored, both_scored, w) if args.channel else judge_scored
+            row = []
+            for v in vs:
+                scored = added_scored(base, second_scored, v)
+                row.append(bleu(lambda i: scored[i][0][0]))
+            print(f"{w:>5} " + " ".join(f"{x:6.2f}" for x in row))
 
 
 if __name__ == "__main__":

@@ -376,6 +376,12 @@ def test_candidate_rerankers_pick_as_their_docstrings_say():
     combined = candidate_oracle.channel_scored(judge, both, 0.5)[0]
     assert [(t, n) for t, _, n in combined] == [("a b", 2), ("a", 1)]
     assert [s for _, s, _ in combined] == pytest.approx([-1.25, -1.45])
+    # a second judge's score added with weight 0.5 (the docstring's example), and a weight that changes nothing
+    second = {0: [("a", -1.5, 1), ("a b", -0.5, 2)]}
+    added = candidate_oracle.added_scored({0: judge[0]}, second, 0.5)[0]
+    assert [(t, n) for t, _, n in added] == [("a b", 2), ("a", 1)]
+    assert [s for _, s, _ in added] == pytest.approx([-1.25, -1.65])
+    assert [t for t, _, _ in candidate_oracle.added_scored({0: judge[0]}, second, 0.0)[0]] == ["a", "a b"]
 
 
 def test_candidate_oracle_mbr_picks_follow_the_docstring():

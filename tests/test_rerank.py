@@ -7,9 +7,12 @@ import torch
 from fairseq.sequence_scorer import SequenceScorer
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
-from insnet_fairseq.decoding.rerank import Judge, best_of_groups, channel_scores, judge_scores, pad_hypotheses
+from insnet_fairseq.data.orders import left_to_right
+from insnet_fairseq.decoding.rerank import (Judge, best_of_groups, channel_scores, insnet_scores, judge_scores,
+                                          pad_hypotheses)
+from insnet_fairseq.tasks.criterion import term_losses
 
-from conftest import build_tiny_ar, build_tiny_model, generate_cmd, make_dictionary, random_batch, run, sample_of
+from conftest import build_tiny_ar, build_tiny_lm_model, build_tiny_model, generate_cmd, make_dictionary, random_batch, run, sample_of
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +99,54 @@ def test_the_channel_judges_best_candidate_wins(models_and_batch):
     assert overruled > 0
 
 
+def test_insnet_judge_scores_are_the_criterions_nll_one_by_one(models_and_batch):
+    """An InsNet judge's score of a hypothesis y is minus the insnet_loss criterion's summed NLL (token + position +
+    termination) of that sentence alone, trained left to right, over |y| + 1; batched (different lengths, left-padded
+    sources) equals one by one; the Judge uses it for an InsNet model and still adds the channel."""
+    model, ar, d, src, src_lengths = models_and_batch
+    judge, _ = build_tiny_model(seed=9, vocab=30)
+    g = torch.Generator().manual_seed(8)
+    src = src.clone()
+    src[1, :2] = d.pad()  # left padding: a shorter source
+    src_lengths = src.ne(d.pad()).sum(1)
+    hyps = [torch.cat([torch.randint(d.nspecial, len(d), (n,), generator=g), torch.tensor([d.eos()])])
+            for n in [0, 3, 7, 1, 5, 2]]
+    got = insnet_scores(judge, src, src_lengths, hyps, d.pad(), d.bos(), d.eos())
+    for b, h in enumerate(hyps):
+        keep = src[b].ne(d.pad())
+        target = torch.cat([torch.tensor([d.bos()]), h]).unsqueeze(0)  # [1, |y| + 2]
+        out = judge(src[b : b + 1, keep], src_lengths[b : b + 1], target, left_to_right(torch.tensor([target.size(1)]),
+                                                                                      target.size(1)))
+        nll = sum(t[1] for t in term_losses(out).values())
+        torch.testing.assert_close(got[b], -nll / len(h), atol=1e-5, rtol=0)
+        alone = insnet_scores(judge, src[b : b + 1, keep], src_lengths[b : b + 1], [h], d.pad(), d.bos(), d.eos())
+        torch.testing.assert_close(alone[0], got[b], atol=1e-5, rtol=0)
+    channel = build_tiny_ar(d, seed=12)
+    torch.testing.assert_close(Judge(judge).score(src, src_lengths, hyps, d.pad(), d.eos()), got)
+    torch.testing.assert_close(Judge(judge, channel, 0.3).score(src, src_lengths, hyps, d.pad(), d.eos()),
+                               got + 0.3 * channel_scores(channel, src, hyps, d.pad(), d.eos()))
+    assert not torch.allclose(got, judge_scores(ar, src, src_lengths, hyps, d.pad(), d.eos()))
+
+
+def test_an_insnet_judges_best_candidate_wins(models_and_batch):
+    """--path INSNET.pt:INSNET_JUDGE.pt: each sentence outputs the candidate the InsNet judge scores highest."""
+    model, _, d, src, src_lengths = models_and_batch
+    judge, _ = build_tiny_model(seed=9, vocab=30)
+    kw = dict(mode="parallel", slot_top_p=0.9, max_steps=25, candidates=3)
+    sample = sample_of(src, src_lengths)
+    plain = InsertionGenerator(d, **kw).generate([model], sample)
+    out = [h[0] for h in InsertionGenerator(d, reranking=True, **kw).generate([model, judge], sample)]
+    for b, cands in enumerate(plain):
+        keep = src[b].ne(d.pad())
+        hyps = [c["tokens"] for c in cands]
+        n = len(hyps)
+        scores = insnet_scores(judge, src[b : b + 1, keep].expand(n, -1), src_lengths[b : b + 1].expand(n), hyps,
+                               d.pad(), d.bos(), d.eos()).tolist()
+        best = max(range(n), key=lambda j: scores[j])
+        assert out[b]["tokens"].tolist() == hyps[best].tolist()
+        assert out[b]["score"] == pytest.approx(scores[best], abs=1e-5)
+
+
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
 def test_the_judges_best_candidate_wins(models_and_batch, mode):
     """With the judge, each sentence outputs the candidate of the highest judge score (scored alone here), that
@@ -131,8 +182,11 @@ def test_misuse_is_refused_with_the_flag_named(models_and_batch):
     gen = InsertionGenerator(d, reranking=True, candidates=2)
     with pytest.raises(ValueError, match="needs two checkpoints.*INSNET.pt:AR.pt"):
         gen.generate([model], sample)
-    with pytest.raises(ValueError, match="must be an autoregressive encoder-decoder.*not InsNetModel"):
-        gen.generate([model, model], sample)
+    with pytest.raises(ValueError, match="must be an autoregressive encoder-decoder.*not InsNetLMModel"):
+        gen.generate([model, build_tiny_lm_model(vocab=21)[0]], sample)
+    with pytest.raises(ValueError, match="must be an autoregressive encoder-decoder \\(e.g. --arch transformer\\), "
+                                         "not InsNetModel"):  # an InsNet judge, but never an InsNet channel
+        InsertionGenerator(d, reranking=True, candidates=2, channel_weight=0.5).generate([model, model, model], sample)
     with pytest.raises(ValueError, match="reranker's target dictionary has 25 entries"):
         gen.generate([model, build_tiny_ar(make_dictionary(21))], sample)
     with pytest.raises(ValueError, match="three checkpoints.*INSNET.pt:AR.pt:REV.pt"):
@@ -160,6 +214,13 @@ def test_fairseq_generate_with_a_judge(small_data, tiny_checkpoint, ar_checkpoin
     cmd = generate_cmd(small_data, f"{tiny_checkpoint}:{ar_checkpoint}:{ar_checkpoint}", "--insertion-candidates", "2",
                        "--iter-decode-with-external-reranker", "--channel-weight", "0.5", "--insertion-mode", "parallel",
                        "--insertion-candidates-mbr", "1")
+    out = run(cmd, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.splitlines()
+    assert sum(l.startswith("S-") for l in lines) == sum(l.startswith("H-") for l in lines) == 300
+    # an InsNet judge (the same checkpoint here: the plumbing is tested, the scores in the tests above)
+    cmd = generate_cmd(small_data, f"{tiny_checkpoint}:{tiny_checkpoint}", "--insertion-candidates", "2",
+                       "--iter-decode-with-external-reranker", "--insertion-mode", "parallel")
     out = run(cmd, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     lines = out.stdout.splitlines()

@@ -8,27 +8,46 @@ The score is fairseq's: the candidate's mean log-probability per token under the
 (``--channel-weight W``, ``--path INSNET.pt:AR.pt:REV.pt``, REV an autoregressive model trained target -> source) the
 score adds W x the source's mean log-probability given the candidate, log p(x | y) / |x|: the noisy-channel
 reranking of Yee et al. (2019), which penalises a candidate that drops (or invents) content.
+
+The judge may also be an InsNet model (``--path INSNET.pt:JUDGE.pt`` with JUDGE an ``insnet_*`` checkpoint, best one
+trained left to right): it scores a candidate along the left-to-right trajectory, one teacher-forced pass of its
+:meth:`~insnet_fairseq.models.insnet.InsNetDecoder.forward`, by the mean log-probability of its named terms (token,
+position and termination) per inserted token, ``</s>`` counted: the same normalisation as the autoregressive score.
 """
 from typing import List, Sequence
 
 import torch
+import torch.nn.functional as F
 from fairseq import utils
 from torch import Tensor
 
 
-def check_reranker(reranker, tgt_dict) -> None:
-    """The judge must be an autoregressive encoder-decoder (fairseq's ``transformer`` family) over the same target
-    dictionary; anything else is refused with the flag named."""
+def is_insnet_judge(model) -> bool:
+    """Whether a judge is an InsNet model (scored by :func:`insnet_scores`), not an autoregressive one."""
+    from insnet_fairseq.models.insnet import InsNetModel
+
+    return isinstance(model, InsNetModel)
+
+
+def check_reranker(reranker, tgt_dict, insnet_allowed: bool = True) -> None:
+    """The judge must be an autoregressive encoder-decoder (fairseq's ``transformer`` family) or, where
+    ``insnet_allowed``, an InsNet translation model (not InDIGO's, not the LM's), over the same target dictionary;
+    anything else is refused with the flag named."""
     from fairseq.models import FairseqEncoderDecoderModel
     from fairseq.models.nat import FairseqNATModel
 
-    from insnet_fairseq.models.insnet import InsNetModel
+    from insnet_fairseq.models.indigo import IndigoModel
+    from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel
 
     name = type(reranker).__name__
-    if isinstance(reranker, (InsNetModel, FairseqNATModel)) or not isinstance(reranker, FairseqEncoderDecoderModel):
+    insnet = isinstance(reranker, InsNetModel) and not isinstance(reranker, (IndigoModel, InsNetLMModel))
+    if (isinstance(reranker, (InsNetModel, FairseqNATModel)) and not (insnet and insnet_allowed)) \
+            or not isinstance(reranker, FairseqEncoderDecoderModel):
+        what = "an autoregressive encoder-decoder (e.g. --arch transformer)" + \
+            (" or an InsNet translation model (--arch insnet_*)" if insnet_allowed else "")
         raise ValueError(
-            "--iter-decode-with-external-reranker: the last --path checkpoint must be an autoregressive "
-            f"encoder-decoder (e.g. --arch transformer), not {name}: pass --path INSNET.pt:AR.pt"
+            f"--iter-decode-with-external-reranker: the judge checkpoint must be {what}, not {name}: pass "
+            "--path INSNET.pt:AR.pt"
         )
     n = len(reranker.decoder.dictionary)
     if n != len(tgt_dict):
@@ -79,6 +98,38 @@ def judge_scores(reranker, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequen
     return sequence_scores(reranker, src_tokens, src_lengths, seq, pad)
 
 
+@torch.no_grad()
+def insnet_scores(model, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence[Tensor], pad: int, bos: int,
+                  eos: int) -> Tensor:
+    """Mean log-probability per inserted token of each hypothesis under the InsNet ``model``, inserted left to
+    right, one teacher-forced pass of ``model.forward`` for all rows.
+
+    src_tokens [N, S], src_lengths [N], hyps N token tensors ending with ``</s>`` -> [N] float scores: per row the
+    sum of the token and position log-probabilities of its |y| words and of the |y| + 1 termination decisions
+    (continue after <s> </s> and each word but the last, stop after it), divided by |y| + 1 (the autoregressive
+    score's count, ``</s>`` included). Example: a hypothesis [a, </s>] scores (log p(a | slot 0) + log o(slot 0) +
+    log (1 - q(stop | <s> </s>)) + log q(stop | <s> </s> a)) / 2.
+    """
+    from insnet_fairseq.data.orders import left_to_right
+
+    if any(m.training for m in model.modules()):
+        model.eval()
+    target = pad_hypotheses(hyps, pad, eos).to(src_tokens.device)  # [N, n]: <s> y </s>, right-padded
+    target[:, 0] = bos
+    N, n = target.shape
+    lengths = target.ne(pad).sum(1)  # [N] = |y| + 2
+    out = model(src_tokens, src_lengths, target, left_to_right(lengths, n))
+    tok, pos, term = out["token"], out["position"], out["termination"]
+    steps = pos["mask"]  # [N, T]: the real word steps, T = n - 2
+    word = torch.zeros(steps.shape, dtype=torch.float, device=target.device)  # [N, T]
+    word[steps] = torch.log_softmax(tok["logits"].float(), -1).gather(1, tok["target"].unsqueeze(1)).squeeze(1)
+    slot = torch.log_softmax(pos["logits"].float(), -1).gather(2, pos["target"].unsqueeze(2)).squeeze(2)  # [N, T]
+    word = word + torch.where(steps, slot, torch.zeros_like(slot))  # (a padded step's row is all -inf: nan)
+    stop = -F.binary_cross_entropy_with_logits(term["logits"].float(), term["target"].float(), reduction="none")
+    total = word.sum(1) + stop.masked_fill(~term["mask"], 0.0).sum(1)  # [N]
+    return total / (lengths - 1).float()
+
+
 def channel_scores(channel, src_tokens: Tensor, hyps: Sequence[Tensor], pad: int, eos: int) -> Tensor:
     """Mean log-probability per token of each row's source given its hypothesis, under the autoregressive
     ``channel`` model (trained target -> source), one pass.
@@ -94,8 +145,9 @@ def channel_scores(channel, src_tokens: Tensor, hyps: Sequence[Tensor], pad: int
 
 
 class Judge:
-    """The candidates' judge: the autoregressive ``forward`` model's mean log-probability of a candidate, plus
-    ``channel_weight`` x the ``channel`` model's of the source given it (no channel: the forward score alone).
+    """The candidates' judge: the ``forward`` model's mean log-probability of a candidate (autoregressive, or InsNet
+    along the left-to-right trajectory: :func:`insnet_scores`), plus ``channel_weight`` x the autoregressive
+    ``channel`` model's of the source given it (no channel: the forward score alone).
 
     ``score(src_tokens [N, S], src_lengths [N], hyps N tensors) -> [N]``. Example: forward -0.5 and channel -1.0
     with weight 0.3 -> -0.8.
@@ -108,12 +160,16 @@ class Judge:
     def from_models(cls, models, channel_weight: float, tgt_dict) -> "Judge":
         """The judge models at the end of ``--path``: the forward AR model, then the channel model when
         ``channel_weight`` > 0; each checked (:func:`check_reranker`)."""
-        for m in models:
-            check_reranker(m, tgt_dict)
+        for i, m in enumerate(models):
+            check_reranker(m, tgt_dict, insnet_allowed=i == 0)  # the channel reads the candidate as its source
         return cls(models[0], models[1] if channel_weight > 0 else None, channel_weight)
 
     def score(self, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence[Tensor], pad: int, eos: int) -> Tensor:
-        s = judge_scores(self.forward, src_tokens, src_lengths, hyps, pad, eos)
+        if is_insnet_judge(self.forward):
+            bos = self.forward.decoder.dictionary.bos()
+            s = insnet_scores(self.forward, src_tokens, src_lengths, hyps, pad, bos, eos)
+        else:
+            s = judge_scores(self.forward, src_tokens, src_lengths, hyps, pad, eos)
         if self.channel is not None:
             s = s + self.channel_weight * channel_scores(self.channel, src_tokens, hyps, pad, eos).to(s)
         return s
