@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(ROOT, "recipes"))
 import candidate_oracle  # noqa: E402
 import corpora  # noqa: E402
 import distill_lm  # noqa: E402
+import lm_valid_choice  # noqa: E402
 import romanian  # noqa: E402
 
 BIN = os.path.dirname(sys.executable)
@@ -382,6 +383,14 @@ def test_candidate_rerankers_pick_as_their_docstrings_say():
     assert [(t, n) for t, _, n in added] == [("a b", 2), ("a", 1)]
     assert [s for _, s, _ in added] == pytest.approx([-1.25, -1.65])
     assert [t for t, _, _ in candidate_oracle.added_scored({0: judge[0]}, second, 0.0)[0]] == ["a", "a b"]
+
+
+def test_lm_valid_choice_picks_the_highest_bleu4_and_needs_a_trained_row(tmp_path):
+    rows = [("best", {"bleu4": 29.5}), ("last", {"bleu4": 29.5}), ("avg", {"bleu4": 29.8})]
+    assert lm_valid_choice.chosen(rows) == "avg"
+    assert lm_valid_choice.chosen(rows[:2]) == "best"  # a tie goes to the first
+    with pytest.raises(SystemExit, match="checkpoint_last.pt not found: train the row first"):
+        lm_valid_choice.main(["--data", str(tmp_path), "--dir", str(tmp_path / "none"), "--", "--task", "insertion_lm"])
 
 
 def test_candidate_oracle_mbr_picks_follow_the_docstring():
