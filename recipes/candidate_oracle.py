@@ -75,15 +75,20 @@ def mixed_picks(own_scored, judge_scored, weight, bonus):
     return picks
 
 
+def rescored(base_scored, other_scored, combine):
+    """{id: [(candidate, combine(its base score, its score in ``other_scored``), length)], best first (stable: ties
+    keep the base order)}: the candidates of ``base_scored`` rescored with a second decoding's scores."""
+    out = {}
+    for i, cands in base_scored.items():
+        other = {text: score for text, score, _ in other_scored[i]}
+        out[i] = sorted([(text, combine(s, other[text]), n) for text, s, n in cands], key=lambda c: -c[1])
+    return out
+
+
 def channel_scored(judge_scored, both_scored, weight):
     """{id: [(candidate, judge score + ``weight`` x channel score, length)], best first}, where ``both_scored`` holds
     each candidate's score at channel weight 1 (judge + channel), so its channel score is the difference."""
-    out = {}
-    for i, cands in judge_scored.items():
-        both = {text: score for text, score, _ in both_scored[i]}
-        scored = [(text, s + weight * (both[text] - s), n) for text, s, n in cands]
-        out[i] = sorted(scored, key=lambda c: -c[1])  # stable: ties keep the judge's order
-    return out
+    return rescored(judge_scored, both_scored, lambda s, both: s + weight * (both - s))
 
 
 def added_scored(base_scored, other_scored, weight):
@@ -93,12 +98,7 @@ def added_scored(base_scored, other_scored, weight):
     Example: base ("a b", -1.0), ("a", -0.9); other ("a b", -0.5), ("a", -1.5); weight 0.5 -> ("a b", -1.25) first,
     then ("a", -1.65).
     """
-    out = {}
-    for i, cands in base_scored.items():
-        other = {text: score for text, score, _ in other_scored[i]}
-        scored = [(text, s + weight * other[text], n) for text, s, n in cands]
-        out[i] = sorted(scored, key=lambda c: -c[1])  # stable: ties keep the first judge's order
-    return out
+    return rescored(base_scored, other_scored, lambda s, other: s + weight * other)
 
 
 def channel_picks(judge_scored, both_scored, weight):

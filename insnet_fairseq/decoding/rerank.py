@@ -41,8 +41,9 @@ def check_reranker(reranker, tgt_dict, insnet_allowed: bool = True) -> None:
 
     name = type(reranker).__name__
     insnet = isinstance(reranker, InsNetModel) and not isinstance(reranker, (IndigoModel, InsNetLMModel))
-    if (isinstance(reranker, (InsNetModel, FairseqNATModel)) and not (insnet and insnet_allowed)) \
-            or not isinstance(reranker, FairseqEncoderDecoderModel):
+    autoregressive = isinstance(reranker, FairseqEncoderDecoderModel) and \
+        not isinstance(reranker, (InsNetModel, FairseqNATModel))
+    if not (autoregressive or (insnet and insnet_allowed)):
         what = "an autoregressive encoder-decoder (e.g. --arch transformer)" + \
             (" or an InsNet translation model (--arch insnet_*)" if insnet_allowed else "")
         raise ValueError(
@@ -116,7 +117,7 @@ def insnet_scores(model, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence
         model.eval()
     target = pad_hypotheses(hyps, pad, eos).to(src_tokens.device)  # [N, n]: <s> y </s>, right-padded
     target[:, 0] = bos
-    N, n = target.shape
+    n = target.size(1)
     lengths = target.ne(pad).sum(1)  # [N] = |y| + 2
     out = model(src_tokens, src_lengths, target, left_to_right(lengths, n))
     tok, pos, term = out["token"], out["position"], out["termination"]
