@@ -8,7 +8,10 @@
 * with ``--candidates K --judge``: the parallel-trained model's K candidates judged by the ``--ar`` model
   (``--iter-decode-with-external-reranker``), the judge's pass included in the time; ``--candidates-finish M``
   stops a sentence once M of them have finished, ``--channel REV.pt --channel-weight W`` adds the judge's channel
-  model (a target -> source AR checkpoint).
+  model (a target -> source AR checkpoint);
+* with ``--verify``: the parallel-trained model's drafts verified by the ``--ar`` model (``--insertion-verify``,
+  ``--verify-tolerance B``), every verification pass in the time (the output is the AR model's greedy output at
+  B = 0, with the same length limit as the AR system here).
 
     .venv/bin/python benchmarks/decode_latency.py --insnet checkpoints/table_insnet/checkpoint_last.pt \
         --insnet-parallel checkpoints/dinic_tau1/checkpoint_last.pt \
@@ -118,6 +121,10 @@ def main(argv=None):
     p.add_argument("--channel-weight", type=float, default=1.0, help="with --channel: its --channel-weight")
     p.add_argument("--stop-check-prob", type=float, default=0.0,
                    help="also decode the parallel-trained model with --stop-check-prob P (P > 0)")
+    p.add_argument("--verify", action="store_true",
+                   help="also decode the parallel-trained model's drafts verified by the --ar model (--insertion-verify; "
+                   "with --stop-check-prob P, the drafts use it)")
+    p.add_argument("--verify-tolerance", type=float, default=0.0, help="with --verify: its --verify-tolerance")
     p.add_argument("--beam", type=int, default=1,
                    help="also decode the --insnet model sequentially with --insertion-beam N and the AR model with beam N")
     p.add_argument("--cached-only", action="store_true",
@@ -136,11 +143,11 @@ def main(argv=None):
     if args.channel:
         judges, channel_weight = [ar, load(args.channel, args.data, dev)[0]], args.channel_weight
 
-    def insnet_systems(name, model, task, judge=False, **flags):  # cached, then (unless --cached-only) uncached
-        return [System(f"{name} {'cached' if c else 'uncached'}", model,
+    def insnet_systems(name, model, task, judge=False, verify=False, **flags):  # cached, then (unless --cached-only)
+        return [System(f"{name} {'cached' if c else 'uncached'}", model,  # uncached
                        InsertionGenerator(tgt, use_cache=c, reranking=judge,
-                                          channel_weight=channel_weight if judge else 0.0, **flags), task, dev,
-                       judges if judge else ()) for c in caches]
+                                          channel_weight=channel_weight if judge else 0.0, verify=verify, **flags),
+                       task, dev, judges if judge else [ar] if verify else ()) for c in caches]
 
     systems = (insnet_systems("InsNet seq", insnet, ins_task, mode="sequential")
                + insnet_systems("InsNet par", insnet, ins_task, mode="parallel", slot_top_p=args.slot_top_p))
@@ -171,6 +178,12 @@ def main(argv=None):
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       stop_check_prob=args.stop_check_prob, candidates=args.candidates,
                                       candidates_finish=args.candidates_finish)
+        if args.verify:  # the drafts (with the stop check, if asked) verified by the AR model, its limit below
+            label = f"InsNet-parallel-trained par, AR-verified (tolerance {args.verify_tolerance})" + (
+                f", stop check {args.stop_check_prob}" if args.stop_check_prob > 0 else "")
+            systems += insnet_systems(label, par, par_task, verify=True, verify_tolerance=args.verify_tolerance,
+                                      verify_max_len=(2, 10), mode="parallel", slot_top_p=args.slot_top_p,
+                                      skip_repeats=args.skip_repeats, stop_check_prob=args.stop_check_prob)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
                                                                          max_len_a=2, max_len_b=10), ar_task, dev))
     if args.beam > 1:  # beam search side by side: InsNet sequential (--insertion-beam) and the AR model

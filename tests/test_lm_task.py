@@ -299,6 +299,40 @@ def test_lagged_dinic_trains_on_the_stored_layering_and_promotes_from_its_pass(l
         lm_task(copy_data(lm_data, str(tmp_path / "bin3")), dinic_tau=1.0, late_words=0.5, dinic_lagged=True)
 
 
+@pytest.mark.parametrize("max_rounds", [0, 2])
+def test_warm_lagged_dinic_lays_out_a_first_visit_then_promotes_from_the_pass(lm_data, tmp_path, max_rounds):
+    """--dinic-lagged-warm: a sentence's first visit trains on the layering pass's layering (to the fixpoint, or
+    --dinic-max-rounds rounds), not the sequential one, and stores it one lagged round further; later visits
+    are lagged (no layering pass); a batch where some sentences were seen lays out only the others."""
+    from insnet_fairseq.data.layerization import layerize, num_layers
+    from insnet_fairseq.tasks.criterion import InsNetLoss
+
+    task = lm_task(copy_data(lm_data, str(tmp_path / "bin")), dinic_tau=1.0, insertion_order="binary",
+                   dinic_lagged=True, dinic_lagged_warm=True, dinic_max_rounds=max_rounds)
+    task.load_dataset("test")
+    dataset = task.datasets["test"]
+    model = tiny_lm_model(task)
+    model.train()
+    sample = lambda ids: dataset.collater([dataset[i] for i in ids])  # noqa: E731
+    batch = sample(range(16))  # the collater sorts the sentences: rows [:8] are the half seen first
+    ni = batch["net_input"]
+    lengths = ni["target"].ne(task.dictionary.pad()).sum(1)
+    args = (model, ni["src_tokens"], ni["src_lengths"], ni["target"], ni["order"], 1.0)
+    rounds = lambda r: layerize(*args, max_rounds=r)[0]  # noqa: E731 (r 0: the fixpoint)
+    first = rounds(max_rounds)
+    assert int(num_layers(first).sum()) < int(lengths.sum())  # not the sequential layering
+    _, _, log = task.train_step(sample(batch["id"][:8].tolist()), model, InsNetLoss(task), Backward(), 1)
+    assert int(log["layers"]) == int(num_layers(first[:8]).sum())
+    _, _, log = task.train_step(sample(range(16)), model, InsNetLoss(task), Backward(), 2)
+    later = lambda visits: rounds(max_rounds + visits if max_rounds else 0)  # noqa: E731 (lagged rounds after it)
+    assert int(log["layers"]) == int(num_layers(later(1)[:8]).sum()) + int(num_layers(first[8:]).sum())
+    stored, known = task._stored_layers("train", batch["id"], lengths, ni["target"].size(1))
+    assert bool(known.all())
+    assert torch.equal(stored[:8], later(2)[:8]) and torch.equal(stored[8:], later(1)[8:])
+    with pytest.raises(ValueError, match="--dinic-lagged-warm .* use it with --dinic-lagged"):
+        lm_task(copy_data(lm_data, str(tmp_path / "bin2")), dinic_tau=1.0, dinic_lagged_warm=True)
+
+
 def test_validation_layerings_are_kept_per_sentence(lm_data, tmp_path, monkeypatch):
     """InsNet-Dinic validation continues from each sentence's last layering (one round when the model
     has not changed) and never from a layering stored for a sentence of another length."""

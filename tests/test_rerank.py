@@ -187,7 +187,7 @@ def test_misuse_is_refused_with_the_flag_named(models_and_batch):
     with pytest.raises(ValueError, match="must be an autoregressive encoder-decoder \\(e.g. --arch transformer\\), "
                                          "not InsNetModel"):  # an InsNet judge, but never an InsNet channel
         InsertionGenerator(d, reranking=True, candidates=2, channel_weight=0.5).generate([model, model, model], sample)
-    with pytest.raises(ValueError, match="reranker's target dictionary has 25 entries"):
+    with pytest.raises(ValueError, match="judge's target dictionary has 25 entries"):
         gen.generate([model, build_tiny_ar(make_dictionary(21))], sample)
     with pytest.raises(ValueError, match="three checkpoints.*INSNET.pt:AR.pt:REV.pt"):
         InsertionGenerator(d, reranking=True, candidates=2, channel_weight=0.5).generate([model, ar], sample)

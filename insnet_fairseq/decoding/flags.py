@@ -44,6 +44,20 @@ def check_beam_flags(beam: int, mode: str, candidates: int = 1, sampling: bool =
                          "options): drop them, or decode with --insertion-beam 1")
 
 
+def check_verify_flags(verify: bool, tolerance: float, candidates: int = 1, beam: int = 1,
+                       reranking: bool = False) -> None:
+    """Refuse ``--verify-tolerance`` without ``--insertion-verify`` or below 0, and the flags ``--insertion-verify``
+    does not combine with, naming them."""
+    if tolerance < 0 or (tolerance > 0 and not verify):
+        raise ValueError(f"--verify-tolerance B (nats, >= 0) widens --insertion-verify's acceptance: use it with "
+                         f"--insertion-verify (got {tolerance})")
+    clash = [flag for flag, on in (("--insertion-candidates", candidates > 1), ("--insertion-beam", beam > 1),
+                                   ("--iter-decode-with-external-reranker", reranking)) if on]
+    if verify and clash:
+        raise ValueError(f"--insertion-verify does not combine with {', '.join(clash)}: the verifier chooses every "
+                         "word of the output")
+
+
 def split_template(ids: Sequence[int], blank_id: int) -> Tuple[List[int], List[int]]:
     """A template's tokens and blanks: ids with ``blank_id`` at each blank -> (tokens, blanks), each
     blank given as the number of tokens before it; adjacent blanks are one blank.

@@ -71,7 +71,8 @@ from torch import Tensor
 
 from insnet_fairseq.decoding.beam import BeamSearch
 from insnet_fairseq.decoding.cache import ColumnStore, layer_names
-from insnet_fairseq.decoding.flags import check_beam_flags, check_blanks, check_decoding_flags, split_template
+from insnet_fairseq.decoding.flags import (check_beam_flags, check_blanks, check_decoding_flags, check_verify_flags,
+                                          split_template)
 from insnet_fairseq.decoding.mbr import mbr_order
 from insnet_fairseq.decoding.rerank import Judge, pad_hypotheses
 from insnet_fairseq.decoding.sampling import check_temperature, sample
@@ -117,6 +118,9 @@ class InsertionGenerator:
         beam: int = 1,
         lenpen: float = 1.0,
         candidates_mbr: float = 0.0,
+        verify: bool = False,
+        verify_tolerance: float = 0.0,
+        verify_max_len: Tuple[float, int] = (0.0, 200),
     ):
         check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold, stop_check_prob)
         check_beam_flags(beam, mode, candidates=candidates, sampling=sampling, skip_repeats=skip_repeats,
@@ -146,6 +150,10 @@ class InsertionGenerator:
                              "their expected BLEU against each other, weighted by softmax(score / T): T > 0 (inf: "
                              f"uniform), 0: off (got T {candidates_mbr}, K {candidates})")
         self.candidates_mbr = candidates_mbr
+        # --insertion-verify: the drafts of this generator verified by an autoregressive model (decoding/verify.py),
+        # whose greedy length limit is fairseq's --max-len-a x source width + --max-len-b
+        check_verify_flags(verify, verify_tolerance, candidates, beam, reranking)
+        self.verifying, self.verify_tolerance, self.verify_max_len = verify, verify_tolerance, verify_max_len
         # --slot-query-stream models, cached decoding: a step's pass also computes every slot's query for the next
         # step (one pass per step instead of two; the same outputs). Off by default: the queries of every slot cost
         # more than the saved pass at large batches (CPU: 1.1x faster at batch 1, 0.8x at batch 64)
@@ -183,6 +191,28 @@ class InsertionGenerator:
                  initial_tokens: Optional[Sequence[Sequence[int]]] = None,
                  initial_order: Optional[Sequence[Sequence[int]]] = None,
                  blanks: Optional[Sequence[Sequence[int]]] = None):
+        """fairseq's entry point: :meth:`decode`, or with ``--insertion-verify`` (``models``: the InsNet model, then
+        the autoregressive verifier) InsNet drafts verified by the autoregressive model (decoding/verify.py)."""
+        if not self.verifying:
+            return self.decode(models, sample, prefix_tokens, constraints, initial_tokens, initial_order, blanks)
+        if len(models) != 2:
+            raise ValueError("--insertion-verify needs two checkpoints, the InsNet model and the autoregressive "
+                             f"verifier: --path INSNET.pt:AR.pt (got {len(models)})")
+        given = [("--prefix-size", prefix_tokens), ("--constraints", constraints), ("initial_tokens", initial_tokens),
+                 ("blanks", blanks)]
+        for name, value in given:
+            if value is not None:
+                raise ValueError(f"--insertion-verify outputs what the autoregressive verifier accepts and does not "
+                                 f"take {name}: decode without --insertion-verify")
+        from insnet_fairseq.decoding.verify import Speculation
+
+        return Speculation(self, models[0], models[1], self.verify_tolerance, *self.verify_max_len).generate(sample)
+
+    @torch.no_grad()
+    def decode(self, models, sample, prefix_tokens=None, constraints=None,
+               initial_tokens: Optional[Sequence[Sequence[int]]] = None,
+               initial_order: Optional[Sequence[Sequence[int]]] = None,
+               blanks: Optional[Sequence[Sequence[int]]] = None):
         """Decode a fairseq batch; returns, per sentence, a list with one hypothesis dict.
 
         Constrained start: ``initial_tokens[b]`` lists target token ids in left-to-right order

@@ -29,10 +29,11 @@ def is_insnet_judge(model) -> bool:
     return isinstance(model, InsNetModel)
 
 
-def check_reranker(reranker, tgt_dict, insnet_allowed: bool = True) -> None:
+def check_reranker(reranker, tgt_dict, insnet_allowed: bool = True,
+                   flag: str = "--iter-decode-with-external-reranker") -> None:
     """The judge must be an autoregressive encoder-decoder (fairseq's ``transformer`` family) or, where
     ``insnet_allowed``, an InsNet translation model (not InDIGO's, not the LM's), over the same target dictionary;
-    anything else is refused with the flag named."""
+    anything else is refused with ``flag`` named."""
     from fairseq.models import FairseqEncoderDecoderModel
     from fairseq.models.nat import FairseqNATModel
 
@@ -47,14 +48,13 @@ def check_reranker(reranker, tgt_dict, insnet_allowed: bool = True) -> None:
         what = "an autoregressive encoder-decoder (e.g. --arch transformer)" + \
             (" or an InsNet translation model (--arch insnet_*)" if insnet_allowed else "")
         raise ValueError(
-            f"--iter-decode-with-external-reranker: the judge checkpoint must be {what}, not {name}: pass "
-            "--path INSNET.pt:AR.pt"
+            f"{flag}: the judge checkpoint must be {what}, not {name}: pass --path INSNET.pt:AR.pt"
         )
     n = len(reranker.decoder.dictionary)
     if n != len(tgt_dict):
         raise ValueError(
-            f"--iter-decode-with-external-reranker: the reranker's target dictionary has {n} entries, the task's "
-            f"{len(tgt_dict)}: the reranker must be trained on the same data-bin"
+            f"{flag}: the judge's target dictionary has {n} entries, the task's {len(tgt_dict)}: the judge must be "
+            "trained on the same data-bin"
         )
 
 

@@ -14,7 +14,7 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from insnet_fairseq.data.dataset import InsertionPairDataset
-from insnet_fairseq.decoding.flags import MODES, check_beam_flags, check_decoding_flags
+from insnet_fairseq.decoding.flags import MODES, check_beam_flags, check_decoding_flags, check_verify_flags
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.inputs import screen_lines
 from insnet_fairseq.data.layerization import (LAYERIZATIONS, PAD_LAYER, compact, delay_last_words, layerize,
@@ -117,6 +117,19 @@ class InsertionTranslationConfig(TranslationConfig):
                   "source's mean log-probability given the candidate under a target -> source autoregressive "
                   "model, passed third: --path INSNET.pt:AR.pt:REV.pt (noisy-channel reranking); 0: off"},
     )
+    insertion_verify: bool = field(
+        default=False,
+        metadata={"help": "InsNet drafts verified by an autoregressive model, passed last (--path INSNET.pt:AR.pt): "
+                  "each draft is accepted up to the first word that is not the AR model's greedy word, which is "
+                  "taken instead, and InsNet drafts again after it (blockwise parallel / speculative decoding); the "
+                  "output is the AR model's greedy output (at --verify-tolerance 0); steps count drafting steps and "
+                  "verification passes"},
+    )
+    verify_tolerance: float = field(
+        default=0.0,
+        metadata={"help": "with --insertion-verify: also accept a draft word whose AR log-probability is within this "
+                  "many nats of the greedy word's (0: greedy words only)"},
+    )
     insertion_beam: int = field(
         default=1,
         metadata={"help": "beam search over sequential insertions (--insertion-mode sequential): each hypothesis "
@@ -162,6 +175,12 @@ class InsertionTranslationConfig(TranslationConfig):
                                  "sentences' stored layerings (sequential at first), and one promotion round computed "
                                  "from that training pass's own context states (dropout on) updates them for the next "
                                  "visit, so a layering advances one round per epoch; validation layers as without it"},
+    )
+    dinic_lagged_warm: bool = field(
+        default=False, metadata={"help": "with --dinic-lagged: a sentence seen for the first time is laid out by the "
+                                 "layering pass (to the fixpoint, or --dinic-max-rounds rounds) before it trains, so "
+                                 "that training starts on Dinic layerings instead of climbing to them one round per "
+                                 "epoch; later visits are lagged"},
     )
     late_words: float = field(
         default=0.0, metadata={"help": "layered training (--layerization uniform, --dinic-tau): each word of a "
@@ -221,6 +240,7 @@ class InsertionTranslationTask(TranslationTask):
         check_beam_flags(cfg.insertion_beam, cfg.insertion_mode, candidates=cfg.insertion_candidates,
                          skip_repeats=cfg.skip_repeats, replace_repeats=cfg.replace_repeats,
                          stop_check_prob=cfg.stop_check_prob, min_token_prob=cfg.min_token_prob)
+        check_verify_flags(cfg.insertion_verify, cfg.verify_tolerance, cfg.insertion_candidates, cfg.insertion_beam)
         if cfg.anchor_depth < 0:
             raise ValueError(f"--anchor-depth must be >= 0, got {cfg.anchor_depth}")
         if cfg.searched_order_beam < 0:
@@ -235,6 +255,9 @@ class InsertionTranslationTask(TranslationTask):
         if cfg.dinic_lagged and mode != "dinic":
             raise ValueError(f"--dinic-lagged promotes tokens of InsNet-Dinic layerings: use it with --dinic-tau, not "
                              f"--layerization {mode}")
+        if cfg.dinic_lagged_warm and not cfg.dinic_lagged:
+            raise ValueError("--dinic-lagged-warm lays out a sentence's first visit of --dinic-lagged training: use it "
+                             "with --dinic-lagged")
         if cfg.dinic_lagged and cfg.late_words > 0:
             raise ValueError("--dinic-lagged promotes from the layering the training pass encoded, and --late-words "
                              "changes it: use one of them")
@@ -250,7 +273,7 @@ class InsertionTranslationTask(TranslationTask):
                            "anchored, binary or random")
         self.layerization, self.dinic_tau = mode, tau
         self.layer_stores = {}  # split -> [sentences, width] the last layering of each sentence (-1: none)
-        self.decode_tally = [0, 0, 0]  # sentences, insertion steps, output words decoded so far
+        self.decode_tally = [0, 0, 0, 0]  # sentences, insertion steps, output words, verification passes so far
         # raw-text decoding (fairseq-interactive, the hub interface): lines refused by the input
         # screening ({sample id: reason}) and the sample ids of the next batch (see interactive_fix)
         self.refused_inputs = {}
@@ -333,6 +356,12 @@ class InsertionTranslationTask(TranslationTask):
                                      ladder=self.cfg.dinic_ladder)
             else:
                 layers = start if start is not None else sequential_layers(order, lengths)
+                if self.cfg.dinic_lagged_warm and update_num is not None and not bool(known.all()):
+                    new = (~known).nonzero().squeeze(1)  # first visits: the layering pass, those rows alone
+                    fresh, _ = layerize(model, net_input["src_tokens"][new], net_input["src_lengths"][new],
+                                        target[new], order[new], self.dinic_tau, max_rounds=self.cfg.dinic_max_rounds,
+                                        ladder=self.cfg.dinic_ladder)
+                    layers = layers.index_copy(0, new, fresh.to(layers.dtype))
                 lagged = layers if due else None
             self._keep_layers(split, sample["id"], layers)
         if self.cfg.late_words > 0 and update_num is not None:  # --late-words: training batches only
@@ -446,8 +475,13 @@ class InsertionTranslationTask(TranslationTask):
             tally[0] += len(hyps)
             tally[1] += sum(h[0]["steps"] for h in hyps)
             tally[2] += sum(len(h[0]["tokens"]) - 1 for h in hyps)
+            verify = ""
+            if generator.verifying:  # --insertion-verify: the steps are drafting steps + verification passes
+                tally[3] += sum(h[0]["verify_passes"] for h in hyps)
+                verify = f" ({tally[3] / max(tally[2], 1):.3f} of them verification passes)"
             logger.info(f"insertion decoding ({generator.mode}): {tally[0]} sentences, "
-                        f"{tally[1] / max(tally[0], 1):.2f} steps/sentence, {tally[1] / max(tally[2], 1):.3f} steps/token")
+                        f"{tally[1] / max(tally[0], 1):.2f} steps/sentence, {tally[1] / max(tally[2], 1):.3f} "
+                        f"steps/token{verify}")
         return hyps
 
     def _decode_accepted(self, generator, models, sample, refused, prefix_tokens, constraints):
@@ -473,6 +507,8 @@ class InsertionTranslationTask(TranslationTask):
         judged = models
         if getattr(args, "iter_decode_with_external_reranker", False):  # the judge (and its channel model) last
             judged = models[: -2 if self.cfg.channel_weight > 0 else -1]
+        elif self.cfg.insertion_verify:  # the verifier last (checked by decoding/verify.py)
+            judged = models[:-1]
         for model in judged:
             if not isinstance(model, InsNetModel) or isinstance(model, InsNetLMModel):
                 raise ValueError(
@@ -517,4 +553,7 @@ class InsertionTranslationTask(TranslationTask):
             candidates_mbr=self.cfg.insertion_candidates_mbr,
             beam=self.cfg.insertion_beam,
             lenpen=getattr(args, "lenpen", 1.0),
+            verify=self.cfg.insertion_verify,
+            verify_tolerance=self.cfg.verify_tolerance,
+            verify_max_len=(getattr(args, "max_len_a", 0.0), getattr(args, "max_len_b", 200)),
         )
