@@ -208,3 +208,13 @@ def build_tiny_ar(d, seed: int = 11):
     model = TransformerModel.build_model(args, FakeTask(d, d))
     model.eval()
     return model
+
+
+@pytest.fixture(scope="module")
+def insnet_and_ar():
+    """A tiny InsNet model (random weights that stop after a while), a tiny AR transformer over the same dictionary,
+    and a source batch of 6 sentences: (model, ar, dictionary, src [6, 9], src_lengths [6])."""
+    model, d = build_tiny_model(seed=7, vocab=30)
+    model.decoder.heads.termination_proj.bias.data.fill_(-1.5)  # random weights stop after a while
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    return model, build_tiny_ar(d), d, src, src_lengths

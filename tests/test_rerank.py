@@ -12,15 +12,12 @@ from insnet_fairseq.decoding.rerank import (Judge, best_of_groups, channel_score
                                           pad_hypotheses)
 from insnet_fairseq.tasks.criterion import term_losses
 
-from conftest import build_tiny_ar, build_tiny_lm_model, build_tiny_model, generate_cmd, make_dictionary, random_batch, run, sample_of
+from conftest import build_tiny_ar, build_tiny_lm_model, build_tiny_model, generate_cmd, make_dictionary, run, sample_of
 
 
 @pytest.fixture(scope="module")
-def models_and_batch():
-    model, d = build_tiny_model(seed=7, vocab=30)
-    model.decoder.heads.termination_proj.bias.data.fill_(-1.5)  # random weights stop after a while
-    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
-    return model, build_tiny_ar(d), d, src, src_lengths
+def models_and_batch(insnet_and_ar):
+    return insnet_and_ar
 
 
 def test_pad_hypotheses_and_best_of_groups_docstring_examples():

@@ -10,18 +10,16 @@ from fairseq.sequence_generator import SequenceGenerator
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.verify import accepted_lengths, next_canvas
 
-from conftest import (build_tiny_ar, build_tiny_lm_model, build_tiny_model, generate_cmd, random_batch, run,
-                      sample_of)
+from conftest import build_tiny_lm_model, generate_cmd, run, sample_of
 
 
 @pytest.fixture(scope="module")
-def models_and_batch():
-    model, d = build_tiny_model(seed=7, vocab=30)
-    model.decoder.heads.termination_proj.bias.data.fill_(-1.5)  # random weights stop after a while
-    src, _, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+def models_and_batch(insnet_and_ar):
+    model, ar, d, src, _ = insnet_and_ar
+    src = src.clone()
     src[1, :3] = d.pad()  # left padding: shorter sources
     src[4, :5] = d.pad()
-    return model, build_tiny_ar(d), d, src, src.ne(d.pad()).sum(1)
+    return model, ar, d, src, src.ne(d.pad()).sum(1)
 
 
 def greedy(ar, d, src, src_lengths, max_len_b):
@@ -48,15 +46,18 @@ def test_accepted_lengths_and_next_canvas_examples():
     assert next_canvas([7, 8, 9, 10, eos], 1, 11) == [7, 11, 9, 10]  # a substitution
     assert next_canvas([7, 8, 9, 10, eos], 1, 9) == [7, 9, 10]  # the draft's word 8 was extra
     assert next_canvas([7, eos], 1, 9) == [7, 9]
+    assert next_canvas([7, 8, 9, 10, eos], 1, 11, "fresh") == [7, 11]
 
 
-@pytest.mark.parametrize("mode,max_len_b", [("parallel", 12), ("sequential", 30)])
-def test_the_output_is_fairseqs_greedy_output_batched_and_alone(models_and_batch, mode, max_len_b):
+@pytest.mark.parametrize("mode,max_len_b,redraft", [("parallel", 12, "suffix"), ("sequential", 30, "suffix"),
+                                                     ("parallel", 30, "fresh")])
+def test_the_output_is_fairseqs_greedy_output_batched_and_alone(models_and_batch, mode, max_len_b, redraft):
     """Tolerance 0: every sentence's output is the AR model's greedy output, whatever the drafts (random models
     disagree often: several rounds), with the length limit of fairseq's --max-len-b; batched equals alone; the
     steps are the drafting steps plus the passes, one pass per round."""
     model, ar, d, src, src_lengths = models_and_batch
-    gen = InsertionGenerator(d, mode=mode, slot_top_p=0.9, max_steps=25, verify=True, verify_max_len=(0.0, max_len_b))
+    gen = InsertionGenerator(d, mode=mode, slot_top_p=0.9, max_steps=25, verify=True, verify_max_len=(0.0, max_len_b),
+                             verify_redraft=redraft)
     out = [h[0] for h in gen.generate([model, ar], sample_of(src, src_lengths))]
     ref = greedy(ar, d, src, src_lengths, max_len_b)
     assert [h["tokens"].tolist() for h in out] == ref
@@ -97,6 +98,8 @@ def test_misuse_is_refused_with_the_flag_named(models_and_batch):
         InsertionGenerator(d, verify_tolerance=1.0)
     with pytest.raises(ValueError, match="--verify-tolerance"):
         InsertionGenerator(d, verify=True, verify_tolerance=-1.0)
+    with pytest.raises(ValueError, match="--verify-redraft must be suffix or fresh, not 'all'"):
+        InsertionGenerator(d, verify=True, verify_redraft="all")
     gen = InsertionGenerator(d, verify=True)
     with pytest.raises(ValueError, match="--insertion-verify needs two checkpoints.*INSNET.pt:AR.pt"):
         gen.generate([model], sample)

@@ -6,6 +6,7 @@ with the flag's name, not after loading a checkpoint).
 from typing import List, Sequence, Tuple
 
 MODES = ("sequential", "parallel")
+REDRAFTS = ("suffix", "fresh")  # --verify-redraft (decoding/verify.py: next_canvas)
 
 
 def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int, min_token_prob: float = 0.0,
@@ -45,9 +46,11 @@ def check_beam_flags(beam: int, mode: str, candidates: int = 1, sampling: bool =
 
 
 def check_verify_flags(verify: bool, tolerance: float, candidates: int = 1, beam: int = 1,
-                       reranking: bool = False) -> None:
-    """Refuse ``--verify-tolerance`` without ``--insertion-verify`` or below 0, and the flags ``--insertion-verify``
-    does not combine with, naming them."""
+                       reranking: bool = False, redraft: str = "suffix") -> None:
+    """Refuse ``--verify-tolerance`` without ``--insertion-verify`` or below 0, an unknown ``--verify-redraft``, and
+    the flags ``--insertion-verify`` does not combine with, naming them."""
+    if redraft not in REDRAFTS:
+        raise ValueError(f"--verify-redraft must be {' or '.join(REDRAFTS)}, not {redraft!r}")
     if tolerance < 0 or (tolerance > 0 and not verify):
         raise ValueError(f"--verify-tolerance B (nats, >= 0) widens --insertion-verify's acceptance: use it with "
                          f"--insertion-verify (got {tolerance})")

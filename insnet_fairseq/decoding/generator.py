@@ -121,6 +121,7 @@ class InsertionGenerator:
         verify: bool = False,
         verify_tolerance: float = 0.0,
         verify_max_len: Tuple[float, int] = (0.0, 200),
+        verify_redraft: str = "suffix",
     ):
         check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold, stop_check_prob)
         check_beam_flags(beam, mode, candidates=candidates, sampling=sampling, skip_repeats=skip_repeats,
@@ -152,8 +153,9 @@ class InsertionGenerator:
         self.candidates_mbr = candidates_mbr
         # --insertion-verify: the drafts of this generator verified by an autoregressive model (decoding/verify.py),
         # whose greedy length limit is fairseq's --max-len-a x source width + --max-len-b
-        check_verify_flags(verify, verify_tolerance, candidates, beam, reranking)
+        check_verify_flags(verify, verify_tolerance, candidates, beam, reranking, verify_redraft)
         self.verifying, self.verify_tolerance, self.verify_max_len = verify, verify_tolerance, verify_max_len
+        self.verify_redraft = verify_redraft
         # --slot-query-stream models, cached decoding: a step's pass also computes every slot's query for the next
         # step (one pass per step instead of two; the same outputs). Off by default: the queries of every slot cost
         # more than the saved pass at large batches (CPU: 1.1x faster at batch 1, 0.8x at batch 64)
@@ -206,7 +208,8 @@ class InsertionGenerator:
                                  f"take {name}: decode without --insertion-verify")
         from insnet_fairseq.decoding.verify import Speculation
 
-        return Speculation(self, models[0], models[1], self.verify_tolerance, *self.verify_max_len).generate(sample)
+        return Speculation(self, models[0], models[1], self.verify_tolerance, *self.verify_max_len,
+                           redraft=self.verify_redraft).generate(sample)
 
     @torch.no_grad()
     def decode(self, models, sample, prefix_tokens=None, constraints=None,

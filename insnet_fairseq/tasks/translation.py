@@ -130,6 +130,12 @@ class InsertionTranslationConfig(TranslationConfig):
         metadata={"help": "with --insertion-verify: also accept a draft word whose AR log-probability is within this "
                   "many nats of the greedy word's (0: greedy words only)"},
     )
+    verify_redraft: str = field(
+        default="suffix",
+        metadata={"help": "with --insertion-verify: a new draft starts from the accepted words, the correction and "
+                  "the old draft's words after it (suffix), or from the accepted words and the correction alone "
+                  "(fresh)"},
+    )
     insertion_beam: int = field(
         default=1,
         metadata={"help": "beam search over sequential insertions (--insertion-mode sequential): each hypothesis "
@@ -240,7 +246,8 @@ class InsertionTranslationTask(TranslationTask):
         check_beam_flags(cfg.insertion_beam, cfg.insertion_mode, candidates=cfg.insertion_candidates,
                          skip_repeats=cfg.skip_repeats, replace_repeats=cfg.replace_repeats,
                          stop_check_prob=cfg.stop_check_prob, min_token_prob=cfg.min_token_prob)
-        check_verify_flags(cfg.insertion_verify, cfg.verify_tolerance, cfg.insertion_candidates, cfg.insertion_beam)
+        check_verify_flags(cfg.insertion_verify, cfg.verify_tolerance, cfg.insertion_candidates, cfg.insertion_beam,
+                           redraft=cfg.verify_redraft)
         if cfg.anchor_depth < 0:
             raise ValueError(f"--anchor-depth must be >= 0, got {cfg.anchor_depth}")
         if cfg.searched_order_beam < 0:
@@ -556,4 +563,5 @@ class InsertionTranslationTask(TranslationTask):
             verify=self.cfg.insertion_verify,
             verify_tolerance=self.cfg.verify_tolerance,
             verify_max_len=(getattr(args, "max_len_a", 0.0), getattr(args, "max_len_b", 200)),
+            verify_redraft=self.cfg.verify_redraft,
         )
