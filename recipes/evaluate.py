@@ -73,8 +73,10 @@ def main(argv=None):
         keep = [a for flag in ("--user-dir", "--task") if flag in extra for a in (flag, extra[extra.index(flag) + 1])]
         row.update({k: round(v, 3) for k, v in validate_nll(args.data, args.path, args.gen_subset, keep).items()})
     row["wall_s"] = round(wall, 1)
+    passes = re.findall(r"\(([\d.]+) of them verification passes\)", out.stderr)  # --insertion-verify: the log's split
     print(f"{row['model']}: sacreBLEU {row['sacrebleu']} ({row['signature']})"
-          + "".join(f", {k} {v}" for k, v in row.items() if k not in ("model", "sacrebleu", "signature")))
+          + "".join(f", {k} {v}" for k, v in row.items() if k not in ("model", "sacrebleu", "signature"))
+          + (f", of the steps/token {passes[-1]} verification passes" if passes else ""))
     append_row(row, args.csv, args.markdown, [k for k in row if k not in ("signature", "wall_s")])
     return row
 
