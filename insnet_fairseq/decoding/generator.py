@@ -317,7 +317,11 @@ class InsertionGenerator:
                 initial_tokens = [initial_tokens[b] for b in owner]
                 initial_order = None if initial_order is None else [initial_order[b] for b in owner]
             blanks = None if blanks is None else [blanks[b] for b in owner]
-        encoder_out = model.forward_encoder(src_tokens, src_lengths)
+        encoder_out = sample.get("encoder_out")  # the source encoded once for every round (decoding/verify.py)
+        if encoder_out is None:
+            encoder_out = model.forward_encoder(src_tokens, src_lengths)
+        elif owner != list(range(len(sample["net_input"]["src_tokens"]))):
+            encoder_out = model.encoder.reorder_encoder_out(encoder_out, torch.tensor(owner, device=src_tokens.device))
         source_kv, source_pad = decoder.encode_source(encoder_out)
         if source_pad is not None and not bool(source_pad.any()):  # nothing padded (batch 1): no mask on every step
             source_pad = None

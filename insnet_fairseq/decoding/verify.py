@@ -97,12 +97,15 @@ class Speculation:
         lprobs = self.verifier.get_normalized_probs(net_output, log_probs=True)  # [N, T, V]
         return accepted_lengths(lprobs, seq[:, 1:], max_len[rows], self.tolerance, self.pad, self.eos)
 
-    def draft(self, sample, rows: List[int], canvases: Optional[List[List[int]]], starts: Optional[List[int]]):
+    def draft(self, sample, rows: List[int], canvases: Optional[List[List[int]]], starts: Optional[List[int]],
+              encoder_out):
         """The drafter's outputs for batch ``rows``: from nothing, or from ``canvases`` with insertions only in
-        their gaps from ``starts`` on (token lists ending with ``</s>``, steps)."""
+        their gaps from ``starts`` on (token lists ending with ``</s>``, steps). ``encoder_out``: the drafter's
+        encoding of the whole batch's sources, made once."""
         ni = sample["net_input"]
         index = torch.tensor(rows, device=ni["src_tokens"].device)
-        sub = {"net_input": {"src_tokens": ni["src_tokens"][index], "src_lengths": ni["src_lengths"][index]}}
+        sub = {"net_input": {"src_tokens": ni["src_tokens"][index], "src_lengths": ni["src_lengths"][index]},
+               "encoder_out": self.model.encoder.reorder_encoder_out(encoder_out, index)}
         if sample.get("id") is not None:
             sub["id"] = sample["id"][index.to(sample["id"].device)]
         blanks = None if canvases is None else [list(range(s, len(c) + 1)) for c, s in zip(canvases, starts)]
@@ -119,7 +122,8 @@ class Speculation:
         limit = min(int(self.max_len_a * src_tokens.size(1) + self.max_len_b), self.verifier.max_decoder_positions() - 1)
         max_len = torch.full((B,), limit, dtype=torch.long, device=src_tokens.device)
         encoder_out = self.verifier.encoder(src_tokens, src_lengths=src_lengths)
-        drafts, steps = self.draft(sample, list(range(B)), None, None)
+        drafter_out = self.model.forward_encoder(src_tokens, src_lengths)
+        drafts, steps = self.draft(sample, list(range(B)), None, None, drafter_out)
         passes = [0] * B
         final: List[Optional[dict]] = [None] * B
         active = list(range(B))
@@ -142,7 +146,7 @@ class Speculation:
                     canvases.append(next_canvas(d, a, word[i], self.redraft))
                     starts.append(a + 1)
             if again:
-                new, more = self.draft(sample, again, canvases, starts)
+                new, more = self.draft(sample, again, canvases, starts, drafter_out)
                 for b, d, s in zip(again, new, more):  # a redraft's pass over its canvas is a step too
                     drafts[b], steps[b] = d, steps[b] + s + 1
             active = again
