@@ -81,8 +81,6 @@ class Speculation:
     def __init__(self, drafter, model, verifier, tolerance: float = 0.0, max_len_a: float = 0.0,
                  max_len_b: int = 200, redraft: str = "suffix"):
         check_reranker(verifier, drafter.tgt_dict, insnet_allowed=False, flag="--insertion-verify")
-        if tolerance < 0:
-            raise ValueError(f"--verify-tolerance must be >= 0 (nats), got {tolerance}")
         self.drafter, self.model, self.verifier = drafter, model, verifier
         self.tolerance, self.max_len_a, self.max_len_b = tolerance, max_len_a, max_len_b
         self.pad, self.eos = drafter.pad, drafter.eos
@@ -154,8 +152,8 @@ class Speculation:
 
     @staticmethod
     def hypothesis(tokens: List[int], scores: Tensor, steps: int, passes: int) -> dict:
-        """fairseq's hypothesis dict; ``steps``: drafting steps (canvas passes included) + verification passes
-        (``draft_steps``, ``verify_passes`` apart)."""
+        """fairseq's hypothesis dict: ``scores``, the verifier's log-probabilities of the tokens; ``steps``, drafting
+        steps (canvas passes included) + verification passes (``draft_steps``, ``verify_passes`` apart)."""
         scores = scores.float()
         return {"tokens": torch.tensor(tokens), "positional_scores": scores, "alignment": None,
                 "score": float(scores.mean()), "steps": steps + passes, "draft_steps": steps,
