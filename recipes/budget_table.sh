@@ -24,6 +24,8 @@
 #                                              #  MBR T: ranked by expected BLEU, --insertion-candidates-mbr)
 #                                              #  candidates judged by the AR model JUDGE, the teacher's
 #                                              #  checkpoint by default (--iter-decode-with-external-reranker);
+#                                              #  "verify", "verify-stop-check": skip-repeats (+ the stop check) drafts
+#                                              #  verified by the AR checkpoint JUDGE, --insertion-verify, VERIFY_TOLERANCE;
 #                                              #  "beam": sequential with --insertion-beam BEAM (5), --lenpen LENPEN (1);
 #                                              #  RESULTS_DIR: results/ by default)
 #   bash recipes/budget_table.sh tune ROW      # InsNet parallel decoding on the valid set, --slot-top-p 0.5..0.95
@@ -63,6 +65,8 @@ judge_sampling=${JUDGE_SAMPLING:-"--sampling-topk 8 --temperature 0.5"}  # MODES
 channel=${CHANNEL:-checkpoints/t60_ar_rev/checkpoint_best.pt}  # MODES judge* with CHANNEL_WEIGHT: the De->En model (row ar-rev)
 channel_weight=${CHANNEL_WEIGHT:-0}  # MODES judge*: its --channel-weight (0: no channel model; 2 chosen on the valid set
 # with JUDGE_FINISH 6 and the stop check, results/channel_valid_s16.txt)
+verify_tolerance=${VERIFY_TOLERANCE:-0}  # MODES verify / verify-stop-check: the drafts (--skip-repeats, and the stop check)
+# verified by the AR checkpoint JUDGE (--insertion-verify), with --verify-tolerance VERIFY_TOLERANCE (0: the output is JUDGE's greedy one)
 mbr=${MBR:-0}  # MODES judge*: --insertion-candidates-mbr MBR, the judged candidates ranked by minimum Bayes risk (0: off)
 beam=${BEAM:-5}  # MODES beam: InsNet sequential beam search (the AR rows decode with beam 5)
 lenpen=${LENPEN:-1}  # MODES beam: its --lenpen (score / (steps + 1) ** LENPEN; choose it on the valid set)
@@ -215,12 +219,19 @@ insnet_decoding() {  # MODE -> "LABEL<TAB>decoding flags" of an InsNet row (the 
       "$par --skip-repeats $kflags $jflags --sampling $judge_sampling --beam 1" ;;
     judge-stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check, $k, $j)" \
       "$par --skip-repeats --stop-check-prob $stop_check $kflags $jflags" ;;
+    verify) printf '%s\t%s' "$label, verified by the AR model, tolerance $verify_tolerance)" \
+      "$par --skip-repeats --insertion-verify --verify-tolerance $verify_tolerance" ;;
+    verify-stop-check) printf '%s\t%s' "$label, --stop-check-prob $stop_check, verified by the AR model, tolerance $verify_tolerance)" \
+      "$par --skip-repeats --stop-check-prob $stop_check --insertion-verify --verify-tolerance $verify_tolerance" ;;
   esac
 }
 
 judged() {  # CHECKPOINT FLAGS -> the --path of a decoding: CHECKPOINT, or CHECKPOINT:JUDGE when FLAGS ask for the judge
   # (CHECKPOINT:JUDGE:CHANNEL when they give it a --channel-weight)
-  if [[ " $2 " = *" --iter-decode-with-external-reranker "* ]]; then
+  if [[ " $2 " = *" --insertion-verify "* ]]; then  # the verifier: the AR checkpoint JUDGE
+    [ -f "$judge" ] || { echo "budget_table.sh: no verifier $judge (JUDGE=path/to/ar.pt, or train the ar row)" >&2; exit 2; }
+    echo "$1:$judge"
+  elif [[ " $2 " = *" --iter-decode-with-external-reranker "* ]]; then
     [ -f "$judge" ] || { echo "budget_table.sh: no judge $judge (JUDGE=path/to/ar.pt, or train the ar row)" >&2; exit 2; }
     if [[ " $2 " = *" --channel-weight "* ]]; then
       [ -f "$channel" ] || { echo "budget_table.sh: no channel model $channel (CHANNEL=path/to/de-en.pt, or train the ar-rev row)" >&2; exit 2; }
@@ -240,7 +251,7 @@ eval_rows() {
       ar) eval_row "$r" "$r greedy" "$ckpt" --user-dir insnet_fairseq --beam 1
           eval_row "$r" "$r beam 5" "$ckpt" --user-dir insnet_fairseq --beam 5 ;;
       insnet) for m in sequential beam parallel skip-repeats candidates stop-check stop-check-candidates judge judge-sampled \
-                       judge-stop-check; do
+                       judge-stop-check verify verify-stop-check; do
                 [[ " $modes " = *" $m "* ]] || continue
                 IFS=$'\t' read -r label flags <<<"$(insnet_decoding "$m")"
                 # shellcheck disable=SC2086
