@@ -491,3 +491,6 @@ def test_generator_reads_the_sampling_flags(lm_data, tmp_path):
     assert gen.temperature == 0.5  # fairseq's --temperature reaches the sampler (it was ignored)
     with pytest.raises(ValueError, match=r"--temperature 0.5 shapes --sampling only"):
         task.build_generator([tiny_lm_model(task)], argparse.Namespace(temperature=0.5))
+    verifying = lm_task(copy_data(lm_data, str(tmp_path / "bin2")), no_keywords=True, insertion_verify=True)
+    with pytest.raises(ValueError, match=r"--insertion-verify .* applies to --task insertion_translation"):
+        verifying.build_generator([tiny_lm_model(verifying)], argparse.Namespace())

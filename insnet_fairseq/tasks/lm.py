@@ -290,6 +290,9 @@ class InsertionLMTask(InsertionTranslationTask):
                 raise ValueError(f"--task insertion_lm decodes InsNet language models (--arch insnet_lm_*), not "
                                  f"{type(model).__name__}")
         self.check_keywords()
+        if self.cfg.insertion_verify:
+            raise ValueError("--insertion-verify (drafts verified by an autoregressive translation model) applies to "
+                             "--task insertion_translation, not insertion_lm")
         if getattr(args, "iter_decode_with_external_reranker", False):
             raise ValueError("--iter-decode-with-external-reranker (an autoregressive judge of translation candidates) "
                              "applies to --task insertion_translation, not insertion_lm")
