@@ -143,8 +143,9 @@ def main(argv=None):
     if args.channel:
         judges, channel_weight = [ar, load(args.channel, args.data, dev)[0]], args.channel_weight
 
-    def insnet_systems(name, model, task, judge=False, verify=False, **flags):  # cached, then (unless --cached-only)
-        return [System(f"{name} {'cached' if c else 'uncached'}", model,  # uncached
+    def insnet_systems(name, model, task, judge=False, verify=False, **flags):
+        """Cached, then (unless --cached-only) uncached; with the judges (judge) or the AR verifier (verify) after."""
+        return [System(f"{name} {'cached' if c else 'uncached'}", model,
                        InsertionGenerator(tgt, use_cache=c, reranking=judge,
                                           channel_weight=channel_weight if judge else 0.0, verify=verify, **flags),
                        task, dev, judges if judge else [ar] if verify else ()) for c in caches]

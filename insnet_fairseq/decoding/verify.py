@@ -51,8 +51,10 @@ def accepted_lengths(lprobs: Tensor, target: Tensor, max_len: Tensor, tolerance:
     lprobs = lprobs.masked_fill(forced & ~keep_eos, float("-inf"))
     best_lp, best = lprobs.max(-1)  # [N, T]
     draft_lp = lprobs.gather(2, target.unsqueeze(2)).squeeze(2)  # [N, T]
-    real = target.ne(pad)
-    ok = real & (target.eq(best) | (draft_lp >= best_lp - tolerance if tolerance > 0 else torch.zeros_like(real)))
+    ok = target.eq(best)  # the greedy word (exact, whatever the ties' log-probabilities)
+    if tolerance > 0:
+        ok |= draft_lp >= best_lp - tolerance
+    ok &= target.ne(pad)
     accepted = ok.long().cumprod(1).sum(1)  # [N]
     at = accepted.clamp(max=T - 1).unsqueeze(1)
     return accepted, best.gather(1, at).squeeze(1), best_lp.gather(1, at).squeeze(1), draft_lp
