@@ -20,6 +20,11 @@ scores a candidate along the left-to-right trajectory, decoding/rerank.py) it al
 alone and those of judge + V x second judge's score (+ W x channel with ``--channel``), for each V of
 ``--second-weights``: one more decoding gives every candidate's second score.
 
+With ``--fit`` it fits one log-linear reranker over every score those decodings gave (the judge's, plus weights x the
+model's own score, the length in tokens, the channel's and the second judge's where given; coordinate ascent on the
+split's corpus sacreBLEU, :func:`fit_weights`); ``--weights 'channel=0.5,length=0.05'`` scores given weights, so the
+weights fit on valid are reported on test with ``--split test --raw-ref .../test.de``.
+
 If the oracle is far above the judge, a better judge would help; if it is near it, the candidates are the limit
 (the parallel model itself). Every candidate is read from fairseq-generate's ``--nbest`` output (detokenised D- lines).
 """
@@ -110,6 +115,85 @@ def channel_picks(judge_scored, both_scored, weight):
     return {i: cands[0][0] for i, cands in channel_scored(judge_scored, both_scored, weight).items()}
 
 
+def feature_table(judge_scored, own_scored=None, both_scored=None, second_scored=None):
+    """{id: [(candidate, {feature: value})]} in the judge's order, one row per distinct candidate: ``judge`` (the AR
+    judge's mean log-probability), ``length`` (tokens) and, where their decodings were made, ``own`` (the model's own
+    score; the same text reached twice: its better trajectory), ``channel`` (the channel model's score: the W = 1
+    decoding's minus the judge's) and ``second`` (the second judge's).
+
+    Example: judge ("a", -0.9, 1 token) and both ("a", -1.4) -> {0: [("a", {"judge": -0.9, "length": 1, "channel": -0.5})]}.
+    """
+    table = {}
+    for i, cands in judge_scored.items():
+        own = {}
+        for text, score, _ in (own_scored or {}).get(i, []):
+            own[text] = max(score, own.get(text, score))
+        both = {text: score for text, score, _ in (both_scored or {}).get(i, [])}
+        second = {text: score for text, score, _ in (second_scored or {}).get(i, [])}
+        rows, seen = [], set()
+        for text, score, n in cands:
+            if text in seen:
+                continue
+            seen.add(text)
+            f = {"judge": score, "length": float(n or 0)}
+            if own:
+                f["own"] = own.get(text, min(own.values()))
+            if text in both:
+                f["channel"] = both[text] - score
+            if text in second:
+                f["second"] = second[text]
+            rows.append((text, f))
+        table[i] = rows
+    return table
+
+
+def linear_picks(table, weights):
+    """{id: the candidate of the highest judge score + sum of ``weights[f]`` x feature f} (ties: the judge's order).
+
+    Example: ("a b", judge -1.0, length 2) and ("a", judge -0.9, length 1): {} -> "a"; {"length": 0.2} -> "a b".
+    """
+    def total(f):
+        return f["judge"] + sum(w * f[name] for name, w in weights.items() if w)
+
+    return {i: max(rows, key=lambda r: total(r[1]))[0] for i, rows in table.items()}
+
+
+FEATURE_GRIDS = {"channel": (0, 0.1, 0.25, 0.5, 0.75, 1, 1.5), "second": (0, 0.25, 0.5, 1, 2),
+                 "own": (0, 0.25, 0.5, 1), "length": (0, 0.02, 0.05, 0.1, 0.2)}
+
+
+def fit_weights(table, bleu_of, sweeps=3):
+    """Coordinate ascent over :data:`FEATURE_GRIDS` (the features ``table`` holds), from all weights 0: each feature in
+    turn takes the grid value of the highest ``bleu_of(picks)`` with the others fixed (a tie keeps the current one),
+    until a sweep changes nothing. Returns (weights, its score). A reranker of a few weights fit on the development
+    set, as MERT fits a translation system's (Och, 2003): choose them on valid, report them on test."""
+    names = [n for n in FEATURE_GRIDS if all(n in f for rows in table.values() for _, f in rows)]
+    weights = {n: 0.0 for n in names}
+    best = bleu_of(linear_picks(table, weights))
+    for _ in range(sweeps):
+        changed = False
+        for n in names:
+            for v in FEATURE_GRIDS[n]:
+                trial = dict(weights, **{n: float(v)})
+                score = bleu_of(linear_picks(table, trial))
+                if score > best + 1e-9:
+                    weights, best, changed = trial, score, True
+        if not changed:
+            break
+    return weights, best
+
+
+def parse_weights(text):
+    """"channel=0.5,length=0.05" -> {"channel": 0.5, "length": 0.05}; an unknown feature is refused."""
+    out = {}
+    for part in filter(None, (x.strip() for x in text.split(","))):
+        name, _, value = part.partition("=")
+        if name not in FEATURE_GRIDS or not value:
+            raise SystemExit(f"--weights: '{part}' is not FEATURE=VALUE with FEATURE one of {', '.join(FEATURE_GRIDS)}")
+        out[name] = float(value)
+    return out
+
+
 @functools.lru_cache(maxsize=None)
 def sentence_bleu(hyp: str, ref: str) -> float:
     """sacreBLEU's sentence BLEU of ``hyp`` against ``ref``, memoised: a grid of MBR temperatures and channel weights
@@ -164,7 +248,13 @@ def main():
     p.add_argument("--second-judge", help="another judge's checkpoint (autoregressive, or InsNet trained left to "
                    "right): also its picks alone and those of judge + V x its score (--second-weights)")
     p.add_argument("--second-weights", default="0.25,0.5,1,2")
+    p.add_argument("--fit", action="store_true", help="also fit a log-linear reranker on the split: judge + weights x "
+                   "(own, length, and channel / second judge where given), coordinate ascent on corpus sacreBLEU")
+    p.add_argument("--weights", help="also the picks of judge + these weights x features, e.g. "
+                   "'channel=0.5,second=1,own=0.25,length=0.05' (the weights --fit chose on valid, applied to test)")
     args = p.parse_args()
+    fixed = parse_weights(args.weights) if args.weights else None
+    both_scored = second_scored = None
     refs = open(args.raw_ref, encoding="utf-8").read().splitlines()
     own, own_scored = candidates(args.data, args.path, args.split, args.candidates, args.decoding, False, args.src,
                                  args.tgt, with_scores=True)
@@ -232,6 +322,18 @@ def main():
                 scored = added_scored(base, second_scored, v)
                 row.append(bleu(lambda i: scored[i][0][0]))
             print(f"{w:>5} " + " ".join(f"{x:6.2f}" for x in row))
+    if args.fit or fixed is not None:  # one log-linear reranker over every score the decodings above gave
+        table = feature_table(judge_scored, own_scored, both_scored, second_scored)
+        missing = sorted(n for n in (fixed or {}) if any(n not in f for rows in table.values() for _, f in rows))
+        if missing:
+            sys.exit(f"--weights: no scores for {', '.join(missing)} (channel needs --channel, second --second-judge)")
+        if args.fit:
+            weights, score = fit_weights(table, lambda picks: bleu(lambda i: picks[i]))
+            print(f"fitted reranker on {args.split}: judge + " + ", ".join(f"{n}={w:g}" for n, w in weights.items())
+                  + f": {score:.2f} sacreBLEU")
+        if fixed is not None:
+            picks = linear_picks(table, fixed)
+            print(f"reranker judge + {args.weights} on {args.split}: {bleu(lambda i: picks[i]):.2f} sacreBLEU")
 
 
 if __name__ == "__main__":

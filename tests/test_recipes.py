@@ -385,6 +385,30 @@ def test_candidate_rerankers_pick_as_their_docstrings_say():
     assert [t for t, _, _ in candidate_oracle.added_scored({0: judge[0]}, second, 0.0)[0]] == ["a", "a b"]
 
 
+def test_log_linear_reranker_joins_the_scores_and_fits_weights_that_score_higher():
+    """feature_table joins every decoding's scores by candidate text (the channel: both minus judge; a repeated
+    candidate kept once, its own score the better trajectory's); linear_picks adds the weighted features to the
+    judge's score; fit_weights moves a weight only where the objective rises, and parse_weights refuses unknown names."""
+    judge = {0: [("a b", -1.0, 2), ("a", -0.9, 1), ("a", -0.9, 1)], 1: [("c", -0.2, 1), ("c d", -0.3, 2)]}
+    own = {0: [("a b", -0.2, 2), ("a", -0.4, 1), ("a", -0.1, 1)], 1: [("c", -0.5, 1), ("c d", -0.1, 2)]}
+    both = {0: [("a b", -1.5, 2), ("a", -2.0, 1)], 1: [("c", -0.4, 1), ("c d", -0.4, 2)]}
+    table = candidate_oracle.feature_table(judge, own, both)
+    assert [t for t, _ in table[0]] == ["a b", "a"]  # the judge's order, "a" once
+    assert table[0][1][1] == pytest.approx({"judge": -0.9, "length": 1.0, "own": -0.1, "channel": -1.1})
+    assert candidate_oracle.linear_picks(table, {}) == {0: "a", 1: "c"}
+    assert candidate_oracle.linear_picks(table, {"channel": 0.5}) == \
+        candidate_oracle.channel_picks(judge, both, 0.5) == {0: "a b", 1: "c"}
+    assert candidate_oracle.linear_picks(table, {"length": 0.2}) == {0: "a b", 1: "c d"}
+    # an objective that counts the picks of two words: the length bonus alone reaches 2 from 0
+    weights, best = candidate_oracle.fit_weights(table, lambda picks: sum(len(p.split()) == 2 for p in picks.values()))
+    assert best == 2 and candidate_oracle.linear_picks(table, weights) == {0: "a b", 1: "c d"}
+    weights, best = candidate_oracle.fit_weights(table, lambda picks: 0.0)  # nothing rises: every weight stays 0
+    assert best == 0.0 and set(weights.values()) == {0.0} and set(weights) == {"channel", "own", "length"}
+    assert candidate_oracle.parse_weights("channel=0.5, length=0.05") == {"channel": 0.5, "length": 0.05}
+    with pytest.raises(SystemExit, match="'beam=1' is not FEATURE=VALUE"):
+        candidate_oracle.parse_weights("beam=1")
+
+
 def test_lm_valid_choice_picks_the_highest_bleu4_and_needs_a_trained_row(tmp_path):
     rows = [("best", {"bleu4": 29.5}), ("last", {"bleu4": 29.5}), ("avg", {"bleu4": 29.8})]
     assert lm_valid_choice.chosen(rows) == "avg"
