@@ -66,18 +66,13 @@ def candidates(data, path, split, k, decoding, judged, src="en", tgt="de", with_
 
 def mixed_picks(own_scored, judge_scored, weight, bonus):
     """{id: the candidate of the highest judge score + ``weight`` x the model's own score + ``bonus`` x its length
-    in tokens}: a log-linear reranker of the two scores (both mean log-probabilities) and a word bonus.
+    in tokens}: a log-linear reranker of the two scores (both mean log-probabilities) and a word bonus
+    (:func:`linear_picks` over :func:`feature_table`'s ``own`` and ``length``).
 
     Example: candidates ("a b", own -0.2, judge -1.0, 2 tokens) and ("a", own -0.1, judge -0.9, 1 token): weight 0,
     bonus 0 -> "a"; weight 0, bonus 0.2 -> "a b" (-1.0 + 0.4 > -0.9 + 0.2).
     """
-    picks = {}
-    for i, cands in judge_scored.items():
-        own = {}
-        for text, score, _ in own_scored[i]:  # the same text reached twice: its better trajectory
-            own[text] = max(score, own.get(text, score))
-        picks[i] = max(cands, key=lambda c: c[1] + weight * own.get(c[0], min(own.values())) + bonus * c[2])[0]
-    return picks
+    return linear_picks(feature_table(judge_scored, own_scored), {"own": weight, "length": bonus})
 
 
 def rescored(base_scored, other_scored, combine):
