@@ -37,7 +37,9 @@
 # (the same with --slot-query-stream), anchored-seq-kd then
 # dinic-kd (InsNet-Dinic: sequential anchored base, then Dinic fine-tuning, one budget), curriculum-kd
 # (a curriculum: CURRICULUM_MINUTES (30) of insnet-l2r-kd, then anchored InsNet-uniform, one budget),
-# curriculum-query-kd (the same, the second part with --slot-query-stream), levt-kd, inst-kd, indigo-l2r and
+# curriculum-query-kd (the same, the second part with --slot-query-stream), dinic-student-kd (InsNet-Dinic from that
+# student: DINIC_MINUTES (45) of --dinic-tau TAU --dinic-lagged --dinic-lagged-warm fine-tuning of its averaged
+# checkpoint, one budget of MINUTES + DINIC_MINUTES, the student's MINUTES carried by its checkpoint), levt-kd, inst-kd, indigo-l2r and
 # indigo-random (InDIGO, --arch indigo_small, no KD as in the InsNet paper's Table 4), indigo-sao (InDIGO's
 # searched adaptive order, beam SAO_BEAM (2), bootstrapped from CURRICULUM_MINUTES of indigo-l2r, one budget).
 # Decoding: AR greedy and beam 5; InsNet sequential and parallel (--slot-top-p TOP_P, 0.9: chosen
@@ -71,6 +73,7 @@ mbr=${MBR:-0}  # MODES judge*: --insertion-candidates-mbr MBR, the judged candid
 beam=${BEAM:-5}  # MODES beam: InsNet sequential beam search (the AR rows decode with beam 5)
 lenpen=${LENPEN:-1}  # MODES beam: its --lenpen (score / (steps + 1) ** LENPEN; choose it on the valid set)
 tau=${TAU:-2.0}; base_minutes=${BASE_MINUTES:-40}; base_minutes_l2r=${CURRICULUM_MINUTES:-30}
+dinic_minutes=${DINIC_MINUTES:-45}  # row dinic-student-kd: minutes of Dinic fine-tuning on top of the student's MINUTES (2 epochs: the first visits lay out every sentence)
 batch1=--batch1; [ "${BATCH1:-1}" = 0 ] && batch1=  # BATCH1=0: no batch-1 timing (while other jobs run)
 out=${RESULTS_DIR:-results}/${OUT:-budget_table}
 # Save directories are checkpoints/t${MINUTES}_ROW. A longer budget (MINUTES > 60) starts from a copy of the
@@ -101,6 +104,9 @@ spec() {
                           "--finetune-from-model checkpoints/${t}_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt" ;;
     curriculum-query-kd) echo "insnet $kd checkpoints/${t}_curriculum_query_kd --insertion-order anchored --layerization uniform" \
                           "--slot-query-stream --finetune-from-model checkpoints/${t}_insnet_l2r_kd/checkpoint_${base_minutes_l2r}min.pt" ;;
+    dinic-student-kd)   echo "insnet $kd checkpoints/${t}_dinic_student_kd --insertion-order anchored --slot-query-stream" \
+                          "--dinic-tau=$tau --dinic-lagged --dinic-lagged-warm" \
+                          "--finetune-from-model checkpoints/${t}_curriculum_query_kd/checkpoint_avg.pt" ;;
     levt-kd)            echo "levt $kd checkpoints/${t}_levt_kd" ;;
     indigo-l2r)         echo "indigo $data checkpoints/${t}_indigo_l2r --insertion-order l2r" ;;
     indigo-random)      echo "indigo $data checkpoints/${t}_indigo_random --insertion-order random" ;;
@@ -111,7 +117,7 @@ spec() {
   esac
 }
 ROWS=(ar ar-kd ar-rev insnet-l2r insnet-l2r-kd insnet-r2l insnet-binary insnet-random insnet-anchored insnet-anchored-kd anchored-kd-query
-      anchored-seq-kd dinic-kd curriculum-kd curriculum-query-kd levt-kd inst-kd indigo-l2r indigo-random indigo-sao)
+      anchored-seq-kd dinic-kd curriculum-kd curriculum-query-kd dinic-student-kd levt-kd inst-kd indigo-l2r indigo-random indigo-sao)
 
 train_row() {
   read -r kind d save flags <<<"$(spec "$1")"
@@ -132,6 +138,10 @@ train_row() {
     case $1 in
       anchored-seq-kd) export MINUTES=$base_minutes ;;
       dinic-kd|curriculum-kd|curriculum-query-kd|indigo-sao) export SCHEDULER=fixed LR=5e-4 ;;
+      dinic-student-kd) export SCHEDULER=fixed LR=5e-4 MINUTES=$((MINUTES + dinic_minutes))
+        local student=checkpoints/${t}_curriculum_query_kd
+        [ -f "$save/checkpoint_last.pt" ] || python recipes/average_checkpoints.py --inputs "$student" \
+          --output "$student/checkpoint_avg.pt" --reuse || exit 2 ;;
     esac
     local base=""  # a two-stage row's first stage: that row's checkpoint at CURRICULUM_MINUTES
     case $1 in curriculum*) base=insnet-l2r-kd ;; indigo-sao) base=indigo-l2r ;; esac

@@ -16,7 +16,8 @@ sentence-BLEU against the sentence's candidates, each weighted by softmax(judge 
 needs no more decoding.
 
 With ``--second-judge CKPT`` (another judge: an autoregressive model, or an InsNet model trained left to right, which
-scores a candidate along the left-to-right trajectory, decoding/rerank.py) it also prints the second judge's picks
+scores a candidate along the left-to-right trajectory, or with ``--second-judge-order anchored`` along the anchored
+order's uniform levels, decoding/rerank.py: the parallel model can judge its own candidates) it also prints the second judge's picks
 alone and those of judge + V x second judge's score (+ W x channel with ``--channel``), for each V of
 ``--second-weights``: one more decoding gives every candidate's second score.
 
@@ -243,6 +244,9 @@ def main():
     p.add_argument("--second-judge", help="another judge's checkpoint (autoregressive, or InsNet trained left to "
                    "right): also its picks alone and those of judge + V x its score (--second-weights)")
     p.add_argument("--second-weights", default="0.25,0.5,1,2")
+    p.add_argument("--second-judge-order", default="l2r", help="the trajectory an InsNet second judge scores along "
+                   "(--judge-order): l2r, or the anchored / binary order's uniform levels (e.g. the parallel model "
+                   "judging its own candidates along the levels it was trained on)")
     p.add_argument("--fit", action="store_true", help="also fit a log-linear reranker on the split: judge + weights x "
                    "(own, length, and channel / second judge where given), coordinate ascent on corpus sacreBLEU")
     p.add_argument("--weights", help="also the picks of judge + these weights x features, e.g. "
@@ -305,7 +309,8 @@ def main():
                 print(f"{w:>5} " + " ".join(f"{x:6.2f}" for x in row))
     if args.second_judge:  # judge (+ W x channel) + V x the second judge: one more decoding scores every candidate
         second, second_scored = candidates(args.data, f"{args.path}:{args.second_judge}", args.split, args.candidates,
-                                           args.decoding, True, args.src, args.tgt, with_scores=True)
+                                           args.decoding, True, args.src, args.tgt, with_scores=True,
+                                           extra=("--judge-order", args.second_judge_order))
         print(f"second judge ({args.second_judge}) alone: {bleu(lambda i: second[i][0]):.2f}; judge + W x channel + V "
               f"x second judge, {args.split} sacreBLEU; rows: W (0 only without --channel), columns: V")
         vs = [float(x) for x in args.second_weights.split(",")]

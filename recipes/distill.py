@@ -11,7 +11,9 @@
    checkpoint_best.pt is used when there is one, else checkpoint_last.pt.
 2. Beam search over the training set: ``fairseq-generate --gen-subset train --beam BEAM (5)
    --batch-size GEN_BATCH (64)`` plus GEN_ARGS (default ``--max-len-a 1.2 --max-len-b 10``), BPE
-   kept (no --remove-bpe). Saved as work/NAME-distill/generate-train.txt.
+   kept (no --remove-bpe). Saved as work/NAME-distill/generate-train.txt. TEACHER may also be an
+   InsNet model (``--task insertion_translation``, best one trained left to right): it decodes with
+   sequential insertion, greedy at BEAM=1, ``--insertion-beam BEAM`` above.
 3. The corpus: fairseq-generate prints sentences in batch order, so the S- (source BPE) and H-
    (best hypothesis) lines are joined per id and sorted by id (GNU sort, bounded memory) into
    work/NAME-distill/train.SRC and train.TGT, one line per training sentence, in corpus order. An
@@ -82,17 +84,47 @@ def train_teacher(data, save):
     fail(f"no checkpoint in {save}")
 
 
+def checkpoint_task(ckpt) -> str:
+    """The fairseq task a checkpoint was trained with (its saved config's ``task._name``, or ``args.task``)."""
+    import torch
+
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    cfg = state.get("cfg") or {}
+    task = cfg.get("task") if hasattr(cfg, "get") else None
+    name = task.get("_name") if task is not None and hasattr(task, "get") else None
+    if name is None and state.get("args") is not None:
+        name = getattr(state["args"], "task", None)
+    if not name:
+        fail(f"cannot tell the task of the teacher {ckpt} (no cfg.task in the checkpoint)")
+    return name
+
+
+def teacher_decoding(task: str, beam: int) -> list:
+    """fairseq-generate flags of a teacher trained with ``task``: an autoregressive model (``translation``) decodes
+    with ``--beam BEAM``; an InsNet one (``insertion_translation``) inserts left to right, sequential insertion, greedy
+    at BEAM 1 and ``--insertion-beam BEAM`` above. Example: ("insertion_translation", 1) -> ["--task",
+    "insertion_translation", "--insertion-mode", "sequential", "--beam", "1"]."""
+    if task == "translation":
+        return ["--task", "translation", "--beam", str(beam)]
+    if task == "insertion_translation":
+        flags = ["--task", task, "--insertion-mode", "sequential", "--beam", "1"]
+        return flags + (["--insertion-beam", str(beam)] if beam > 1 else [])
+    fail(f"a teacher must be a translation or insertion_translation model, this one was trained with --task {task}")
+
+
 def decode_train(data, ckpt, src, tgt, out, gen_args="--max-len-a 1.2 --max-len-b 10"):
     """fairseq-generate over the training split, output saved to ``out`` (skipped when there); GEN_ARGS, when set,
-    replaces ``gen_args``, the caller's default length limits."""
+    replaces ``gen_args``, the caller's default length limits. The teacher's task picks the decoding
+    (:func:`teacher_decoding`)."""
     if os.path.exists(out):
         log(f"decoding: done before, skipped ({out})")
         return
-    cmd = [os.path.join(BIN, "fairseq-generate"), data, "--user-dir", "insnet_fairseq", "--task", "translation",
+    cmd = [os.path.join(BIN, "fairseq-generate"), data, "--user-dir", "insnet_fairseq",
+           *teacher_decoding(checkpoint_task(ckpt), int(os.environ.get("BEAM", "5"))),
            "--source-lang", src, "--target-lang", tgt, "--path", ckpt, "--gen-subset", "train",
-           "--beam", os.environ.get("BEAM", "5"), "--batch-size", os.environ.get("GEN_BATCH", "64"),
+           "--batch-size", os.environ.get("GEN_BATCH", "64"),
            *shlex.split(os.environ.get("GEN_ARGS", gen_args))]
-    log("beam search over the training set: " + " ".join(cmd))
+    log("decoding the training set: " + " ".join(cmd))
     hyps, last = 0, time.time()
     with subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, text=True, encoding="utf-8") as proc, \
             open(out + ".tmp", "w", encoding="utf-8") as f:

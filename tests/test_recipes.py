@@ -358,6 +358,24 @@ def test_distillation_on_a_tiny_slice(multi30k_bin):
     assert n_sentences(str(tmp / "bin" / "multi30k_en_de-distill-b" / "train.en-de.de")) == N
 
 
+def test_distillation_teacher_decodes_by_its_task(tmp_path):
+    import distill
+    import torch
+
+    assert distill.teacher_decoding("translation", 5) == ["--task", "translation", "--beam", "5"]
+    insnet = ["--task", "insertion_translation", "--insertion-mode", "sequential", "--beam", "1"]
+    assert distill.teacher_decoding("insertion_translation", 1) == insnet  # greedy: no insertion beam
+    assert distill.teacher_decoding("insertion_translation", 5) == insnet + ["--insertion-beam", "5"]
+    with pytest.raises(SystemExit, match="--task insertion_lm"):
+        distill.teacher_decoding("insertion_lm", 5)
+    ckpt = tmp_path / "teacher.pt"
+    torch.save({"cfg": {"task": {"_name": "insertion_translation"}}, "model": {}}, ckpt)
+    assert distill.checkpoint_task(str(ckpt)) == "insertion_translation"
+    torch.save({"model": {}}, ckpt)
+    with pytest.raises(SystemExit, match="cannot tell the task"):
+        distill.checkpoint_task(str(ckpt))
+
+
 # ---------------------------------------------------------------- distillation, keywords -> sentence
 
 

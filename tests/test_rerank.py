@@ -125,6 +125,57 @@ def test_insnet_judge_scores_are_the_criterions_nll_one_by_one(models_and_batch)
     assert not torch.allclose(got, judge_scores(ar, src, src_lengths, hyps, d.pad(), d.eos()))
 
 
+@pytest.mark.parametrize("order", ["anchored", "binary"])
+def test_an_insnet_judge_along_uniform_levels_scores_the_criterions_layered_nll(models_and_batch, order):
+    """--judge-order anchored / binary: the score is minus the criterion's summed NLL of the sentence alone along that
+    order's InsNet-uniform layering (the trajectory a layered model trains on), over |y| + 1; batched equals one by
+    one; it differs from the left-to-right score; the generator picks by it."""
+    from insnet_fairseq.data.layerization import trajectory, uniform_layers
+
+    model, _, d, src, src_lengths = models_and_batch
+    judge, _ = build_tiny_model(seed=9, vocab=30)
+    g = torch.Generator().manual_seed(8)
+    hyps = [torch.cat([torch.randint(d.nspecial, len(d), (n,), generator=g), torch.tensor([d.eos()])])
+            for n in [0, 3, 7, 1, 5, 2]]
+    got = insnet_scores(judge, src, src_lengths, hyps, d.pad(), d.bos(), d.eos(), order=order, anchor_depth=1)
+    for b, h in enumerate(hyps):
+        keep = src[b].ne(d.pad())
+        target = torch.cat([torch.tensor([d.bos()]), h]).unsqueeze(0)  # [1, |y| + 2]
+        steps, context = trajectory(uniform_layers(torch.tensor([target.size(1)]), target.size(1), order, 1))
+        out = judge(src[b : b + 1, keep], src_lengths[b : b + 1], target, steps, context=context)
+        nll = sum(t[1] for t in term_losses(out).values())
+        torch.testing.assert_close(got[b], -nll / len(h), atol=1e-5, rtol=0)
+        alone = insnet_scores(judge, src[b : b + 1, keep], src_lengths[b : b + 1], [h], d.pad(), d.bos(), d.eos(),
+                              order=order, anchor_depth=1)
+        torch.testing.assert_close(alone[0], got[b], atol=1e-5, rtol=0)
+    l2r = insnet_scores(judge, src, src_lengths, hyps, d.pad(), d.bos(), d.eos())
+    assert not torch.allclose(got[2], l2r[2])  # 7 words: more than one word per layer
+    kw = dict(mode="parallel", slot_top_p=0.9, max_steps=25, candidates=3)
+    sample = sample_of(src, src_lengths)
+    plain = InsertionGenerator(d, **kw).generate([model], sample)
+    out = [h[0] for h in InsertionGenerator(d, reranking=True, judge_order=order, anchor_depth=1, **kw)
+           .generate([model, judge], sample)]
+    for b, cands in enumerate(plain):
+        keep = src[b].ne(d.pad())
+        hyps = [c["tokens"] for c in cands]
+        n = len(hyps)
+        scores = insnet_scores(judge, src[b : b + 1, keep].expand(n, -1), src_lengths[b : b + 1].expand(n), hyps,
+                               d.pad(), d.bos(), d.eos(), order=order, anchor_depth=1).tolist()
+        assert out[b]["tokens"].tolist() == hyps[max(range(n), key=lambda j: scores[j])].tolist()
+
+
+def test_judge_order_misuse_is_refused_with_the_flag_named(models_and_batch):
+    model, ar, d, src, src_lengths = models_and_batch
+    sample = sample_of(src, src_lengths)
+    with pytest.raises(ValueError, match="--judge-order anchored is the trajectory an InsNet judge"):
+        InsertionGenerator(d, mode="parallel", candidates=2, judge_order="anchored")
+    with pytest.raises(ValueError, match="--judge-order anchored: only an InsNet judge"):
+        InsertionGenerator(d, mode="parallel", candidates=2, reranking=True, judge_order="anchored").generate(
+            [model, ar], sample)
+    with pytest.raises(ValueError, match="--judge-order must be one of l2r, anchored, binary, got 'random'"):
+        Judge.from_models([model], 0.0, d, order="random")
+
+
 def test_an_insnet_judges_best_candidate_wins(models_and_batch):
     """--path INSNET.pt:INSNET_JUDGE.pt: each sentence outputs the candidate the InsNet judge scores highest."""
     model, _, d, src, src_lengths = models_and_batch

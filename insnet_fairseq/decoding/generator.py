@@ -69,6 +69,7 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
+from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH
 from insnet_fairseq.decoding.beam import BeamSearch
 from insnet_fairseq.decoding.cache import ColumnStore, layer_names
 from insnet_fairseq.decoding.flags import (check_beam_flags, check_blanks, check_decoding_flags, check_verify_flags,
@@ -115,6 +116,8 @@ class InsertionGenerator:
         fuse_slot_queries: bool = False,
         reranking: bool = False,
         channel_weight: float = 0.0,
+        judge_order: str = "l2r",
+        anchor_depth: int = DEFAULT_ANCHOR_DEPTH,
         beam: int = 1,
         lenpen: float = 1.0,
         candidates_mbr: float = 0.0,
@@ -145,6 +148,10 @@ class InsertionGenerator:
                              "with --iter-decode-with-external-reranker and --path INSNET.pt:AR.pt:REV.pt "
                              f"(got {channel_weight})")
         self.channel_weight = channel_weight
+        if judge_order != "l2r" and not reranking:
+            raise ValueError(f"--judge-order {judge_order} is the trajectory an InsNet judge scores along: it needs "
+                             "--iter-decode-with-external-reranker and --path INSNET.pt:JUDGE.pt")
+        self.judge_order, self.anchor_depth = judge_order, anchor_depth
         # --insertion-candidates-mbr T: the candidates ranked by expected BLEU+1 against each other (decoding/mbr.py)
         if candidates_mbr < 0 or (candidates_mbr > 0 and candidates < 2):
             raise ValueError("--insertion-candidates-mbr T ranks the candidates of --insertion-candidates K (K >= 2) by "
@@ -238,7 +245,8 @@ class InsertionGenerator:
                 raise ValueError("--iter-decode-with-external-reranker needs two checkpoints, the InsNet model and "
                                  f"the autoregressive judge: --path INSNET.pt:AR.pt (got {len(models)}; a third, the "
                                  "channel model, needs --channel-weight)")
-            models, reranker = models[:1], Judge.from_models(models[1:], self.channel_weight, self.tgt_dict)
+            models, reranker = models[:1], Judge.from_models(models[1:], self.channel_weight, self.tgt_dict,
+                                                                  self.judge_order, self.anchor_depth)
         if len(models) != 1:
             raise ValueError("InsNet decoding does not ensemble: pass one checkpoint to --path")
         if prefix_tokens is not None:

@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from fairseq import utils
 from torch import Tensor
 
+from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH
+
 
 def is_insnet_judge(model) -> bool:
     """Whether a judge is an InsNet model (scored by :func:`insnet_scores`), not an autoregressive one."""
@@ -99,11 +101,17 @@ def judge_scores(reranker, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequen
     return sequence_scores(reranker, src_tokens, src_lengths, seq, pad)
 
 
+JUDGE_ORDERS = ("l2r", "anchored", "binary")
+
+
 @torch.no_grad()
 def insnet_scores(model, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence[Tensor], pad: int, bos: int,
-                  eos: int) -> Tensor:
+                  eos: int, order: str = "l2r", anchor_depth: int = DEFAULT_ANCHOR_DEPTH) -> Tensor:
     """Mean log-probability per inserted token of each hypothesis under the InsNet ``model``, inserted left to
-    right, one teacher-forced pass of ``model.forward`` for all rows.
+    right, one teacher-forced pass of ``model.forward`` for all rows. ``order`` "anchored" or "binary" scores it
+    along that order's InsNet-uniform layering instead (the levels a layered model, e.g. the parallel student, was
+    trained on: each layer's words at their slots in the earlier layers' context, one termination term per layer),
+    with ``anchor_depth`` as in training (``--anchor-depth``).
 
     src_tokens [N, S], src_lengths [N], hyps N token tensors ending with ``</s>`` -> [N] float scores: per row the
     sum of the token and position log-probabilities of its |y| words and of the |y| + 1 termination decisions
@@ -111,15 +119,22 @@ def insnet_scores(model, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence
     score's count, ``</s>`` included). Example: a hypothesis [a, </s>] scores (log p(a | slot 0) + log o(slot 0) +
     log (1 - q(stop | <s> </s>)) + log q(stop | <s> </s> a)) / 2.
     """
+    from insnet_fairseq.data.layerization import trajectory, uniform_layers
     from insnet_fairseq.data.orders import left_to_right
 
+    if order not in JUDGE_ORDERS:
+        raise ValueError(f"--judge-order must be one of {', '.join(JUDGE_ORDERS)}, got '{order}'")
     if any(m.training for m in model.modules()):
         model.eval()
     target = pad_hypotheses(hyps, pad, eos).to(src_tokens.device)  # [N, n]: <s> y </s>, right-padded
     target[:, 0] = bos
     n = target.size(1)
     lengths = target.ne(pad).sum(1)  # [N] = |y| + 2
-    out = model(src_tokens, src_lengths, target, left_to_right(lengths, n))
+    if order == "l2r":
+        out = model(src_tokens, src_lengths, target, left_to_right(lengths, n))
+    else:  # the uniform layering of the order's levels: (insertion order, context of each step) [N, n] each
+        steps, context = trajectory(uniform_layers(lengths, n, order, anchor_depth))
+        out = model(src_tokens, src_lengths, target, steps, context=context)
     tok, pos, term = out["token"], out["position"], out["termination"]
     steps = pos["mask"]  # [N, T]: the real word steps, T = n - 2
     word = torch.zeros(steps.shape, dtype=torch.float, device=target.device)  # [N, T]
@@ -154,21 +169,30 @@ class Judge:
     with weight 0.3 -> -0.8.
     """
 
-    def __init__(self, forward, channel=None, channel_weight: float = 0.0):
+    def __init__(self, forward, channel=None, channel_weight: float = 0.0, order: str = "l2r",
+                 anchor_depth: int = DEFAULT_ANCHOR_DEPTH):
         self.forward, self.channel, self.channel_weight = forward, channel, channel_weight
+        self.order, self.anchor_depth = order, anchor_depth  # an InsNet judge's trajectory (insnet_scores)
 
     @classmethod
-    def from_models(cls, models, channel_weight: float, tgt_dict) -> "Judge":
+    def from_models(cls, models, channel_weight: float, tgt_dict, order: str = "l2r",
+                    anchor_depth: int = DEFAULT_ANCHOR_DEPTH) -> "Judge":
         """The judge models at the end of ``--path``: the forward AR model, then the channel model when
-        ``channel_weight`` > 0; each checked (:func:`check_reranker`)."""
+        ``channel_weight`` > 0; each checked (:func:`check_reranker`). ``order`` (``--judge-order``): the
+        trajectory an InsNet judge scores along; an autoregressive judge takes only "l2r"."""
         for i, m in enumerate(models):
             check_reranker(m, tgt_dict, insnet_allowed=i == 0)  # the channel reads the candidate as its source
-        return cls(models[0], models[1] if channel_weight > 0 else None, channel_weight)
+        if order not in JUDGE_ORDERS:
+            raise ValueError(f"--judge-order must be one of {', '.join(JUDGE_ORDERS)}, got '{order}'")
+        if order != "l2r" and not is_insnet_judge(models[0]):
+            raise ValueError(f"--judge-order {order}: only an InsNet judge scores along an insertion order; an "
+                             "autoregressive judge reads left to right (--judge-order l2r)")
+        return cls(models[0], models[1] if channel_weight > 0 else None, channel_weight, order, anchor_depth)
 
     def score(self, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence[Tensor], pad: int, eos: int) -> Tensor:
         if is_insnet_judge(self.forward):
             bos = self.forward.decoder.dictionary.bos()
-            s = insnet_scores(self.forward, src_tokens, src_lengths, hyps, pad, bos, eos)
+            s = insnet_scores(self.forward, src_tokens, src_lengths, hyps, pad, bos, eos, self.order, self.anchor_depth)
         else:
             s = judge_scores(self.forward, src_tokens, src_lengths, hyps, pad, eos)
         if self.channel is not None:

@@ -17,6 +17,7 @@ from insnet_fairseq.data.dataset import InsertionPairDataset
 from insnet_fairseq.decoding.flags import MODES, check_beam_flags, check_decoding_flags, check_verify_flags
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.inputs import screen_lines
+from insnet_fairseq.decoding.rerank import JUDGE_ORDERS
 from insnet_fairseq.data.layerization import (LAYERIZATIONS, PAD_LAYER, compact, delay_last_words, layerize,
                                               num_layers, promotions_from_states, sequential_layers,
                                               token_logprobs_by_step, trajectory, uniform_layers)
@@ -116,6 +117,13 @@ class InsertionTranslationConfig(TranslationConfig):
         metadata={"help": "with --iter-decode-with-external-reranker: the judge's score adds this weight x the "
                   "source's mean log-probability given the candidate under a target -> source autoregressive "
                   "model, passed third: --path INSNET.pt:AR.pt:REV.pt (noisy-channel reranking); 0: off"},
+    )
+    judge_order: ChoiceEnum(list(JUDGE_ORDERS)) = field(
+        default="l2r",
+        metadata={"help": "with --iter-decode-with-external-reranker and an InsNet judge (--path INSNET.pt:JUDGE.pt, "
+                  "JUDGE an insnet_* checkpoint): the trajectory it scores each candidate along: l2r, or the "
+                  "InsNet-uniform layering of the anchored or binary order (a layered model, e.g. the parallel model "
+                  "itself, judged along the levels it was trained on, with --anchor-depth)"},
     )
     insertion_verify: bool = field(
         default=False,
@@ -557,6 +565,8 @@ class InsertionTranslationTask(TranslationTask):
             fuse_slot_queries=self.cfg.fuse_slot_queries,
             reranking=getattr(args, "iter_decode_with_external_reranker", False),
             channel_weight=self.cfg.channel_weight,
+            judge_order=self.cfg.judge_order,
+            anchor_depth=self.cfg.anchor_depth,
             candidates_mbr=self.cfg.insertion_candidates_mbr,
             beam=self.cfg.insertion_beam,
             lenpen=getattr(args, "lenpen", 1.0),
