@@ -85,15 +85,14 @@ def train_teacher(data, save):
 
 
 def checkpoint_task(ckpt) -> str:
-    """The fairseq task a checkpoint was trained with (its saved config's ``task._name``, or ``args.task``)."""
+    """The fairseq task a checkpoint was trained with (its saved config's ``task._name``, or ``args.task``:
+    :func:`insnet_fairseq.tasks.checkpoint_checks.checkpoint_arch`)."""
     import torch
 
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)
-    cfg = state.get("cfg") or {}
-    task = cfg.get("task") if hasattr(cfg, "get") else None
-    name = task.get("_name") if task is not None and hasattr(task, "get") else None
-    if name is None and state.get("args") is not None:
-        name = getattr(state["args"], "task", None)
+    sys.path.insert(0, ROOT)
+    from insnet_fairseq.tasks.checkpoint_checks import checkpoint_arch
+
+    _, name = checkpoint_arch(torch.load(ckpt, map_location="cpu", weights_only=False))
     if not name:
         fail(f"cannot tell the task of the teacher {ckpt} (no cfg.task in the checkpoint)")
     return name

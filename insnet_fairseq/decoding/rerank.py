@@ -104,6 +104,12 @@ def judge_scores(reranker, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequen
 JUDGE_ORDERS = ("l2r", "anchored", "binary")
 
 
+def check_judge_order(order: str) -> None:
+    """An InsNet judge's trajectory (``--judge-order``) must be one of :data:`JUDGE_ORDERS`; else refused, flag named."""
+    if order not in JUDGE_ORDERS:
+        raise ValueError(f"--judge-order must be one of {', '.join(JUDGE_ORDERS)}, got '{order}'")
+
+
 @torch.no_grad()
 def insnet_scores(model, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence[Tensor], pad: int, bos: int,
                   eos: int, order: str = "l2r", anchor_depth: int = DEFAULT_ANCHOR_DEPTH) -> Tensor:
@@ -122,8 +128,7 @@ def insnet_scores(model, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence
     from insnet_fairseq.data.layerization import trajectory, uniform_layers
     from insnet_fairseq.data.orders import left_to_right
 
-    if order not in JUDGE_ORDERS:
-        raise ValueError(f"--judge-order must be one of {', '.join(JUDGE_ORDERS)}, got '{order}'")
+    check_judge_order(order)
     if any(m.training for m in model.modules()):
         model.eval()
     target = pad_hypotheses(hyps, pad, eos).to(src_tokens.device)  # [N, n]: <s> y </s>, right-padded
@@ -182,8 +187,7 @@ class Judge:
         trajectory an InsNet judge scores along; an autoregressive judge takes only "l2r"."""
         for i, m in enumerate(models):
             check_reranker(m, tgt_dict, insnet_allowed=i == 0)  # the channel reads the candidate as its source
-        if order not in JUDGE_ORDERS:
-            raise ValueError(f"--judge-order must be one of {', '.join(JUDGE_ORDERS)}, got '{order}'")
+        check_judge_order(order)
         if order != "l2r" and not is_insnet_judge(models[0]):
             raise ValueError(f"--judge-order {order}: only an InsNet judge scores along an insertion order; an "
                              "autoregressive judge reads left to right (--judge-order l2r)")
