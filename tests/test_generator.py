@@ -196,6 +196,13 @@ def test_column_store_appends_in_place_grows_and_never_overwrites_a_newer_state(
     assert older.filled == 3 and older.capacity == 8 and older.views(3)["tokens"].tolist() == [[0, 1, 2]]
     assert older.append(3, {"tokens": torch.full((1, 1), 6), "k0": torch.ones(1, 1, 1, 2)}) is older
     assert older.views(4)["tokens"].tolist() == [[0, 1, 2, 6]] and views["tokens"][0].tolist() == [0, 1, 2, 7, 7]
+    # a selection keeps the filled columns and room to grow, not a long empty tail: 3 of 64 -> 3 of 11
+    roomy = ColumnStore({"tokens": t, "k0": kv}, capacity=64).select(torch.tensor([1, 0]), 3)
+    assert roomy.capacity == 11 and roomy.buffers["k0"].shape == (2, 1, 11, 2)
+    assert roomy.views(3)["tokens"].tolist() == [[3, 4, 5], [0, 1, 2]]
+    assert roomy.append(3, {"tokens": torch.full((2, 8), 5), "k0": torch.ones(2, 1, 8, 2)}) is roomy
+    grown = roomy.append(11, {"tokens": torch.full((2, 1), 4), "k0": torch.ones(2, 1, 1, 2)})
+    assert grown.capacity == 22 and grown.views(12)["tokens"][0].tolist() == [3, 4, 5] + [5] * 8 + [4]
     with pytest.raises(ValueError, match="same number of columns"):
         ColumnStore({"tokens": t, "k0": torch.zeros(2, 1, 4, 2)}, capacity=8)
 
