@@ -109,7 +109,8 @@ def main(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu",
                    help="where every system decodes (default: cuda when there is a GPU)")
     p.add_argument("--fused", action="store_true",
-                   help="also decode the parallel-trained (--slot-query-stream) model with --fuse-slot-queries")
+                   help="also decode the parallel-trained (--slot-query-stream) model with --fuse-slot-queries, and "
+                        "decode its candidate, stop-check, judged and verified systems with it (the same outputs)")
     p.add_argument("--candidates", type=int, default=1,
                    help="also decode the parallel-trained model with --insertion-candidates N (N > 1)")
     p.add_argument("--judge", action="store_true",
@@ -160,31 +161,34 @@ def main(argv=None):
             systems += insnet_systems("InsNet-parallel-trained par, fused queries", par, par_task,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       fuse_slot_queries=True)
+        fused = ", fused queries" if args.fused else ""  # the systems below, with --fused: one pass per step
         if args.candidates > 1:  # the same model with --insertion-candidates
-            systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates", par, par_task,
+            systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates{fused}", par, par_task,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
-                                      candidates=args.candidates)
+                                      candidates=args.candidates, fuse_slot_queries=args.fused)
         if args.stop_check_prob > 0:  # the same model with --stop-check-prob (and, if asked, the candidates)
             label = f"InsNet-parallel-trained par, stop check {args.stop_check_prob}" + (
-                f", {args.candidates} candidates" if args.candidates > 1 else "")
+                f", {args.candidates} candidates" if args.candidates > 1 else "") + fused
             systems += insnet_systems(label, par, par_task,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
-                                      stop_check_prob=args.stop_check_prob, candidates=args.candidates)
+                                      stop_check_prob=args.stop_check_prob, candidates=args.candidates,
+                                      fuse_slot_queries=args.fused)
         if args.judge and args.candidates > 1:  # the candidates (and stop check, if asked) judged by the AR model
             label = f"InsNet-parallel-trained par, {args.candidates} candidates, AR judge" + (
                 f", stop check {args.stop_check_prob}" if args.stop_check_prob > 0 else "") + (
                 f", first {args.candidates_finish} finished" if args.candidates_finish else "") + (
-                f", + {channel_weight} x channel" if args.channel else "")
+                f", + {channel_weight} x channel" if args.channel else "") + fused
             systems += insnet_systems(label, par, par_task, judge=True,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       stop_check_prob=args.stop_check_prob, candidates=args.candidates,
-                                      candidates_finish=args.candidates_finish)
+                                      candidates_finish=args.candidates_finish, fuse_slot_queries=args.fused)
         if args.verify:  # the drafts (with the stop check, if asked) verified by the AR model, its limit below
             label = f"InsNet-parallel-trained par, AR-verified (tolerance {args.verify_tolerance})" + (
-                f", stop check {args.stop_check_prob}" if args.stop_check_prob > 0 else "")
+                f", stop check {args.stop_check_prob}" if args.stop_check_prob > 0 else "") + fused
             systems += insnet_systems(label, par, par_task, verify=True, verify_tolerance=args.verify_tolerance,
                                       verify_max_len=(2, 10), mode="parallel", slot_top_p=args.slot_top_p,
-                                      skip_repeats=args.skip_repeats, stop_check_prob=args.stop_check_prob)
+                                      skip_repeats=args.skip_repeats, stop_check_prob=args.stop_check_prob,
+                                      fuse_slot_queries=args.fused)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
                                                                          max_len_a=2, max_len_b=10), ar_task, dev))
     if args.beam > 1:  # beam search side by side: InsNet sequential (--insertion-beam) and the AR model
