@@ -13,6 +13,11 @@ concatenation, sorting, masks: bookkeeping), with the top ops by self CPU time. 
 should cost about an AR step (issue 13): the table shows which part does not. Also printed: aten calls per
 step, nested calls included. At batch 1 on a CPU a step's time is mostly the Python and dispatch around
 each call, and the count, unlike the milliseconds, does not depend on what else the machine runs.
+
+``--device cuda`` decodes on the GPU and adds, per step: the kernels launched, the host-device syncs (stream and
+device synchronisations, and device-to-host copies, e.g. ``.item()``, ``.nonzero()``, ``.tolist()``), and the
+GPU's busy time (the kernels' summed duration) against the wall time: at batch 1 a GPU step that is busy a small
+part of its wall time is bound by the host (Python, dispatch, launches, syncs), not by arithmetic.
 """
 import argparse
 import os
@@ -26,7 +31,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
-from decode_latency import batches, load  # noqa: E402
+from decode_latency import batches, load, sync  # noqa: E402
+from torch.autograd import DeviceType  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
 from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
@@ -54,18 +60,38 @@ def vocabulary_share(model, generator, samples, vocab: int) -> float:
     return 100 * spent / max(1.0, total)
 
 
-def profile_system(name, model, generator, samples, top, vocab):
+LAUNCHES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
+SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
+
+
+def gpu_summary(events, n_steps: int, wall: float) -> str:
+    """Kernels launched, host-device syncs and the GPU's busy share, per step, from a CPU + CUDA profile."""
+    per = max(1, n_steps)
+    launches = sum(e.count for e in events if e.key in LAUNCHES)
+    syncs = sum(e.count for e in events if e.key in SYNCS)
+    copies = sum(e.count for e in events if "Memcpy DtoH" in e.key)  # device-to-host copies (kernel-side name)
+    busy = sum(e.self_device_time_total for e in events if e.device_type == DeviceType.CUDA) / 1e6  # us -> s
+    return (f"; GPU: {launches / per:.0f} kernel launches, {syncs / per:.1f} syncs and {copies / per:.1f} "
+            f"device-to-host copies per step, kernels busy {1000 * busy / per:.2f} ms a step "
+            f"({100 * busy / max(wall, 1e-9):.0f}% of the wall time)")
+
+
+def profile_system(name, model, generator, samples, top, vocab, device="cpu"):
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with torch.no_grad():
         for s in samples:  # warm-up
             generator.generate([model], s)
         n_steps = 0  # batched steps: the longest decoding of each batch (AR: its longest output, </s> included)
+        sync(device)
         start = time.perf_counter()
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with profile(activities=activities) as prof:
             for s in samples:
                 hyps = generator.generate([model], s)
                 n_steps += max(h[0].get("steps", int(h[0]["tokens"].numel())) for h in hyps)
+            sync(device)
         wall = time.perf_counter() - start
-    events = [e for e in prof.key_averages() if not e.key.startswith("ProfilerStep")]
+    all_events = prof.key_averages()
+    events = [e for e in all_events if not e.key.startswith("ProfilerStep")]
     leaf = [e for e in events if e.key.startswith("aten::")]
     total = sum(e.self_cpu_time_total for e in leaf)
     arith = sum(e.self_cpu_time_total for e in leaf if is_arithmetic(e.key))
@@ -75,7 +101,8 @@ def profile_system(name, model, generator, samples, top, vocab):
           f"aten time {total / 1000:.0f} ms: arithmetic {100 * arith / max(1, total):.0f}% (the vocabulary "
           f"projection {vocabulary_share(model, generator, samples, vocab):.0f}%), "
           f"bookkeeping {100 * (total - arith) / max(1, total):.0f}%; Python outside aten "
-          f"{100 * max(0.0, 1 - total / 1e6 / wall):.0f}% of the wall time")
+          f"{100 * max(0.0, 1 - total / 1e6 / wall):.0f}% of the wall time"
+          + (gpu_summary(all_events, n_steps, wall) if device == "cuda" else ""))
     print("| op | self ms | calls | kind |")
     print("|---|---|---|---|")
     for e in sorted(leaf, key=lambda e: -e.self_cpu_time_total)[:top]:
@@ -96,20 +123,27 @@ def main(argv=None):
     p.add_argument("--batch-sizes", default="1,64")
     p.add_argument("--sentences", type=int, default=64)
     p.add_argument("--top", type=int, default=12)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: decode on the GPU, and print kernel launches, syncs and the GPU's busy share per step")
     args = p.parse_args(argv)
-    insnet, itask = load(args.insnet, args.data)
-    ar, atask = load(args.ar, args.data)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        sys.exit("profile_decoding.py: --device cuda, but torch sees no GPU")
+    insnet, itask = load(args.insnet, args.data, args.device)
+    ar, atask = load(args.ar, args.data, args.device)
     ids = list(range(args.sentences))
     gen = InsertionGenerator(itask.target_dictionary, mode=args.mode, slot_top_p=args.slot_top_p,
                              skip_repeats=args.skip_repeats, fuse_slot_queries=args.fused)
     ar_gen = SequenceGenerator([ar], atask.target_dictionary, beam_size=1)
-    print(f"{torch.get_num_threads()} thread(s), {args.sentences} Multi30k test sentences, InsNet {args.mode}")
+    print(f"{torch.get_num_threads()} thread(s), {args.sentences} Multi30k test sentences, InsNet {args.mode}, "
+          f"device {args.device}" + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""))
     with profile(activities=[ProfilerActivity.CPU]):  # the profiler's one-time start-up, charged to no system
         torch.zeros(1).add_(1)
     for bsz in [int(b) for b in args.batch_sizes.split(",")]:
         vocab = len(itask.target_dictionary)
-        profile_system(f"InsNet {args.mode}, batch {bsz}", insnet, gen, batches(itask, ids, bsz), args.top, vocab)
-        profile_system(f"AR greedy, batch {bsz}", ar, ar_gen, batches(atask, ids, bsz), args.top, vocab)
+        profile_system(f"InsNet {args.mode}, batch {bsz}", insnet, gen, batches(itask, ids, bsz, args.device),
+                       args.top, vocab, args.device)
+        profile_system(f"AR greedy, batch {bsz}", ar, ar_gen, batches(atask, ids, bsz, args.device), args.top, vocab,
+                       args.device)
 
 
 if __name__ == "__main__":

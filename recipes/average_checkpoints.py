@@ -6,13 +6,16 @@
     python recipes/average_checkpoints.py --inputs a.pt b.pt c.pt --output avg.pt
     python recipes/average_checkpoints.py --inputs SAVE_DIR --output SAVE_DIR/checkpoint_avg.pt --reuse  # remade only
                                                                   # when a checkpoint is newer than the average
+    python recipes/average_checkpoints.py --inputs avg.pt --output small.pt --transfer  # float16, no optimizer state
 
 A directory stands for every checkpoint the run kept there (``checkpoint_last.pt``, ``checkpoint_best.pt`` and the
 ``--save-interval-updates`` ones, ``checkpoint_E_U.pt``; never an earlier average), each file counted once even when
 two names hold the same state (``checkpoint_best.pt`` is a copy of the last one when the last was the best).
 Floating-point parameters are averaged in float32 and stored in their own dtype. Integer buffers, the
 configuration, the optimizer history and the training state are the newest input's (by update, so a resumed run
-continues from it), and parameters tied in it (``--share-all-embeddings``) stay one tensor. Checkpoints of different
+continues from it), and parameters tied in it (``--share-all-embeddings``) stay one tensor. ``--transfer`` writes a
+copy to carry to another machine (``recipes/gpu_pack.sh``): floating-point parameters in float16 (fairseq loads them
+into the model's float32 parameters), without the optimizer state (so it decodes, but cannot resume training). Checkpoints of different
 models are refused, naming the file and the parameter. The average is written atomically (fairseq's
 ``torch_persistent_save``).
 
@@ -60,8 +63,9 @@ def updates(state: dict) -> int:
     return int(history[-1].get("num_updates", 0))
 
 
-def average(states: List[dict], names: List[str]) -> Dict[str, torch.Tensor]:
-    """The mean of every floating-point parameter of ``states`` (others: the last state's)."""
+def average(states: List[dict], names: List[str], dtype=None) -> Dict[str, torch.Tensor]:
+    """The mean of every floating-point parameter of ``states`` (others: the last state's), in ``dtype`` (None: the
+    parameter's own)."""
     first, first_name = states[0]["model"], names[0]
     for state, name in zip(states[1:], names[1:]):
         model = state["model"]
@@ -79,7 +83,7 @@ def average(states: List[dict], names: List[str]) -> Dict[str, torch.Tensor]:
             continue
         tie = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), v.stride())
         if tie not in shared:
-            shared[tie] = torch.stack([s["model"][k].float() for s in states]).mean(0).to(v.dtype)
+            shared[tie] = torch.stack([s["model"][k].float() for s in states]).mean(0).to(dtype or v.dtype)
         out[k] = shared[tie]
     return out
 
@@ -89,6 +93,8 @@ def main():
     p.add_argument("--inputs", nargs="+", required=True, help="checkpoint files, or one run's save directory")
     p.add_argument("--output", required=True)
     p.add_argument("--reuse", action="store_true", help="keep --output when it is newer than every input")
+    p.add_argument("--transfer", action="store_true",
+                   help="parameters in float16, no optimizer state: a copy to decode on another machine")
     args = p.parse_args()
     paths = []
     for x in args.inputs:
@@ -107,9 +113,11 @@ def main():
     order = sorted(range(len(states)), key=lambda i: updates(states[i]))  # oldest first: the newest's state is kept
     states, paths = [states[i] for i in order], [paths[i] for i in order]
     merged = dict(states[-1])
-    merged["model"] = average(states, paths)
+    merged["model"] = average(states, paths, torch.float16 if args.transfer else None)
+    if args.transfer:
+        merged.pop("last_optimizer_state", None)
     checkpoint_utils.torch_persistent_save(merged, args.output)  # to OUTPUT.tmp, then renamed: never truncated
-    print(f"averaged {len(paths)} checkpoints (updates {', '.join(str(updates(s)) for s in states)}) -> {args.output}")
+    print(f"averaged {len(paths)} checkpoints{' (float16, no optimizer state)' if args.transfer else ''} (updates {', '.join(str(updates(s)) for s in states)}) -> {args.output}")
 
 
 if __name__ == "__main__":
