@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What decoding needs on a lent GPU machine that has Python 3.12 and torch with CUDA but no fairseq and no network,
-# packed into gpu_carry/ (ignored through .git/info/exclude) so that it fits the 64 MiB a call may carry:
+# packed into gpu_carry/ (ignored by git, so it travels only when a call carries it) so that it fits the 64 MiB a call may carry:
 #   gpu_carry/site    fairseq-fixed 0.12.3.1 and its pure-Python needs, unpacked from cp312 wheels (fairseq's examples,
 #                     the alignment/BASE-layer/LevT C++ extensions and sacremoses left out: decoding InsNet and the AR
 #                     model needs none of them; LevT's libnat does, so LevT does not decode there)
@@ -18,7 +18,6 @@ cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || { echo "usage: bash recipes/gpu_pack.sh NAME=CHECKPOINT..." >&2; exit 2; }
 py=${PYTHON:-.venv/bin/python}
 out=gpu_carry
-grep -qx "/$out/" .git/info/exclude 2>/dev/null || echo "/$out/" >>.git/info/exclude
 rm -rf $out && mkdir -p $out/site $out/data $out/models .whl
 plat=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
