@@ -133,3 +133,32 @@ def test_slot_query_model_loads_a_checkpoint_without_the_stream():
         sd = plain.state_dict()
         del sd["decoder.heads.f_left.weight"]
         query.load_state_dict(sd)
+
+
+def test_joint_attention_equals_the_tokens_call_then_the_queries_call():
+    """OffsetSelfAttention.joint (a fused decoding step): the new tokens' rows equal forward() over the cache, the
+    slot queries' rows equal query() over the keys that include the new tokens; the keys it returns are forward()'s.
+    The test oracle (naive) takes the two calls one after the other and agrees."""
+    torch.manual_seed(3)
+    attn = OffsetSelfAttention(32, 4, 32).eval()
+    B, S0, T, Q = 2, 5, 2, 4
+    S = S0 + T
+    table = sinusoidal_offset_table(20, 32)
+    past = (torch.randn(B, 4, S0, 8), torch.randn(B, 4, S0, 8))
+    x, q = torch.randn(B, T, 32), torch.randn(B, Q, 32)
+    offsets = torch.randint(-(S - 1), S, (B, T + Q, S))
+    mask = torch.rand(B, T + Q, S) < 0.3
+    mask[:, :, 0] = False
+    with torch.no_grad():
+        out, kv = attn.joint(torch.cat([x, q], 1), T, offsets, table, mask, past)
+        tokens, kv_ref = attn(x, offsets[:, :T], table, mask[:, :T], past)
+        queries = attn.query(q, kv_ref, offsets[:, T:], table, mask[:, T:])
+        attn.naive = True
+        oracle, _ = attn.joint(torch.cat([x, q], 1), T, offsets, table, mask, past)
+        attn.naive = False
+    assert out.shape == (B, T + Q, 32) and kv[0].shape == (B, 4, S, 8)
+    torch.testing.assert_close(out[:, :T], tokens, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[:, T:], queries, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(oracle, out, atol=1e-5, rtol=1e-5)
+    for a, b in zip(kv, kv_ref):
+        torch.testing.assert_close(a, b)

@@ -137,6 +137,31 @@ class OffsetSelfAttention(nn.Module):
             return self._naive_attend(q, kv[0].transpose(1, 2), kv[1].transpose(1, 2), offsets, rel_table, attn_mask)
         return self._attend(q.transpose(1, 2), kv[0], kv[1], offsets, rel_table, attn_mask)
 
+    def joint(self, x: Tensor, n_tokens: int, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
+              past) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        """:meth:`forward` for the first ``n_tokens`` rows of ``x`` (new tokens) and :meth:`query` for the rest
+        (slot queries, which read the new tokens too), in one attention call: a decoding step's pass
+        (``--fuse-slot-queries``) makes one call per layer where the two streams made two.
+
+        x [B, T + Q, D]; offsets [B, T + Q, S]; attn_mask bool [B, T + Q, S]; past as in :meth:`forward`.
+        Returns out [B, T + Q, D] and the (k, v) of all S keys, each [B, H, S, Dh].
+        Example: T = 2 new tokens and Q = 3 queries over S = 6 keys: one [B, H, 5, 6] score matrix, 2 new keys.
+        """
+        T = n_tokens
+        if self.naive:  # the test oracle: the two streams one after the other
+            out, kv = self.forward(x[:, :T], offsets[:, :T], rel_table, attn_mask[:, :T], past)
+            return torch.cat([out, self.query(x[:, T:], kv, offsets[:, T:], rel_table, attn_mask[:, T:])], 1), kv
+        B, N, D = x.shape
+        H, Dh = self.num_heads, self.head_dim
+        w, b = self.qkv_proj.weight, self.qkv_proj.bias
+        q = F.linear(x, w[:D], b[:D]).view(B, N, H, Dh).transpose(1, 2)  # [B, H, T + Q, Dh]
+        k, v = F.linear(x[:, :T], w[D:], b[D:]).view(B, T, 2, H, Dh).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, T, Dh]
+        if hasattr(past, "extend"):  # a preallocated cache: written in place
+            k, v = past.extend(k, v)  # [B, H, S, Dh] each
+        elif past is not None:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # [B, H, S, Dh]
+        return self._attend(q, k, v, offsets, rel_table, attn_mask), (k, v)
+
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
         """q [B, H, T, Dh], k/v [B, H, S, Dh], offsets [B, T, S], mask [T, S] or [B, T, S] -> [B, T, D]."""
         B, H, T, Dh = q.shape

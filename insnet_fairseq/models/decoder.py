@@ -95,18 +95,23 @@ class InsNetDecoderLayer(nn.Module):
             x = self._residual(x, self.cross_attn_norm, lambda y: self.cross_attn(y, source_kv, source_padding_mask))
         return self._residual(x, self.final_norm, self._ffn)
 
-    def forward_with_queries(self, x: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
-                             source_kv: Tuple[Tensor, Tensor], source_padding_mask: Optional[Tensor],
-                             past, q: Tensor, q_offsets: Tensor, q_mask: Tensor):
-        """:meth:`forward` for new tokens and :meth:`query` for slot queries that read every token, the new
-        ones included, in one pass (cached decoding): the tokens' self-attention first (their keys/values
-        join ``past``), then the queries' over all keys; cross-attention and the FFN run once over both.
-        x [B, T, D], offsets/attn_mask [B, T, S]; q [B, Q, D], q_offsets/q_mask [B, Q, S]
-        -> (x' [B, T, D], q' [B, Q, D], (k, v) [B, H, S, Dh])."""
-        x, kv = self._token_self_attention(x, offsets, rel_table, attn_mask, past)
-        q = self._residual(q, self.self_attn_norm, lambda y: self.self_attn.query(y, kv, q_offsets, rel_table, q_mask))
-        both = self._rest(torch.cat([x, q], 1), source_kv, source_padding_mask)  # [B, T + Q, D]
-        return both[:, : x.size(1)], both[:, x.size(1) :], kv
+    def forward_with_queries(self, xq: Tensor, n_tokens: int, offsets: Tensor, rel_table: Tensor,
+                             attn_mask: Tensor, source_kv: Tuple[Tensor, Tensor],
+                             source_padding_mask: Optional[Tensor], past) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        """:meth:`forward` for the first ``n_tokens`` rows (new tokens) and :meth:`query` for the rest (slot
+        queries that read every token, the new ones included), in one pass (cached decoding): one
+        self-attention call (:meth:`OffsetSelfAttention.joint`; the tokens' keys/values join ``past``), then
+        cross-attention and the FFN over both. xq [B, T + Q, D], offsets/attn_mask [B, T + Q, S]
+        -> (xq' [B, T + Q, D], (k, v) [B, H, S, Dh])."""
+        kv = []
+
+        def self_attention(y):
+            out, new_kv = self.self_attn.joint(y, n_tokens, offsets, rel_table, attn_mask, past)
+            kv.append(new_kv)
+            return out
+
+        xq = self._residual(xq, self.self_attn_norm, self_attention)
+        return self._rest(xq, source_kv, source_padding_mask), kv[0]
 
     def query(self, x: Tensor, kv: Tuple[Tensor, Tensor], offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
               source_kv: Tuple[Tensor, Tensor], source_padding_mask: Optional[Tensor]) -> Tensor:
@@ -198,20 +203,21 @@ class InsNetContextEncoder(nn.Module):
         token (the new ones included), in one pass: a decoding step encodes its insertions and the next
         step's slot queries together (``--slot-query-stream``). q_offsets/q_mask [B, Q, S] as in
         :meth:`query_stream`. Returns (h [B, T, D], per-layer (k, v) [B, H, S, Dh], z [B, Q, D])."""
-        x = self.embed_scale * self.embed_tokens(tokens)
-        x = dropout(x, self.dropout, self.training)
-        offsets, q_offsets = self.clip(offsets), self.clip(q_offsets)
-        B, Q, _ = q_offsets.shape
-        q = dropout((self.embed_scale * self.slot_query).expand(B, Q, -1), self.dropout, self.training)
+        B, T = tokens.shape
+        Q = q_offsets.size(1)
+        x = self.embed_scale * self.embed_tokens(tokens)  # [B, T, D]
+        q = (self.embed_scale * self.slot_query).expand(B, Q, -1)  # [B, Q, D]
+        xq = dropout(torch.cat([x, q], 1), self.dropout, self.training)  # [B, T + Q, D]: both streams, one pass
+        offsets = self.clip(torch.cat([offsets, q_offsets], 1))  # [B, T + Q, S]
+        mask = torch.cat([attn_mask.expand(B, T, -1), q_mask], 1)  # [B, T + Q, S]
         new_past = []
         for i, layer in enumerate(self.layers):
-            x, q, kv = layer.forward_with_queries(x, offsets, self.offset_embed, attn_mask, source_kv[i],
-                                                  source_padding_mask, None if past is None else past[i],
-                                                  q, q_offsets, q_mask)
+            xq, kv = layer.forward_with_queries(xq, T, offsets, self.offset_embed, mask, source_kv[i],
+                                                source_padding_mask, None if past is None else past[i])
             new_past.append(kv)
         if self.layer_norm is not None:
-            x, q = self.layer_norm(x), self.layer_norm(q)
-        return x, new_past, q
+            xq = self.layer_norm(xq)
+        return xq[:, :T], new_past, xq[:, T:]
 
     def query_stream(
         self,
