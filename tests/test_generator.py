@@ -1,15 +1,20 @@
 """Decoding invariants: cached == uncached, batched == one by one, one token per sequential
 step, parallel steps never fill one slot twice, constrained starts keep their tokens."""
 import copy
+import os
+import sys
 
 import pytest
 import torch
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
-from insnet_fairseq.decoding.state import compact, group_offsets
+from insnet_fairseq.decoding.state import at_chosen, compact, group_offsets
 from insnet_fairseq.reference import naive_offsets
 
-from conftest import build_tiny_ar, build_tiny_model, make_dictionary, random_batch, sample_of
+from conftest import ROOT, build_tiny_ar, build_tiny_model, make_dictionary, random_batch, sample_of
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from host_syncs import HostSyncs  # noqa: E402
 
 
 def decode(model, d, src, src_lengths, **kw):
@@ -330,6 +335,63 @@ def test_fused_slot_queries_equal_the_separate_query_pass(mode, monkeypatch):
         torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-4, rtol=0)
     assert len(calls) == 1  # the initial state's queries; every step's come from its own pass
     assert len({tuple(hyps[0]["tokens"].tolist()) for hyps in fused}) > 1
+
+
+def test_at_chosen_gathers_what_boolean_indexing_selects():
+    x = torch.tensor([[1, 2], [3, 4]])
+    chosen = torch.tensor([[False, True], [True, False]])
+    assert at_chosen(x, chosen).tolist() == at_chosen(x, chosen, torch.tensor([1, 0])).tolist() == [2, 3]
+    g = torch.Generator().manual_seed(0)
+    slot = torch.randint(0, 6, (4,), generator=g)
+    chosen = torch.zeros(4, 6, dtype=torch.bool).scatter_(1, slot.unsqueeze(1), True)
+    y = torch.randn(4, 6, 3, generator=g)  # a trailing dimension, as the slot queries [B, K, D]
+    assert torch.equal(at_chosen(y, chosen, slot), y[chosen])
+    for a, b in zip(compact(chosen, slot), compact(chosen)):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("query_stream", [False, True])
+@pytest.mark.parametrize("rows", [1, 6])
+def test_one_slot_path_equals_the_boolean_mask_path(query_stream, rows, monkeypatch):
+    """Sequential decoding indexes each row's one slot by number (and at batch 1 drops the all-clear attention
+    mask): token for token and score for score what the boolean-mask path of a parallel step gives."""
+    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=query_stream)
+    model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    src, src_lengths = src[:rows], src_lengths[:rows]
+    if rows == 1:
+        src = src[:, src[0].ne(d.pad())]
+    fast = decode(model, d, src, src_lengths, max_steps=25)
+    monkeypatch.setattr(InsertionGenerator, "one_slot", lambda self, chosen, forced=None: None)
+    masked = decode(model, d, src, src_lengths, max_steps=25)
+    for a, b in zip(fast, masked):
+        assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
+        assert torch.equal(a["positional_scores"], b["positional_scores"])
+    assert max(h["steps"] for h in fast) > 3
+
+
+@pytest.mark.parametrize("query_stream", [False, True])
+def test_a_sequential_step_reads_nothing_back_from_the_device(query_stream, monkeypatch):
+    """No op of a cached sequential step would make the host wait for a GPU (.item(), .nonzero(), boolean
+    indexing: benchmarks/host_syncs.py); the loop's stop check is the only read per step, outside ``step``."""
+    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=query_stream)
+    model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    counts = []
+    step = InsertionGenerator.step
+
+    def counted(self, *args, **kwargs):
+        with HostSyncs() as syncs:
+            out = step(self, *args, **kwargs)
+        counts.append(syncs.total)
+        return out
+
+    monkeypatch.setattr(InsertionGenerator, "step", counted)
+    decode(model, d, src, src_lengths, max_steps=25)
+    assert len(counts) > 5 and sum(counts) == 0
+    counts.clear()
+    decode(model, d, src, src_lengths, max_steps=25, mode="parallel")  # a parallel step must count its words
+    assert min(counts) > 0
 
 
 def test_query_geometry_docstring_example():

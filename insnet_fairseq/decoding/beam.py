@@ -183,7 +183,7 @@ class BeamSearch:
         # the model's own word distribution (not renormalised over the insertable words, as greedy
         # decoding's choice may be): the scores are then the trajectory's log-probability
         lprobs = F.log_softmax(logits.float(), -1)
-        lprobs[:, self.gen.banned.to(lprobs.device)] = NEG_INF
+        lprobs[:, self.gen.banned_on(lprobs.device)] = NEG_INF
         word_lp, word = lprobs.topk(n_words, dim=1)  # [N, Nw]
         n_of = (chosen.view(-1).long().cumsum(0) - 1).view(chosen.shape).gather(1, top_slot).clamp(min=0)  # [R, Ns]
         ext = torch.where(use.unsqueeze(2), base.unsqueeze(2) + word_lp[n_of], ext)

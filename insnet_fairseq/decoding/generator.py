@@ -77,7 +77,7 @@ from insnet_fairseq.decoding.flags import (check_beam_flags, check_blanks, check
 from insnet_fairseq.decoding.mbr import mbr_order
 from insnet_fairseq.decoding.rerank import Judge, pad_hypotheses
 from insnet_fairseq.decoding.sampling import check_temperature, sample
-from insnet_fairseq.decoding.state import HOLE, DecoderState, compact, group_offsets
+from insnet_fairseq.decoding.state import HOLE, DecoderState, at_chosen, compact, group_offsets
 from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
 
 logger = logging.getLogger(__name__)
@@ -193,6 +193,14 @@ class InsertionGenerator:
         self.blank_id = blank_id  # with keywords_from_source: the source is a template, blank_id its blanks
         self.symbols_to_strip_from_output = {self.bos, self.eos}
         self.banned = torch.tensor(sorted({self.bos, self.eos, self.pad}))
+        self._banned_on = {}  # device -> self.banned there
+
+    def banned_on(self, device) -> Tensor:
+        """:attr:`banned` on ``device``, copied there once (a copy to a GPU at every step waits for the device)."""
+        key = str(device)
+        if key not in self._banned_on:
+            self._banned_on[key] = self.banned.to(device)
+        return self._banned_on[key]
 
     # -- entry point ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -601,7 +609,7 @@ class InsertionGenerator:
     def insertable_lprobs(self, logits: Tensor) -> Tensor:
         """logits [N, V] -> log-probs [N, V] (float) over the words that may be inserted (not <s>, </s>, padding)."""
         logits = logits.float()
-        logits[:, self.banned.to(logits.device)] = float("-inf")
+        logits[:, self.banned_on(logits.device)] = float("-inf")
         return torch.log_softmax(logits, -1)
 
     def best_words(self, decoder, state: DecoderState, source_kv, source_pad) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -656,13 +664,15 @@ class InsertionGenerator:
         return (left, right), pos_lprobs
 
     @staticmethod
-    def chosen_slot_repr(decoder, state: DecoderState, slots: Tuple[Tensor, Tensor], chosen: Tensor) -> Tensor:
-        """Slot representations [N, D] of the ``chosen`` slots (bool [B, K], N True, row-major)."""
+    def chosen_slot_repr(decoder, state: DecoderState, slots: Tuple[Tensor, Tensor], chosen: Tensor,
+                         slot: Optional[Tensor] = None) -> Tensor:
+        """Slot representations [N, D] of the ``chosen`` slots (bool [B, K], N True, row-major); ``slot``
+        ([B], optional): every row's one chosen slot (N = B, no host sync, :func:`at_chosen`)."""
         left, right = slots
-        rows = chosen.nonzero()[:, 0]  # [N]
+        rows = chosen.nonzero()[:, 0] if slot is None else torch.arange(slot.size(0), device=slot.device)  # [N]
         a, b = state.parts
-        return decoder.heads.slot_repr_from_parts(a[rows, left[chosen]], b[rows, right[chosen]],
-                                                  state.last_hidden[rows])
+        return decoder.heads.slot_repr_from_parts(a[rows, at_chosen(left, chosen, slot)],
+                                                  b[rows, at_chosen(right, chosen, slot)], state.last_hidden[rows])
 
     @staticmethod
     def termination_logit(decoder, state: DecoderState) -> Tensor:
@@ -682,14 +692,15 @@ class InsertionGenerator:
         if one_word is not None:
             room = room.masked_fill(one_word, 1)
         chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
+        slot = self.one_slot(chosen, forced)  # [B] or None
         f_rows = None
         if forced is not None:
             f_slots = forced[0] & (forced[0].long().cumsum(1) <= room.unsqueeze(1))  # [B, K]
             f_rows = f_slots.any(1, keepdim=True)  # [B, 1]
             chosen = chosen & ~f_rows  # those rows' words are known: the others are chosen and scored as usual
-        if bool(chosen.any()):
-            logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad)  # [N, V]
-            rank = None if word_rank is None else word_rank[chosen.nonzero()[:, 0]]  # [N]
+        if slot is not None or bool(chosen.any()):
+            logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad, slot)  # [N, V]
+            rank = word_rank if word_rank is None or slot is not None else word_rank[chosen.nonzero()[:, 0]]  # [N]
             tokens, tok_lprobs = self.choose_tokens(logits, rank)  # [N]
             if self.skip_repeats or self.replace_repeats:
                 chosen, tokens, tok_lprobs = self.drop_repeats(state, chosen, logits, tokens, tok_lprobs)
@@ -702,7 +713,17 @@ class InsertionGenerator:
                 lprobs.masked_scatter_(chosen, tok_lprobs)
             chosen = chosen | f_slots
             tokens, tok_lprobs = words[chosen], lprobs[chosen]
-        return self.insert(decoder, state, chosen, tokens, tok_lprobs + pos_lprobs[chosen], source_kv, source_pad)
+        return self.insert(decoder, state, chosen, tokens, tok_lprobs + at_chosen(pos_lprobs, chosen, slot), source_kv,
+                           source_pad, slot)
+
+    def one_slot(self, chosen: Tensor, forced=None) -> Optional[Tensor]:
+        """Sequential decoding: every row's one chosen slot (LongTensor [B], from ``chosen`` bool [B, K]), by which
+        the step gathers where boolean indexing (``x[chosen]``) would make the host wait for a GPU to say how many
+        slots there are; None where a row may insert several words or none (parallel, ``forced`` words, repeats
+        dropped). Example: chosen [[F, T, F], [T, F, F]] -> [1, 0]."""
+        if self.mode != "sequential" or forced is not None or self.skip_repeats or self.replace_repeats:
+            return None
+        return chosen.byte().argmax(1)
 
     def confident_slots(self, decoder, state: DecoderState, source_kv, source_pad,
                         rows: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -738,22 +759,23 @@ class InsertionGenerator:
         return sure, words, word_lprobs
 
     @classmethod
-    def token_logits(cls, decoder, state: DecoderState, slots, chosen: Tensor, source_kv, source_pad) -> Tensor:
+    def token_logits(cls, decoder, state: DecoderState, slots, chosen: Tensor, source_kv, source_pad,
+                     slot: Optional[Tensor] = None) -> Tensor:
         """Token logits [N, V] at the ``chosen`` slots (bool [B, K], N True, row-major); ``slots``: the
-        neighbours from :meth:`slot_distribution`.
+        neighbours from :meth:`slot_distribution`; ``slot`` ([B], optional): every row's one chosen slot.
 
         With ``--slot-query-stream`` each chosen slot's query reads the whole partial sequence
         from the cache, at the offsets its word will have once inserted there.
         """
-        e = cls.chosen_slot_repr(decoder, state, slots, chosen)  # [N, D]
+        e = cls.chosen_slot_repr(decoder, state, slots, chosen, slot)  # [N, D]
         if decoder.context.slot_query is None:
             return decoder.heads.token_logits(e)
         if state.slot_queries is not None:  # computed by the pass that made this state
-            return decoder.heads.token_logits(e, state.slot_queries[chosen])
-        slot_of, g_real, _ = compact(chosen)  # [B, G]
+            return decoder.heads.token_logits(e, at_chosen(state.slot_queries, chosen, slot))
+        slot_of, g_real, _ = compact(chosen, slot)  # [B, G]
         offsets, blocked = cls.query_geometry(state.positions, state.real, slot_of)  # [B, G, S]
         z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, G, D]
-        return decoder.heads.token_logits(e, z[g_real])
+        return decoder.heads.token_logits(e, z[g_real] if slot is None else z[:, 0])
 
     def drop_repeats(self, state: DecoderState, chosen: Tensor, logits: Tensor, tokens: Tensor, tok_lprobs: Tensor):
         """Leave out the insertions that repeat a neighbour of their slot.
@@ -803,20 +825,24 @@ class InsertionGenerator:
         return keep, tokens[sure], tok_lprobs[sure]
 
     def insert(self, decoder, state: DecoderState, chosen: Tensor, tokens: Tensor, scores: Tensor,
-               source_kv, source_pad) -> DecoderState:
+               source_kv, source_pad, slot: Optional[Tensor] = None) -> DecoderState:
         """Insert ``tokens`` [N] (scores [N]) into the ``chosen`` slots (bool [B, K], N True, row-major)
-        and encode them, left to right within a sentence."""
+        and encode them, left to right within a sentence; ``slot`` ([B], optional): every row's one chosen
+        slot (N = B), which spares the step's host syncs (:func:`at_chosen`)."""
         h = state.hidden
         B, S, D = h.shape
         K = S - 1
-        slot_of, g_real, n_new = compact(chosen)  # new tokens, left to right, [B, G]
+        slot_of, g_real, n_new = compact(chosen, slot)  # new tokens, left to right, [B, G]
         G = slot_of.size(1)
-        new_tok = torch.full((B, K), self.pad, dtype=torch.long, device=h.device)
-        new_tok[chosen] = tokens
-        new_score = torch.zeros(B, K, device=h.device)
-        new_score[chosen] = scores
-        g_tok = new_tok.gather(1, slot_of).masked_fill(~g_real, self.pad)
-        g_score = new_score.gather(1, slot_of).masked_fill(~g_real, 0.0)
+        if slot is not None:  # one new token a row: already in order
+            g_tok, g_score = tokens.unsqueeze(1), scores.unsqueeze(1)  # [B, 1]
+        else:
+            new_tok = torch.full((B, K), self.pad, dtype=torch.long, device=h.device)
+            new_tok[chosen] = tokens
+            new_score = torch.zeros(B, K, device=h.device)
+            new_score[chosen] = scores
+            g_tok = new_tok.gather(1, slot_of).masked_fill(~g_real, self.pad)
+            g_score = new_score.gather(1, slot_of).masked_fill(~g_real, 0.0)
 
         # positions: an insertion at slot k shifts every token of rank > k by one
         csum = chosen.long().cumsum(1)  # [B, K]
@@ -837,13 +863,16 @@ class InsertionGenerator:
             real_all = store.buffers["real"][:, : S + G]  # [B, S + G]
             offsets = group_offsets(pos_all, g_pos, g_real)  # [B, G, S + G]
             mask = ~real_all.unsqueeze(1)  # [B, 1, S + G] holes are blocked
-            if G > 1:  # and a new token does not see the new tokens right of it: [B, G, S + G]
+            fused = self.fused(decoder)
+            if B == 1 and G == 1 and not fused:  # one sentence has no holes, one new token sees every token: no mask
+                mask = None
+            elif G > 1:  # and a new token does not see the new tokens right of it: [B, G, S + G]
                 m = torch.arange(G, device=h.device)
                 later_new = m.view(1, G) > m.view(G, 1)  # new key m' > query m
                 mask = mask | torch.cat([torch.zeros(G, S, dtype=torch.bool, device=h.device), later_new], 1)
             writers = [store.writer(kn, vn, S) for kn, vn in layer_names(len(state.cache))]
             z = None
-            if self.fused(decoder):  # the new tokens and every slot's query for the next step, in one pass
+            if fused:  # the new tokens and every slot's query for the next step, in one pass
                 q_geometry = self.query_geometry(pos_all, real_all, self.all_slots(pos_all))  # [B, S + G - 1, S + G]
                 h_new, _, z = decoder.context.forward_with_queries(g_tok, offsets, mask, source_kv, source_pad, writers,
                                                                    *q_geometry)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
-from insnet_fairseq.decoding.state import DecoderState
+from insnet_fairseq.decoding.state import DecoderState, at_chosen
 
 
 class IndigoGenerator(InsertionGenerator):
@@ -42,7 +42,7 @@ class IndigoGenerator(InsertionGenerator):
         lp = self.word_lprobs(decoder, state)
         self._last_lprobs = (state, lp)
         words = lp[:, :-1].clone()
-        words[:, self.banned.to(lp.device)] = float("-inf")
+        words[:, self.banned_on(lp.device)] = float("-inf")
         return lp[:, -1] - words.max(-1).values
 
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len, one_word=None,
@@ -65,5 +65,7 @@ class IndigoGenerator(InsertionGenerator):
         slot_logits = heads.slot_logits(left_key, right_key, left, right).squeeze(1).float()  # [B, K]
         slot_ok = torch.arange(S - 1, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
         pos_lprobs = F.log_softmax(slot_logits.masked_fill(~slot_ok, float("-inf")), -1)
-        chosen = F.one_hot(pos_lprobs.argmax(-1), S - 1).bool()  # [B, K]
-        return self.insert(decoder, state, chosen, tokens, tok_lprobs + pos_lprobs[chosen], source_kv, source_pad)
+        slot = pos_lprobs.argmax(-1)  # [B] one slot a row (not F.one_hot, whose range check waits for a GPU)
+        chosen = torch.zeros_like(pos_lprobs, dtype=torch.bool).scatter_(1, slot.unsqueeze(1), True)  # [B, K]
+        return self.insert(decoder, state, chosen, tokens, tok_lprobs + at_chosen(pos_lprobs, chosen, slot), source_kv,
+                           source_pad, slot)

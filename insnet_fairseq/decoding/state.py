@@ -121,14 +121,18 @@ def group_offsets(positions: Tensor, group_positions: Tensor, group_real: Tensor
     return (rank - group_positions.unsqueeze(2)).clamp(-(S - 1), S - 1)
 
 
-def compact(chosen: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+def compact(chosen: Tensor, slot: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """The chosen slots of each sentence, left to right, packed to the widest sentence's count.
 
     chosen bool [B, K] -> (slot_of [B, G], real bool [B, G], count [B]), G = max count; rows
     with fewer slots are filled with holes (``real`` False). Example: [[F, T, F, T], [T, F, F, F]]
     -> slot_of [[1, 3], [0, *]], real [[T, T], [T, F]], count [2, 1].
+    ``slot`` (LongTensor [B]): every row's one chosen slot (sequential decoding), G = 1 known without
+    reading the count back from the device.
     """
     B, K = chosen.shape
+    if slot is not None:
+        return slot.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool, device=chosen.device), torch.ones_like(slot)
     count = chosen.sum(1)  # [B]
     G = int(count.max())
     if G == 1:  # at most one slot a sentence (every sequential step): its index, no sort
@@ -137,3 +141,16 @@ def compact(chosen: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     slot_of = torch.where(chosen, k_idx, k_idx + K).sort(dim=1).values[:, :G] % K  # [B, G]
     real = torch.arange(G, device=chosen.device).unsqueeze(0) < count.unsqueeze(1)
     return slot_of, real, count
+
+
+def at_chosen(x: Tensor, chosen: Tensor, slot: Optional[Tensor] = None) -> Tensor:
+    """``x[chosen]``: x [B, K, ...] and chosen bool [B, K] with N True -> [N, ...], row-major.
+
+    With ``slot`` (LongTensor [B], every row's one chosen slot: N = B, as in sequential decoding) a
+    gather, which on a GPU does not wait for the device as boolean indexing does (it must learn N).
+    Example: x [[1, 2], [3, 4]], chosen [[F, T], [T, F]] (slot [1, 0]) -> [2, 3] either way.
+    """
+    if slot is None:
+        return x[chosen]
+    index = slot.view(-1, *([1] * (x.dim() - 1))).expand(-1, 1, *x.shape[2:])  # [B, 1, ...]
+    return x.gather(1, index).squeeze(1)

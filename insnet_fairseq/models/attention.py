@@ -104,7 +104,8 @@ class OffsetSelfAttention(nn.Module):
             x: [B, T, D] states of the new tokens (in insertion order).
             offsets: [B, T, S] offset of key j seen from query i (any value where masked).
             rel_table: [2M + 1, Dr] offset embeddings, M >= S - 1.
-            attn_mask: bool [T, S] or [B, T, S], True where query i may NOT attend key j.
+            attn_mask: bool [T, S] or [B, T, S], True where query i may NOT attend key j; None: nothing blocked
+                (a decoding step of one new token at batch 1).
             past: optional (k, v), each [B, H, S - T, Dh], of the tokens inserted before, or a preallocated
                 cache slot whose ``extend(k, v)`` writes the new keys/values in place and returns all S
                 (:class:`insnet_fairseq.decoding.cache.KVWriter`).
@@ -163,7 +164,7 @@ class OffsetSelfAttention(nn.Module):
         return self._attend(q, k, v, offsets, rel_table, attn_mask), (k, v)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
-        """q [B, H, T, Dh], k/v [B, H, S, Dh], offsets [B, T, S], mask [T, S] or [B, T, S] -> [B, T, D]."""
+        """q [B, H, T, Dh], k/v [B, H, S, Dh], offsets [B, T, S], mask [T, S] or [B, T, S] (or None) -> [B, T, D]."""
         B, H, T, Dh = q.shape
         S = k.size(2)
         # offsets lie in [-(S-1), S-1]; the table bounds them only where S counts decoding holes
@@ -174,10 +175,11 @@ class OffsetSelfAttention(nn.Module):
         if M < S - 1:
             offsets = offsets.clamp(-M, M)
         index = (offsets + M).unsqueeze(1).expand(B, H, T, S)
-        mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
         # gather's backward needs only the index and mul's only the scalar, so the product is masked in place
         bias = by_offset.gather(-1, index) * self.scaling  # [B, H, T, S]
-        bias.masked_fill_(mask.unsqueeze(1), float("-inf"))
+        if attn_mask is not None:
+            mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
+            bias.masked_fill_(mask.unsqueeze(1), float("-inf"))
         # softmax((q + u) k^T * scaling + bias) v, dropout on the weights: one fused kernel, as the AR model's
         out = F.scaled_dot_product_attention(q + self.u.view(1, H, 1, Dh), k, v, attn_mask=bias,
                                              dropout_p=self.dropout if self.training else 0.0,
