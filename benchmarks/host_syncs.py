@@ -9,7 +9,7 @@ On a GPU a batch-1 decoding step is bound by the host (``profile_decoding.py --d
 a few percent of a step), and each op below stops the host until the device has run everything queued before it:
 ``.item()``, ``int()``, ``bool()`` of a tensor (``aten::_local_scalar_dense``, ``aten::is_nonzero``),
 ``.nonzero()``, boolean indexing ``x[mask]`` and ``x[mask] = y`` (they must learn how many elements are True),
-``masked_select``, ``unique``, ``repeat_interleave`` by a tensor. :class:`HostSyncs` is a
+``masked_select``, ``unique``, ``repeat_interleave`` by a tensor, ``.tolist()``. :class:`HostSyncs` is a
 ``TorchDispatchMode`` that sees every aten op as it is called, so it finds these sites on a CPU as well; a copy of a
 CPU tensor to the GPU (also a wait, unless pinned) is not an aten op of the device and is not counted here.
 """
@@ -43,23 +43,43 @@ def reads_back(func, args) -> bool:
 
 
 class HostSyncs(TorchDispatchMode):
-    """Counts the ops that read a device value back (:func:`reads_back`), by op and by the innermost call site in
-    ``insnet_fairseq`` (file:line function), while active: ``with HostSyncs() as syncs: ...; syncs.total``."""
+    """Counts the ops that read a device value back (:func:`reads_back`), and the calls of ``Tensor.tolist`` (a copy
+    to the host on a GPU, no aten op on a CPU), by op and by the innermost call site in ``insnet_fairseq``
+    (file:line function), while active: ``with HostSyncs() as syncs: ...; syncs.total``."""
 
     def __init__(self):
         super().__init__()
         self.sites = collections.Counter()
+        self._tolist = None
 
     @property
     def total(self) -> int:
         return sum(self.sites.values())
 
+    def _count(self, op: str) -> None:
+        frames = [f for f in traceback.extract_stack() if "insnet_fairseq" in f.filename]
+        site = (f"{os.path.relpath(frames[-1].filename, ROOT)}:{frames[-1].lineno} {frames[-1].name}"
+                if frames else "(outside insnet_fairseq)")
+        self.sites[(op, site)] += 1
+
+    def __enter__(self):
+        self._tolist = torch.Tensor.tolist
+        tolist = self._tolist
+
+        def counted_tolist(t, *args, **kwargs):
+            self._count("tolist")
+            return tolist(t, *args, **kwargs)
+
+        torch.Tensor.tolist = counted_tolist
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self._tolist
+        return super().__exit__(*exc)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if reads_back(func, args):
-            frames = [f for f in traceback.extract_stack() if "insnet_fairseq" in f.filename]
-            site = (f"{os.path.relpath(frames[-1].filename, ROOT)}:{frames[-1].lineno} {frames[-1].name}"
-                    if frames else "(outside insnet_fairseq)")
-            self.sites[(str(func).split(".")[1], site)] += 1
+            self._count(str(func).split(".")[1])
         return func(*args, **(kwargs or {}))
 
 

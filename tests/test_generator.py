@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
-from insnet_fairseq.decoding.state import at_chosen, compact, group_offsets
+from insnet_fairseq.decoding.state import Picks, at_chosen, compact, group_offsets
 from insnet_fairseq.reference import naive_offsets
 
 from conftest import ROOT, build_tiny_ar, build_tiny_model, make_dictionary, random_batch, sample_of
@@ -288,9 +288,9 @@ def test_replace_repeats_puts_the_best_other_token_in_every_repeating_slot():
         logits[n, first], logits[n, second] = 5.0, 4.0
     picked = torch.tensor([5, 7, 6])
     lp = torch.log_softmax(logits, -1).gather(1, picked.unsqueeze(1)).squeeze(1)
-    keep, toks, _ = InsertionGenerator(d, mode="parallel", skip_repeats=True).drop_repeats(state, chosen, logits, picked, lp)
+    keep, toks, _, _ = InsertionGenerator(d, mode="parallel", skip_repeats=True).drop_repeats(state, chosen, logits, picked, lp)
     assert keep.tolist() == [[False, True, False]] and toks.tolist() == [7]
-    keep, toks, _ = InsertionGenerator(d, mode="parallel", replace_repeats=True).drop_repeats(state, chosen, logits, picked, lp)
+    keep, toks, _, _ = InsertionGenerator(d, mode="parallel", replace_repeats=True).drop_repeats(state, chosen, logits, picked, lp)
     assert keep.tolist() == [[True, True, True]] and toks.tolist() == [8, 7, 10]
     with pytest.raises(ValueError, match="exclude each other"):
         InsertionGenerator(d, mode="parallel", skip_repeats=True, replace_repeats=True)
@@ -337,43 +337,61 @@ def test_fused_slot_queries_equal_the_separate_query_pass(mode, monkeypatch):
     assert len({tuple(hyps[0]["tokens"].tolist()) for hyps in fused}) > 1
 
 
-def test_at_chosen_gathers_what_boolean_indexing_selects():
-    x = torch.tensor([[1, 2], [3, 4]])
-    chosen = torch.tensor([[False, True], [True, False]])
-    assert at_chosen(x, chosen).tolist() == at_chosen(x, chosen, torch.tensor([1, 0])).tolist() == [2, 3]
+def test_picks_select_what_boolean_indexing_selects():
+    mask = torch.tensor([[False, True, True], [True, False, False]])
+    p = Picks.of(mask)
+    assert (p.rows.tolist(), p.cols.tolist(), p.n, p.widest) == ([0, 0, 1], [1, 2, 0], 3, 2)  # the docstring example
     g = torch.Generator().manual_seed(0)
-    slot = torch.randint(0, 6, (4,), generator=g)
-    chosen = torch.zeros(4, 6, dtype=torch.bool).scatter_(1, slot.unsqueeze(1), True)
-    y = torch.randn(4, 6, 3, generator=g)  # a trailing dimension, as the slot queries [B, K, D]
-    assert torch.equal(at_chosen(y, chosen, slot), y[chosen])
-    for a, b in zip(compact(chosen, slot), compact(chosen)):
-        assert torch.equal(a, b)
+    for B, K in [(4, 6), (1, 1), (5, 9), (0, 3)]:
+        mask = torch.rand(B, K, generator=g) < 0.4
+        y = torch.randn(B, K, 3, generator=g)  # a trailing dimension, as the slot queries [B, K, D]
+        p = Picks.of(mask)
+        assert torch.equal(p.take(y), y[mask]) and torch.equal(at_chosen(y, mask, p), y[mask])
+        assert torch.equal(p.place(p.take(y), 0.0), y * mask.unsqueeze(2))
+        if B and mask.any():
+            for a, b in zip(compact(mask, p), compact(mask)):
+                assert torch.equal(a, b)
+    slot = torch.tensor([2, 0, 2])
+    one = Picks.one_per_row(slot, 4)
+    assert torch.equal(one.mask, torch.tensor([[0, 0, 1, 0], [1, 0, 0, 0], [0, 0, 1, 0]]).bool())
+    y = torch.randn(3, 4)
+    assert torch.equal(one.take(y), y[one.mask]) and (one.n, one.widest) == (3, 1)
 
 
+@pytest.mark.parametrize("mode", ["sequential", "parallel"])
 @pytest.mark.parametrize("query_stream", [False, True])
 @pytest.mark.parametrize("rows", [1, 6])
-def test_one_slot_path_equals_the_boolean_mask_path(query_stream, rows, monkeypatch):
-    """Sequential decoding indexes each row's one slot by number (and at batch 1 drops the all-clear attention
-    mask): token for token and score for score what the boolean-mask path of a parallel step gives."""
+def test_picks_path_equals_the_boolean_mask_path(mode, query_stream, rows, monkeypatch):
+    """The step selects its chosen slots by index (:class:`Picks`; at batch 1 and one new token, without the
+    all-clear attention mask): token for token and score for score what boolean indexing gives, in both modes,
+    with repeats skipped, unsure words held back and the stop check's forced words."""
     model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=query_stream)
     model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
     src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
     src, src_lengths = src[:rows], src_lengths[:rows]
     if rows == 1:
         src = src[:, src[0].ne(d.pad())]
-    fast = decode(model, d, src, src_lengths, max_steps=25)
-    monkeypatch.setattr(InsertionGenerator, "one_slot", lambda self, chosen, forced=None: None)
-    masked = decode(model, d, src, src_lengths, max_steps=25)
-    for a, b in zip(fast, masked):
-        assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
-        assert torch.equal(a["positional_scores"], b["positional_scores"])
-    assert max(h["steps"] for h in fast) > 3
+    settings = [dict(mode=mode, max_steps=25)]
+    if mode == "parallel":
+        settings += [dict(mode=mode, max_steps=25, skip_repeats=True, min_token_prob=0.2, stop_check_prob=0.3,
+                          slot_top_p=0.9),
+                     dict(mode=mode, max_steps=25, replace_repeats=True, fuse_slot_queries=query_stream)]
+    fast = [decode(model, d, src, src_lengths, **kw) for kw in settings]
+    monkeypatch.setattr(InsertionGenerator, "picks_of", lambda self, chosen, forced=None: None)
+    for kw, by_index in zip(settings, fast):
+        masked = decode(model, d, src, src_lengths, **kw)
+        for a, b in zip(by_index, masked):
+            assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
+            assert torch.equal(a["positional_scores"], b["positional_scores"])
+    assert max(h["steps"] for h in fast[0]) > 3
 
 
 @pytest.mark.parametrize("query_stream", [False, True])
-def test_a_sequential_step_reads_nothing_back_from_the_device(query_stream, monkeypatch):
+def test_decoding_steps_read_the_device_only_to_count_words(query_stream, monkeypatch):
     """No op of a cached sequential step would make the host wait for a GPU (.item(), .nonzero(), boolean
-    indexing: benchmarks/host_syncs.py); the loop's stop check is the only read per step, outside ``step``."""
+    indexing: benchmarks/host_syncs.py); a parallel step reads once to learn how many words it chose, and once more
+    for each rule that drops some (--skip-repeats: whether a sentence is left with none, and what is left). The
+    loop's stop check, one read per step, is outside ``step``."""
     model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=query_stream)
     model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
     src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
@@ -387,11 +405,10 @@ def test_a_sequential_step_reads_nothing_back_from_the_device(query_stream, monk
         return out
 
     monkeypatch.setattr(InsertionGenerator, "step", counted)
-    decode(model, d, src, src_lengths, max_steps=25)
-    assert len(counts) > 5 and sum(counts) == 0
-    counts.clear()
-    decode(model, d, src, src_lengths, max_steps=25, mode="parallel")  # a parallel step must count its words
-    assert min(counts) > 0
+    for kw, most in [(dict(), 0), (dict(mode="parallel"), 1), (dict(mode="parallel", skip_repeats=True), 3)]:
+        counts.clear()
+        decode(model, d, src, src_lengths, max_steps=25, **kw)
+        assert len(counts) > 3 and max(counts) == most, (kw, counts)
 
 
 def test_query_geometry_docstring_example():
@@ -406,7 +423,7 @@ def test_drop_unsure_docstring_example():
     tokens = torch.tensor([4, 5, 6, 7, 8])
     tok_lprobs = torch.tensor([0.9, 0.2, 0.6, 0.3, 0.2]).log()
     pos_lprobs = torch.tensor([[0.3, 0.3, 0.3, 0.1], [0.5, 0.1, 0.4, 0.0]]).log()
-    keep, kept_tokens, kept_lprobs = gen.drop_unsure(chosen, tokens, tok_lprobs, pos_lprobs)
+    keep, kept_tokens, kept_lprobs, _ = gen.drop_unsure(chosen, tokens, tok_lprobs, pos_lprobs)
     assert keep.tolist() == [[True, False, True, False], [True, False, False, False]]
     assert kept_tokens.tolist() == [4, 6, 7]
     torch.testing.assert_close(kept_lprobs, tok_lprobs[[0, 2, 3]])

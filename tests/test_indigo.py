@@ -95,9 +95,9 @@ def test_greedy_decoding_follows_the_model_step_by_step():
     slots = []
 
     class Spy(IndigoGenerator):
-        def insert(self, decoder, state, chosen, tokens, scores, source_kv, source_pad, slot=None):
+        def insert(self, decoder, state, chosen, tokens, scores, source_kv, source_pad, picks=None):
             slots.append(int(chosen[0].nonzero()[0]))
-            return super().insert(decoder, state, chosen, tokens, scores, source_kv, source_pad, slot)
+            return super().insert(decoder, state, chosen, tokens, scores, source_kv, source_pad, picks)
 
     batched = IndigoGenerator(d, max_steps=12).generate(
         [model], {"id": torch.arange(5), "net_input": {"src_tokens": src, "src_lengths": src_lengths}})

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
-from insnet_fairseq.decoding.state import DecoderState, at_chosen
+from insnet_fairseq.decoding.state import DecoderState, Picks
 
 
 class IndigoGenerator(InsertionGenerator):
@@ -65,7 +65,6 @@ class IndigoGenerator(InsertionGenerator):
         slot_logits = heads.slot_logits(left_key, right_key, left, right).squeeze(1).float()  # [B, K]
         slot_ok = torch.arange(S - 1, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
         pos_lprobs = F.log_softmax(slot_logits.masked_fill(~slot_ok, float("-inf")), -1)
-        slot = pos_lprobs.argmax(-1)  # [B] one slot a row (not F.one_hot, whose range check waits for a GPU)
-        chosen = torch.zeros_like(pos_lprobs, dtype=torch.bool).scatter_(1, slot.unsqueeze(1), True)  # [B, K]
-        return self.insert(decoder, state, chosen, tokens, tok_lprobs + at_chosen(pos_lprobs, chosen, slot), source_kv,
-                           source_pad, slot)
+        picks = Picks.one_per_row(pos_lprobs.argmax(-1), S - 1)  # one slot a row (not F.one_hot: its range check reads)
+        return self.insert(decoder, state, picks.mask, tokens, tok_lprobs + picks.take(pos_lprobs), source_kv,
+                           source_pad, picks)

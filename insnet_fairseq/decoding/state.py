@@ -121,20 +121,17 @@ def group_offsets(positions: Tensor, group_positions: Tensor, group_real: Tensor
     return (rank - group_positions.unsqueeze(2)).clamp(-(S - 1), S - 1)
 
 
-def compact(chosen: Tensor, slot: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+def compact(chosen: Tensor, picks: Optional["Picks"] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """The chosen slots of each sentence, left to right, packed to the widest sentence's count.
 
     chosen bool [B, K] -> (slot_of [B, G], real bool [B, G], count [B]), G = max count; rows
     with fewer slots are filled with holes (``real`` False). Example: [[F, T, F, T], [T, F, F, F]]
     -> slot_of [[1, 3], [0, *]], real [[T, T], [T, F]], count [2, 1].
-    ``slot`` (LongTensor [B]): every row's one chosen slot (sequential decoding), G = 1 known without
-    reading the count back from the device.
+    ``picks`` (:class:`Picks` of ``chosen``): G known without reading the count back from the device.
     """
     B, K = chosen.shape
-    if slot is not None:
-        return slot.unsqueeze(1), torch.ones(B, 1, dtype=torch.bool, device=chosen.device), torch.ones_like(slot)
     count = chosen.sum(1)  # [B]
-    G = int(count.max())
+    G = int(count.max()) if picks is None else picks.widest
     if G == 1:  # at most one slot a sentence (every sequential step): its index, no sort
         return chosen.byte().argmax(1, keepdim=True), (count > 0).unsqueeze(1), count
     k_idx = torch.arange(K, device=chosen.device).unsqueeze(0).expand(B, K)
@@ -143,14 +140,55 @@ def compact(chosen: Tensor, slot: Optional[Tensor] = None) -> Tuple[Tensor, Tens
     return slot_of, real, count
 
 
-def at_chosen(x: Tensor, chosen: Tensor, slot: Optional[Tensor] = None) -> Tensor:
-    """``x[chosen]``: x [B, K, ...] and chosen bool [B, K] with N True -> [N, ...], row-major.
+@dataclasses.dataclass(frozen=True)
+class Picks:
+    """A step's chosen slots three ways: ``mask`` bool [B, K]; ``rows``, ``cols`` LongTensor [N], row-major (the order
+    of ``x[mask]``); their number ``n`` and the most in one row ``widest``, as host ints. Boolean indexing reads N back
+    from the device at every use (on a GPU the host waits for the queue); a step that makes its Picks once
+    (:meth:`of`: one read; :meth:`one_per_row`: none) selects by ``rows``/``cols`` (:meth:`take`) without waiting.
 
-    With ``slot`` (LongTensor [B], every row's one chosen slot: N = B, as in sequential decoding) a
-    gather, which on a GPU does not wait for the device as boolean indexing does (it must learn N).
-    Example: x [[1, 2], [3, 4]], chosen [[F, T], [T, F]] (slot [1, 0]) -> [2, 3] either way.
+    Example: mask [[F, T, T], [T, F, F]] -> rows [0, 0, 1], cols [1, 2, 0], n 3, widest 2.
     """
-    if slot is None:
-        return x[chosen]
-    index = slot.view(-1, *([1] * (x.dim() - 1))).expand(-1, 1, *x.shape[2:])  # [B, 1, ...]
-    return x.gather(1, index).squeeze(1)
+
+    mask: Tensor
+    rows: Tensor
+    cols: Tensor
+    n: int
+    widest: int
+
+    @staticmethod
+    def of(mask: Tensor) -> "Picks":
+        """From a mask [B, K]: N and the widest row's count in one read; the indices by a stable sort (no second read,
+        as ``nonzero`` would make)."""
+        B, K = mask.shape
+        if B == 0:
+            n = widest = 0
+        else:
+            count = mask.sum(1)  # [B]
+            n, widest = torch.stack([count.sum(), count.max()]).tolist()  # the one read
+        flat = (~mask).reshape(-1).to(torch.uint8).argsort(stable=True)[:n]  # [N] chosen entries first, row-major
+        return Picks(mask, flat // K, flat % K, int(n), int(widest))
+
+    @staticmethod
+    def one_per_row(slot: Tensor, K: int) -> "Picks":
+        """Every row's one chosen slot, ``slot`` [B] (sequential decoding): no read at all."""
+        mask = torch.zeros(slot.size(0), K, dtype=torch.bool, device=slot.device).scatter_(1, slot.unsqueeze(1), True)
+        return Picks(mask, torch.arange(slot.size(0), device=slot.device), slot, slot.size(0), 1)
+
+    def take(self, x: Tensor) -> Tensor:
+        """``x[mask]`` for x [B, K, ...] -> [N, ...]."""
+        return x[self.rows, self.cols]
+
+    def place(self, values: Tensor, fill) -> Tensor:
+        """The inverse of :meth:`take`: values [N, ...] on a [B, K, ...] grid, ``fill`` elsewhere."""
+        out = values.new_full((*self.mask.shape, *values.shape[1:]), fill)
+        out[self.rows, self.cols] = values
+        return out
+
+
+def at_chosen(x: Tensor, chosen: Tensor, picks: Optional[Picks] = None) -> Tensor:
+    """``x[chosen]``: x [B, K, ...] and chosen bool [B, K] with N True -> [N, ...], row-major; by ``picks`` (the same
+    slots, :class:`Picks`) when given, without reading N back from the device.
+    Example: x [[1, 2], [3, 4]], chosen [[F, T], [T, F]] -> [2, 3] either way.
+    """
+    return x[chosen] if picks is None else picks.take(x)
