@@ -77,7 +77,7 @@ from insnet_fairseq.decoding.flags import (check_beam_flags, check_blanks, check
 from insnet_fairseq.decoding.mbr import mbr_order
 from insnet_fairseq.decoding.rerank import Judge, pad_hypotheses
 from insnet_fairseq.decoding.sampling import check_temperature, sample
-from insnet_fairseq.decoding.state import HOLE, DecoderState, Picks, at_chosen, compact, group_offsets
+from insnet_fairseq.decoding.state import HOLE, DecoderState, Picks, compact, group_offsets
 from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
 
 logger = logging.getLogger(__name__)
@@ -623,10 +623,11 @@ class InsertionGenerator:
 
     @staticmethod
     def neighbour_tokens(state: DecoderState, chosen: Tensor, picks: Optional[Picks] = None) -> Tuple[Tensor, Tensor]:
-        """The tokens left and right of each ``chosen`` slot (bool [B, K], N True; ``picks``: the same, :class:`Picks`):
-        ([N], [N])."""
+        """The tokens left and right of each ``chosen`` slot (bool [B, K], N True; ``picks``: the same, :class:`Picks`,
+        made here when not given): ([N], [N])."""
+        picks = picks or Picks.of(chosen)
         seq = state.tokens.gather(1, state.sequence_order())  # [B, S] tokens left to right
-        return at_chosen(seq[:, :-1], chosen, picks), at_chosen(seq[:, 1:], chosen, picks)
+        return picks.take(seq[:, :-1]), picks.take(seq[:, 1:])
 
     def choose_tokens(self, logits: Tensor, rank: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """logits [N, V] -> (tokens [N], log-probs [N]); special symbols are never inserted. With ``rank``
@@ -668,12 +669,12 @@ class InsertionGenerator:
     def chosen_slot_repr(decoder, state: DecoderState, slots: Tuple[Tensor, Tensor], chosen: Tensor,
                          picks: Optional[Picks] = None) -> Tensor:
         """Slot representations [N, D] of the ``chosen`` slots (bool [B, K], N True, row-major; ``picks``: the same,
-        :class:`Picks`, which selects them without a read of the device)."""
+        :class:`Picks`, made here when not given)."""
+        picks = picks or Picks.of(chosen)
         left, right = slots
-        rows = chosen.nonzero()[:, 0] if picks is None else picks.rows  # [N]
         a, b = state.parts
-        return decoder.heads.slot_repr_from_parts(a[rows, at_chosen(left, chosen, picks)],
-                                                  b[rows, at_chosen(right, chosen, picks)], state.last_hidden[rows])
+        return decoder.heads.slot_repr_from_parts(a[picks.rows, picks.take(left)], b[picks.rows, picks.take(right)],
+                                                  state.last_hidden[picks.rows])
 
     @staticmethod
     def termination_logit(decoder, state: DecoderState) -> Tensor:
@@ -699,10 +700,9 @@ class InsertionGenerator:
             f_rows = f_slots.any(1, keepdim=True)  # [B, 1]
             chosen = chosen & ~f_rows  # those rows' words are known: the others are chosen and scored as usual
         picks = self.picks_of(chosen, forced)  # the chosen slots by index: N read once (sequential: never)
-        has_words = bool(chosen.any()) if picks is None else picks.n > 0
-        if has_words:
+        if picks.n > 0:
             logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad, picks)  # [N, V]
-            rank = None if word_rank is None else word_rank[chosen.nonzero()[:, 0] if picks is None else picks.rows]
+            rank = None if word_rank is None else word_rank[picks.rows]  # [N]
             tokens, tok_lprobs = self.choose_tokens(logits, rank)  # [N]
             if self.skip_repeats or self.replace_repeats:
                 chosen, tokens, tok_lprobs, picks = self.drop_repeats(state, chosen, logits, tokens, tok_lprobs, picks)
@@ -714,16 +714,15 @@ class InsertionGenerator:
                 words.masked_scatter_(chosen, tokens)
                 lprobs.masked_scatter_(chosen, tok_lprobs)
             chosen = chosen | f_slots
-            picks = None if picks is None else Picks.of(chosen)
-            tokens, tok_lprobs = at_chosen(words, chosen, picks), at_chosen(lprobs, chosen, picks)
-        return self.insert(decoder, state, chosen, tokens, tok_lprobs + at_chosen(pos_lprobs, chosen, picks), source_kv,
-                           source_pad, picks)
+            picks = Picks.of(chosen)
+            tokens, tok_lprobs = picks.take(words), picks.take(lprobs)
+        return self.insert(decoder, state, chosen, tokens, tok_lprobs + picks.take(pos_lprobs), source_kv, source_pad,
+                           picks)
 
-    def picks_of(self, chosen: Tensor, forced=None) -> Optional[Picks]:
+    def picks_of(self, chosen: Tensor, forced=None) -> Picks:
         """The step's chosen slots (bool [B, K]) as :class:`Picks`, by which it selects where boolean indexing
         (``x[chosen]``) would make the host wait for a GPU at every use: sequential decoding (one slot a row)
-        without any read of the device, otherwise with one read of the count (None would make every selection
-        boolean indexing: the reference the tests compare with). Example: chosen [[F, T, F], [T, F, F]]
+        without any read of the device, otherwise with one read of the count. Example: chosen [[F, T, F], [T, F, F]]
         -> rows [0, 1], cols [1, 0]."""
         if self.mode == "sequential" and forced is None and not (self.skip_repeats or self.replace_repeats):
             return Picks.one_per_row(chosen.byte().argmax(1), chosen.size(1))
@@ -766,21 +765,20 @@ class InsertionGenerator:
     def token_logits(cls, decoder, state: DecoderState, slots, chosen: Tensor, source_kv, source_pad,
                      picks: Optional[Picks] = None) -> Tensor:
         """Token logits [N, V] at the ``chosen`` slots (bool [B, K], N True, row-major; ``picks``: the same, as
-        :class:`Picks`); ``slots``: the neighbours from :meth:`slot_distribution`.
+        :class:`Picks`, made here when not given); ``slots``: the neighbours from :meth:`slot_distribution`.
 
         With ``--slot-query-stream`` each chosen slot's query reads the whole partial sequence
         from the cache, at the offsets its word will have once inserted there.
         """
+        picks = picks or Picks.of(chosen)
         e = cls.chosen_slot_repr(decoder, state, slots, chosen, picks)  # [N, D]
         if decoder.context.slot_query is None:
             return decoder.heads.token_logits(e)
         if state.slot_queries is not None:  # computed by the pass that made this state
-            return decoder.heads.token_logits(e, at_chosen(state.slot_queries, chosen, picks))
-        slot_of, g_real, _ = compact(chosen, picks)  # [B, G]
+            return decoder.heads.token_logits(e, picks.take(state.slot_queries))
+        slot_of, _, _ = compact(chosen, picks)  # [B, G]
         offsets, blocked = cls.query_geometry(state.positions, state.real, slot_of)  # [B, G, S]
         z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, G, D]
-        if picks is None:
-            return decoder.heads.token_logits(e, z[g_real])
         within = picks.take(chosen.long().cumsum(1) - 1)  # [N] each chosen slot's rank in its row: its column of z
         return decoder.heads.token_logits(e, z[picks.rows, within])
 
@@ -789,36 +787,33 @@ class InsertionGenerator:
         """Leave out the insertions that repeat a neighbour of their slot.
 
         chosen bool [B, K] with N True; logits [N, V]; tokens, tok_lprobs [N].
-        Returns (chosen' [B, K], tokens' [N'], tok_lprobs' [N'], chosen' as Picks when ``picks`` is given, else
-        None). A sentence left with nothing keeps its slots, each with its best token that is neither neighbour;
+        Returns (chosen' [B, K], tokens' [N'], tok_lprobs' [N'], chosen' as Picks); ``picks``: chosen as Picks
+        (made here when not given). A sentence left with nothing keeps its slots, each with its best token that is neither neighbour;
         with ``replace_repeats`` every repeating slot does (N' = N).
         Example: "<s> die Kamera </s>" with "die" chosen for the slot between "die" and
         "Kamera" inserts nothing there; if that is the sentence's only slot, it gets the best
         token other than "die" and "Kamera".
         """
+        picks = picks or Picks.of(chosen)
         left, right = self.neighbour_tokens(state, chosen, picks)  # [N] neighbours of each chosen slot
         repeat = (tokens == left) | (tokens == right)  # [N]
         keep = chosen.clone()
-        at = (chosen,) if picks is None else (picks.rows, picks.cols)  # the chosen entries, by mask or by index
-        keep[at] = ~repeat
+        keep[picks.rows, picks.cols] = ~repeat
         if self.replace_repeats:
             stuck = repeat  # [N] every repeat takes the slot's best other token
         else:
-            stuck = (keep.sum(1) == 0)[chosen.nonzero()[:, 0] if picks is None else picks.rows]  # [N] would insert nothing
+            stuck = (keep.sum(1) == 0)[picks.rows]  # [N] its sentence would insert nothing
         if bool(stuck.any()):
             logits = logits.float().scatter(1, left.unsqueeze(1), float("-inf")).scatter(1, right.unsqueeze(1), float("-inf"))
             alt, alt_lprobs = self.choose_tokens(logits)
             tokens, tok_lprobs = torch.where(stuck, alt, tokens), torch.where(stuck, alt_lprobs, tok_lprobs)
-            keep[at] = ~repeat | stuck
-        return self._kept(chosen, keep, tokens, tok_lprobs, picks)
+            keep[picks.rows, picks.cols] = ~repeat | stuck
+        return self._kept(keep, tokens, tok_lprobs, picks)
 
     @staticmethod
-    def _kept(chosen: Tensor, keep: Tensor, tokens: Tensor, tok_lprobs: Tensor, picks: Optional[Picks]):
-        """The words [N] of ``chosen`` (bool [B, K]) at the slots ``keep`` (a subset): (keep, tokens' [N'],
-        tok_lprobs' [N'], the Picks of keep, or None without ``picks``): one read of N' either way."""
-        if picks is None:
-            taken = keep[chosen]
-            return keep, tokens[taken], tok_lprobs[taken], None
+    def _kept(keep: Tensor, tokens: Tensor, tok_lprobs: Tensor, picks: Picks):
+        """The words [N] at ``picks`` kept at the slots ``keep`` (bool [B, K], a subset): (keep, tokens' [N'],
+        tok_lprobs' [N'], the Picks of keep), with one read of N'."""
         kept = Picks.of(keep)
         return keep, kept.take(picks.place(tokens, 0)), kept.take(picks.place(tok_lprobs, 0.0)), kept
 
@@ -829,40 +824,36 @@ class InsertionGenerator:
         (slot and token).
 
         chosen bool [B, K] with N True; tokens, tok_lprobs [N]; pos_lprobs [B, K].
-        Returns (chosen' [B, K], tokens' [N'], tok_lprobs' [N'], chosen' as Picks when ``picks`` is given, else None).
+        Returns (chosen' [B, K], tokens' [N'], tok_lprobs' [N'], chosen' as Picks); ``picks``: chosen as Picks
+        (made here when not given).
         Example: chosen slots with token probabilities 0.9, 0.2, 0.6 and min_token_prob 0.5 insert
         the first and third tokens; with probabilities 0.3 and 0.2 only the insertion of higher
         slot x token probability.
         """
-        row = chosen.nonzero()[:, 0] if picks is None else picks.rows  # [N] sentence of each insertion
-        joint = tok_lprobs + at_chosen(pos_lprobs, chosen, picks)  # [N]
+        picks = picks or Picks.of(chosen)
+        row = picks.rows  # [N] sentence of each insertion
+        joint = tok_lprobs + picks.take(pos_lprobs)  # [N]
         best = torch.full((chosen.size(0),), float("-inf"), device=joint.device).scatter_reduce(
             0, row, joint, reduce="amax")  # [B]
         sure = (tok_lprobs >= math.log(self.min_token_prob)) | (joint == best[row])  # [N]
         keep = chosen.clone()
-        keep[(chosen,) if picks is None else (picks.rows, picks.cols)] = sure
-        return self._kept(chosen, keep, tokens, tok_lprobs, picks)
+        keep[picks.rows, picks.cols] = sure
+        return self._kept(keep, tokens, tok_lprobs, picks)
 
     def insert(self, decoder, state: DecoderState, chosen: Tensor, tokens: Tensor, scores: Tensor,
                source_kv, source_pad, picks: Optional[Picks] = None) -> DecoderState:
         """Insert ``tokens`` [N] (scores [N]) into the ``chosen`` slots (bool [B, K], N True, row-major)
-        and encode them, left to right within a sentence; ``picks``: the same slots as :class:`Picks`, which
-        spare the reads of the device that boolean indexing makes."""
+        and encode them, left to right within a sentence; ``picks``: the same slots as :class:`Picks` (made here when
+        not given), which spare the reads of the device that boolean indexing makes."""
         h = state.hidden
         B, S, D = h.shape
-        K = S - 1
+        picks = picks or Picks.of(chosen)
         slot_of, g_real, n_new = compact(chosen, picks)  # new tokens, left to right, [B, G]
         G = slot_of.size(1)
-        if picks is not None and picks.n == B and picks.widest == 1:  # one new token a row: already in order
+        if picks.n == B and picks.widest == 1:  # one new token a row: already in order
             g_tok, g_score = tokens.unsqueeze(1), scores.unsqueeze(1)  # [B, 1]
         else:
-            if picks is None:
-                new_tok = torch.full((B, K), self.pad, dtype=torch.long, device=h.device)
-                new_tok[chosen] = tokens
-                new_score = torch.zeros(B, K, device=h.device)
-                new_score[chosen] = scores
-            else:
-                new_tok, new_score = picks.place(tokens, self.pad), picks.place(scores.float(), 0.0)  # [B, K]
+            new_tok, new_score = picks.place(tokens, self.pad), picks.place(scores.float(), 0.0)  # [B, K]
             g_tok = new_tok.gather(1, slot_of).masked_fill(~g_real, self.pad)
             g_score = new_score.gather(1, slot_of).masked_fill(~g_real, 0.0)
 

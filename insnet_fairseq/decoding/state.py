@@ -185,10 +185,3 @@ class Picks:
         out[self.rows, self.cols] = values
         return out
 
-
-def at_chosen(x: Tensor, chosen: Tensor, picks: Optional[Picks] = None) -> Tensor:
-    """``x[chosen]``: x [B, K, ...] and chosen bool [B, K] with N True -> [N, ...], row-major; by ``picks`` (the same
-    slots, :class:`Picks`) when given, without reading N back from the device.
-    Example: x [[1, 2], [3, 4]], chosen [[F, T], [T, F]] -> [2, 3] either way.
-    """
-    return x[chosen] if picks is None else picks.take(x)
