@@ -128,6 +128,10 @@ def main(argv=None):
     p.add_argument("--verify-tolerance", type=float, default=0.0, help="with --verify: its --verify-tolerance")
     p.add_argument("--beam", type=int, default=1,
                    help="also decode the --insnet model sequentially with --insertion-beam N and the AR model with beam N")
+    p.add_argument("--compile", nargs="+", default=[], metavar="MODE", choices=["default", "reduce-overhead", "max-autotune"],
+                   help="also decode InsNet sequentially, and the parallel-trained model (fused queries with --fused), "
+                        "with --compile-decoder MODE, for each MODE; their warm-up decodes every batch once (the "
+                        "compilation), the rounds are timed after it")
     p.add_argument("--cached-only", action="store_true",
                    help="leave out the uncached decodings and the length terciles (the latency comparison only)")
     args = p.parse_args(argv)
@@ -153,6 +157,9 @@ def main(argv=None):
 
     systems = (insnet_systems("InsNet seq", insnet, ins_task, mode="sequential")
                + insnet_systems("InsNet par", insnet, ins_task, mode="parallel", slot_top_p=args.slot_top_p))
+    for mode in args.compile:  # --compile-decoder: cached only (the uncached path re-encodes and is not compiled)
+        systems.append(System(f"InsNet seq, compiled {mode} cached", insnet, InsertionGenerator(
+            tgt, mode="sequential", compile_decoder=mode), ins_task, dev))
     if args.insnet_parallel:
         par, par_task = load(args.insnet_parallel, args.data, dev)
         systems += insnet_systems("InsNet-parallel-trained par", par, par_task, mode="parallel",
@@ -161,6 +168,11 @@ def main(argv=None):
             systems += insnet_systems("InsNet-parallel-trained par, fused queries", par, par_task,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       fuse_slot_queries=True)
+        for mode in args.compile:
+            systems.append(System(f"InsNet-parallel-trained par{', fused queries' if args.fused else ''}, compiled {mode} "
+                                  "cached", par, InsertionGenerator(tgt, mode="parallel", slot_top_p=args.slot_top_p,
+                                                                    skip_repeats=args.skip_repeats, fuse_slot_queries=args.fused,
+                                                                    compile_decoder=mode), par_task, dev))
         fused = ", fused queries" if args.fused else ""  # the systems below, with --fused: one pass per step
         if args.candidates > 1:  # the same model with --insertion-candidates
             systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates{fused}", par, par_task,
@@ -217,8 +229,8 @@ def main(argv=None):
         runs = [s for s in systems if (bsz > 1 or "uncached" not in s.name)
                 and (not insnet_only or s.name.startswith("InsNet"))]
         prepared = {s.task: batches(s.task, sel, bsz, dev) for s in runs}
-        for s in runs:  # warm-up
-            s.run(prepared[s.task][:1])
+        for s in runs:  # warm-up (a compiled system: every batch, so that its compilations are not timed)
+            s.run(prepared[s.task] if ", compiled " in s.name else prepared[s.task][:1])
         times = {s.name: [] for s in runs}
         for _ in range(args.rounds):
             for s in runs:

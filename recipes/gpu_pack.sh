@@ -4,7 +4,8 @@
 #   gpu_carry/site    fairseq-fixed 0.12.3.1 and its pure-Python needs, unpacked from cp312 wheels (fairseq's examples,
 #                     the alignment/BASE-layer/LevT C++ extensions and sacremoses left out: decoding InsNet and the AR
 #                     model needs none of them; LevT's libnat does, so LevT does not decode there)
-#   gpu_carry/data    the Multi30k test split and dictionaries (data-bin/multi30k_en_de)
+#   gpu_carry/data    the Multi30k test split and dictionaries (data-bin/multi30k_en_de); DATA="data-bin/A ..." adds each
+#                     whole data-bin folder as gpu_carry/data/A (training there: recipes/gpu_lm_pair.sh)
 #   gpu_carry/models  NAME.pt for each NAME=CHECKPOINT: float16 parameters, no optimizer state
 #                     (recipes/average_checkpoints.py --transfer; they load into float32 parameters)
 #
@@ -15,7 +16,7 @@
 #       --insnet gpu_carry/models/student.pt ...        # results/gpu_latency_s28.txt has the whole command
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -gt 0 ] || { echo "usage: bash recipes/gpu_pack.sh NAME=CHECKPOINT..." >&2; exit 2; }
+[ $# -gt 0 ] || [ -n "${DATA:-}" ] || { echo "usage: [DATA='data-bin/A ...'] bash recipes/gpu_pack.sh NAME=CHECKPOINT..." >&2; exit 2; }
 py=${PYTHON:-.venv/bin/python}
 out=gpu_carry
 rm -rf $out && mkdir -p $out/site $out/data $out/models .whl
@@ -31,6 +32,11 @@ done
 rm -rf $out/site/fairseq/examples $out/site/alignment_train_cpu_binding*.so $out/site/fairseq/libbase*.so \
   $out/site/fairseq/libnat*.so
 cp data-bin/multi30k_en_de/dict.* data-bin/multi30k_en_de/test.* $out/data/
+for d in ${DATA:-}; do
+  [ -f "$d/preprocess.log" ] || [ -f "$d/dict.txt" ] || ls "$d"/dict.*.txt >/dev/null 2>&1 \
+    || { echo "gpu_pack.sh: DATA: $d is not a fairseq data-bin folder" >&2; exit 2; }
+  cp -r "$d" $out/data/
+done
 for pair in "$@"; do
   name=${pair%%=*} ckpt=${pair#*=}
   [ "$name" != "$pair" ] && [ -f "$ckpt" ] || { echo "gpu_pack.sh: $pair: expected NAME=CHECKPOINT (a file)" >&2; exit 2; }

@@ -337,6 +337,29 @@ def test_fused_slot_queries_equal_the_separate_query_pass(mode, monkeypatch):
     assert len({tuple(hyps[0]["tokens"].tolist()) for hyps in fused}) > 1
 
 
+def test_compiled_decoder_pass_decodes_as_the_eager_one():
+    """--compile-decoder: the cached step's pass through torch.compile (dynamic shapes; here the aot_eager backend,
+    which traces and functionalises the in-place cache writes as inductor does, without a C++ compiler) decodes a
+    batch of 6 (padded sources, holes, several new tokens a step) token for token as the eager pass, with the fused
+    slot queries in parallel mode and the tokens' pass alone in sequential mode; a bad mode is refused by its flag."""
+    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=True)
+    model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    sample = sample_of(src, src_lengths)
+    for mode, fused, backend in [("parallel", True, "aot_eager"), ("sequential", False, "eager")]:
+        kw = dict(mode=mode, slot_top_p=0.9, max_steps=25, fuse_slot_queries=fused)
+        eager = InsertionGenerator(d, **kw).generate([model], sample)
+        gen = InsertionGenerator(d, compile_decoder="default", compile_backend=backend, **kw)
+        compiled = gen.generate([model], sample)
+        assert list(gen._compiled) == [(id(model.decoder.context), "forward_with_queries" if fused else "forward")]
+        for a, b in zip(compiled, eager):
+            assert a[0]["tokens"].tolist() == b[0]["tokens"].tolist() and a[0]["steps"] == b[0]["steps"]
+            torch.testing.assert_close(a[0]["positional_scores"], b[0]["positional_scores"], atol=1e-5, rtol=0)
+        assert len({tuple(h[0]["tokens"].tolist()) for h in compiled}) > 1
+    with pytest.raises(ValueError, match="--compile-decoder"):
+        InsertionGenerator(d, compile_decoder="fast")
+
+
 def test_picks_select_what_boolean_indexing_selects():
     mask = torch.tensor([[False, True, True], [True, False, False]])
     p = Picks.of(mask)

@@ -7,6 +7,7 @@ from typing import List, Sequence, Tuple
 
 MODES = ("sequential", "parallel")
 REDRAFTS = ("suffix", "fresh")  # --verify-redraft (decoding/verify.py: next_canvas)
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")  # --compile-decoder: torch.compile's modes
 
 
 def check_decoding_flags(mode: str, slot_top_p: float, max_steps: int, min_token_prob: float = 0.0,

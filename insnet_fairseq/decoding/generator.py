@@ -72,8 +72,8 @@ from torch import Tensor
 from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH
 from insnet_fairseq.decoding.beam import BeamSearch
 from insnet_fairseq.decoding.cache import ColumnStore, layer_names
-from insnet_fairseq.decoding.flags import (check_beam_flags, check_blanks, check_decoding_flags, check_verify_flags,
-                                          split_template)
+from insnet_fairseq.decoding.flags import (COMPILE_MODES, check_beam_flags, check_blanks, check_decoding_flags,
+                                          check_verify_flags, split_template)
 from insnet_fairseq.decoding.mbr import mbr_order
 from insnet_fairseq.decoding.rerank import Judge, pad_hypotheses
 from insnet_fairseq.decoding.sampling import check_temperature, sample
@@ -125,6 +125,8 @@ class InsertionGenerator:
         verify_tolerance: float = 0.0,
         verify_max_len: Tuple[float, int] = (0.0, 200),
         verify_redraft: str = "suffix",
+        compile_decoder: str = "off",
+        compile_backend: str = "inductor",
     ):
         check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold, stop_check_prob)
         check_beam_flags(beam, mode, candidates=candidates, sampling=sampling, skip_repeats=skip_repeats,
@@ -167,6 +169,11 @@ class InsertionGenerator:
         # step (one pass per step instead of two; the same outputs). Off by default: the queries of every slot cost
         # more than the saved pass at large batches (CPU: 1.1x faster at batch 1, 0.8x at batch 64)
         self.fuse_slot_queries = fuse_slot_queries
+        # --compile-decoder: each cached step's decoder pass through torch.compile (dynamic shapes), made on first use
+        if compile_decoder not in COMPILE_MODES:
+            raise ValueError(f"--compile-decoder must be one of {', '.join(COMPILE_MODES)}, got '{compile_decoder}'")
+        self.compile_decoder, self.compile_backend = compile_decoder, compile_backend
+        self._compiled = {}  # (id(context), pass name) -> the compiled pass
         self.tgt_dict = tgt_dict
         self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
         self.mode = mode
@@ -194,6 +201,20 @@ class InsertionGenerator:
         self.symbols_to_strip_from_output = {self.bos, self.eos}
         self.banned = torch.tensor(sorted({self.bos, self.eos, self.pad}))
         self._banned_on = {}  # device -> self.banned there
+
+    def context_pass(self, decoder, name: str):
+        """The context encoder's pass ``name`` (``forward``: new tokens; ``forward_with_queries``: new tokens and the
+        next step's slot queries) that a cached step runs: the module's own, or with ``--compile-decoder MODE`` the
+        same compiled by ``torch.compile(mode=MODE, dynamic=True)``, once per model (the first steps compile it: a
+        minute or more; later shapes reuse it). Its outputs equal the eager pass's within float rounding."""
+        fn = getattr(decoder.context, name)
+        if self.compile_decoder == "off":
+            return fn
+        key = (id(decoder.context), name)
+        if key not in self._compiled:
+            mode = None if self.compile_decoder == "default" else self.compile_decoder
+            self._compiled[key] = torch.compile(fn, mode=mode, dynamic=True, backend=self.compile_backend)
+        return self._compiled[key]
 
     def banned_on(self, device) -> Tensor:
         """:attr:`banned` on ``device``, copied there once (a copy to a GPU at every step waits for the device)."""
@@ -887,10 +908,10 @@ class InsertionGenerator:
             z = None
             if fused:  # the new tokens and every slot's query for the next step, in one pass
                 q_geometry = self.query_geometry(pos_all, real_all, self.all_slots(pos_all))  # [B, S + G - 1, S + G]
-                h_new, _, z = decoder.context.forward_with_queries(g_tok, offsets, mask, source_kv, source_pad, writers,
-                                                                   *q_geometry)
-            else:
-                h_new, _ = decoder.context(g_tok, offsets, mask, source_kv, source_pad, past=writers)  # writes k, v
+                h_new, _, z = self.context_pass(decoder, "forward_with_queries")(
+                    g_tok, offsets, mask, source_kv, source_pad, writers, *q_geometry)
+            else:  # writes k, v
+                h_new, _ = self.context_pass(decoder, "forward")(g_tok, offsets, mask, source_kv, source_pad, past=writers)
             new = dict(hidden=h_new)
             if state.parts is not None:
                 new["part_l"], new["part_r"] = self.slot_parts(decoder, h_new)

@@ -73,10 +73,12 @@ class OffsetSelfAttention(nn.Module):
         Without gradients and outside training (decoding: one call per layer and step, S growing by a
         token or a few) P is kept for a range of offsets (at least 32, doubled when outgrown) and sliced,
         until the table or ``W_kR`` changes (their tensors' version counters: an optimizer step, a
-        checkpoint load) or a larger range is asked for.
+        checkpoint load) or a larger range is asked for. A pass compiled by ``torch.compile``
+        (``--compile-decoder``) projects the range it needs instead: the kept copy is keyed by data pointers,
+        which a compiled graph cannot compare.
         """
         center = (rel_table.size(0) - 1) // 2
-        if self.training or torch.is_grad_enabled():
+        if self.training or torch.is_grad_enabled() or torch.compiler.is_compiling():  # (a compiled pass: no cache)
             return self._project(rel_table[center - max_offset : center + max_offset + 1])
         w = self.r_proj.weight
         key = (rel_table.data_ptr(), rel_table._version, rel_table.dtype, w.data_ptr(), w._version, w.dtype)

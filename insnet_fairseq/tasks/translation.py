@@ -14,7 +14,8 @@ from fairseq.tasks import register_task
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from insnet_fairseq.data.dataset import InsertionPairDataset
-from insnet_fairseq.decoding.flags import MODES, check_beam_flags, check_decoding_flags, check_verify_flags
+from insnet_fairseq.decoding.flags import (COMPILE_MODES, MODES, check_beam_flags, check_decoding_flags,
+                                          check_verify_flags)
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.inputs import screen_lines
 from insnet_fairseq.decoding.rerank import JUDGE_ORDERS
@@ -156,6 +157,12 @@ class InsertionTranslationConfig(TranslationConfig):
         metadata={"help": "--slot-query-stream models: each cached decoding step computes the next step's slot queries "
                   "(every slot's) in its own pass: one decoder pass per step instead of two, the same outputs "
                   "(faster at batch 1, slower at large batches: every slot's query is computed)"},
+    )
+    compile_decoder: ChoiceEnum(list(COMPILE_MODES)) = field(
+        default="off",
+        metadata={"help": "cached decoding: each step's decoder pass through torch.compile (dynamic shapes) in this "
+                  "mode: fewer, fused kernels where a step is bound by the host (a GPU at batch 1); compiled on first "
+                  "use (a minute or more), the same outputs within float rounding. off: eager"},
     )
     no_insertion_cache: bool = field(
         default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
@@ -563,6 +570,7 @@ class InsertionTranslationTask(TranslationTask):
             candidates=self.cfg.insertion_candidates,
             candidates_finish=self.cfg.insertion_candidates_finish,
             fuse_slot_queries=self.cfg.fuse_slot_queries,
+            compile_decoder=self.cfg.compile_decoder,
             reranking=getattr(args, "iter_decode_with_external_reranker", False),
             channel_weight=self.cfg.channel_weight,
             judge_order=self.cfg.judge_order,

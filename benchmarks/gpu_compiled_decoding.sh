@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Batch-1 decoding latency on a lent GPU with and without --compile-decoder, side by side (issue 9's latency goal,
+# issue 13's per-step goal), for models trained there first: the AR transformer, l2r InsNet and a parallel model
+# (anchored order, uniform levels, --slot-query-stream: the student's architecture, from scratch, no KD), each MINUTES
+# (3) of wall clock, all at once on the GPU (recipes/train.sh, the tables' size and settings). Then
+# benchmarks/decode_latency.py at batch 1: eager and compiled (COMPILE: "default"), the parallel model with fused slot
+# queries and --skip-repeats; its output goes to OUT/compiled_latency.txt as it is printed.
+#
+#   here:  DATA="data-bin/multi30k_en_de" bash recipes/gpu_pack.sh        # gpu_carry/ (plus any checkpoints)
+#   there: OUT=$OUT bash benchmarks/gpu_compiled_decoding.sh                # PYTHONPATH=gpu_carry/site
+#
+# The models are short-trained: the figures are per-step costs and their ratios, not the results tables' latencies.
+# Environment: MINUTES, COMPILE, SENTENCES (100), ROUNDS (3), DEVICE (cuda), OUT (out/gpu_compile), CKPT_DIR (checkpoints/gpu_mt),
+# DATA_BIN (gpu_carry/data/multi30k_en_de), PYTHON (python3).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+minutes=${MINUTES:-3}; out=${OUT:-out/gpu_compile}; ckpts=${CKPT_DIR:-checkpoints/gpu_mt}
+data=${DATA_BIN:-gpu_carry/data/multi30k_en_de}; py=${PYTHON:-python3}; logs=logs/gpu_mt
+[ -f "$data/train.en-de.en.bin" ] || { echo "gpu_compiled_decoding.sh: $data has no training data (pack it: DATA=data-bin/multi30k_en_de bash recipes/gpu_pack.sh)" >&2; exit 2; }
+[ -d gpu_carry/site ] && export PYTHONPATH=$PWD/gpu_carry/site${PYTHONPATH:+:$PYTHONPATH}
+if ! command -v fairseq-train >/dev/null; then  # fairseq's console scripts, as modules of the carried package
+  shims=$(mktemp -d)
+  printf '#!/bin/sh\nexec %s -m fairseq_cli.train "$@"\n' "$py" >"$shims/fairseq-train"
+  printf '#!/bin/sh\nexec %s "$@"\n' "$py" >"$shims/python"
+  chmod +x "$shims"/*; export PATH=$shims:$PATH
+fi
+mkdir -p "$out" "$logs"
+export MINUTES=$minutes UPDATES=0 THREADS=1
+bash recipes/train.sh ar "$data" "$ckpts/ar" >"$logs/ar.log" 2>&1 &
+bash recipes/train.sh insnet "$data" "$ckpts/l2r" --insertion-order l2r >"$logs/l2r.log" 2>&1 &
+bash recipes/train.sh insnet "$data" "$ckpts/parallel" --insertion-order anchored --layerization uniform \
+  --slot-query-stream >"$logs/parallel.log" 2>&1 &
+wait
+for r in ar l2r parallel; do
+  [ -f "$ckpts/$r/checkpoint_last.pt" ] || { echo "gpu_compiled_decoding.sh: the $r run saved nothing:" >&2; tail -5 "$logs/$r.log" >&2; exit 1; }
+  echo "$r: $(grep -oE 'num_updates[= ][0-9]+' "$logs/$r.log" | tail -1 | grep -oE '[0-9]+$') updates in $minutes minutes"
+done | tee "$out/compiled_latency.txt"
+# shellcheck disable=SC2086
+PYTHONUNBUFFERED=1 $py benchmarks/decode_latency.py --device "${DEVICE:-cuda}" --data "$data" --insnet "$ckpts/l2r/checkpoint_last.pt" \
+  --insnet-parallel "$ckpts/parallel/checkpoint_last.pt" --ar "$ckpts/ar/checkpoint_last.pt" --skip-repeats \
+  --slot-top-p 0.9 --fused --compile ${COMPILE:-default} --batch-sizes 1 --cached-only \
+  --sentences "${SENTENCES:-100}" --rounds "${ROUNDS:-3}" 2>&1 | grep -v Warning | tee -a "$out/compiled_latency.txt"

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Issue 11's pair at equal update counts, all at once on one GPU: the AR keywords -> sentence row (lm_budget.sh's `ar`)
+# and the InsNet keywords-order +KD row (`seq-keywords` on the distilled corpus), SEEDS ("1 2") of each, UPDATES (3000)
+# updates each; lm_budget.sh's settings otherwise (3 layers, d=256, dropout 0.1, 4096 tokens a batch, lr 1e-3).
+# Each run's last AVG_LAST (4) checkpoints (saved every 250 updates) are averaged into OUT/ROW_sSEED.pt, in float16
+# without optimizer state (recipes/average_checkpoints.py --transfer): the checkpoint chosen before any score is seen.
+#
+#   here:  DATA="data-bin/lm_multi30k-ar data-bin/lm_multi30k-distill" bash recipes/gpu_pack.sh   # gpu_carry/, <= 64 MiB
+#   there (the device tool's run, carrying gpu_carry): OUT=$OUT bash recipes/gpu_lm_pair.sh
+#   here:  python recipes/evaluate_lm.py ... on each OUT/ROW_sSEED.pt (docs/constrained_generation.md)
+#
+# The GPU machine has torch but no fairseq: gpu_carry/site is put on PYTHONPATH and, where no fairseq-train is on the
+# PATH, fairseq's command-line tools run as `$PYTHON -m fairseq_cli.TOOL` (PYTHON: python3). MINUTES (7) caps each
+# run's wall clock as a guard (a run it stops has fewer updates: the summary says how many each made).
+# Environment: UPDATES, SEEDS, AVG_LAST, MINUTES, OUT (out/gpu_lm), AR_DATA (gpu_carry/data/lm_multi30k: its -ar
+# bitext), KD_DATA (gpu_carry/data/lm_multi30k-distill), CKPT_DIR (checkpoints/gpu_lm), PYTHON.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+updates=${UPDATES:-3000}; seeds=${SEEDS:-1 2}; avg_last=${AVG_LAST:-4}; out=${OUT:-out/gpu_lm}
+ar_data=${AR_DATA:-gpu_carry/data/lm_multi30k}; kd_data=${KD_DATA:-gpu_carry/data/lm_multi30k-distill}
+ckpts=${CKPT_DIR:-checkpoints/gpu_lm}; py=${PYTHON:-python3}; logs=logs/gpu_lm
+for d in "$ar_data-ar" "$kd_data"; do
+  [ -d "$d" ] || { echo "gpu_lm_pair.sh: $d missing (pack it: DATA=\"data-bin/lm_multi30k-ar data-bin/lm_multi30k-distill\" bash recipes/gpu_pack.sh)" >&2; exit 2; }
+done
+[ -d gpu_carry/site ] && export PYTHONPATH=$PWD/gpu_carry/site${PYTHONPATH:+:$PYTHONPATH}
+if ! command -v fairseq-train >/dev/null; then  # fairseq's console scripts, as modules of the carried package
+  shims=$(mktemp -d)
+  for tool in train generate validate preprocess; do
+    printf '#!/bin/sh\nexec %s -m fairseq_cli.%s "$@"\n' "$py" "$tool" >"$shims/fairseq-$tool"
+    chmod +x "$shims/fairseq-$tool"
+  done
+  printf '#!/bin/sh\nexec %s "$@"\n' "$py" >"$shims/python"; chmod +x "$shims/python"
+  export PATH=$shims:$PATH
+fi
+mkdir -p "$out" "$logs"
+export UPDATES=$updates KEEP_INTERVAL=$avg_last MINUTES=${MINUTES:-7} THREADS=1 CKPT_DIR=$ckpts
+runs=()
+for s in $seeds; do  # every run at once: the same wall clock on the same, shared GPU
+  LM_DATA=$ar_data CKPT_DIR=$ckpts/s$s bash recipes/lm_budget.sh train ar --seed "$s" >"$logs/ar_s$s.log" 2>&1 &
+  runs+=("$!:ar:$s")
+  LM_DATA=$kd_data CKPT_DIR=$ckpts/kd_s$s bash recipes/lm_budget.sh train seq-keywords --seed "$s" \
+    >"$logs/kd_s$s.log" 2>&1 &
+  runs+=("$!:kd:$s")
+done
+failed=0
+for r in "${runs[@]}"; do
+  IFS=: read -r pid row s <<<"$r"
+  wait "$pid" || { echo "gpu_lm_pair.sh: the $row run of seed $s failed (its log: $logs/${row}_s$s.log):" >&2
+                   tail -5 "$logs/${row}_s$s.log" >&2; failed=1; }
+done
+[ $failed = 0 ] || exit 1
+for s in $seeds; do
+  for row in ar kd; do
+    dir=$ckpts/s$s/lm_ar; [ $row = kd ] && dir=$ckpts/kd_s$s/lm_seq-keywords
+    # the interval checkpoints fairseq kept (the last AVG_LAST) and the last one (often the same state: counted once)
+    mapfile -t kept < <(ls "$dir"/checkpoint_[0-9]*_[0-9]*.pt 2>/dev/null)
+    $py recipes/average_checkpoints.py --inputs "${kept[@]}" "$dir/checkpoint_last.pt" --output "$out/${row}_s$s.pt" \
+      --transfer
+    last=$(grep -oE 'num_updates[= ][0-9]+' "$logs/${row}_s$s.log" | tail -1 | grep -oE '[0-9]+$' || true)
+    echo "$row seed $s: ${last:-?} updates, $(grep -c '| valid on' "$logs/${row}_s$s.log") valid epochs, valid loss by epoch:" \
+      "$(grep '| valid on' "$logs/${row}_s$s.log" | grep -oE '\| loss [0-9.]+' | cut -d' ' -f3 | tr '\n' ' ')"
+  done
+done | tee "$out/summary.txt"
