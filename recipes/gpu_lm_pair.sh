@@ -9,7 +9,7 @@
 #   there (the device tool's run, carrying gpu_carry): OUT=$OUT bash recipes/gpu_lm_pair.sh
 #   here:  python recipes/evaluate_lm.py ... on each OUT/ROW_sSEED.pt (docs/constrained_generation.md)
 #
-# The GPU machine has torch but no fairseq: gpu_carry/site is put on PYTHONPATH and, where no fairseq-train is on the
+# The GPU machine has torch but no fairseq: recipes/gpu_env.sh puts gpu_carry/site on PYTHONPATH and, where no fairseq-train is on the
 # PATH, fairseq's command-line tools run as `$PYTHON -m fairseq_cli.TOOL` (PYTHON: python3). MINUTES (7) caps each
 # run's wall clock as a guard (a run it stops has fewer updates: the summary says how many each made).
 # Environment: UPDATES, SEEDS, AVG_LAST, MINUTES, OUT (out/gpu_lm), AR_DATA (gpu_carry/data/lm_multi30k: its -ar
@@ -22,16 +22,7 @@ ckpts=${CKPT_DIR:-checkpoints/gpu_lm}; py=${PYTHON:-python3}; logs=logs/gpu_lm
 for d in "$ar_data-ar" "$kd_data"; do
   [ -d "$d" ] || { echo "gpu_lm_pair.sh: $d missing (pack it: DATA=\"data-bin/lm_multi30k-ar data-bin/lm_multi30k-distill\" bash recipes/gpu_pack.sh)" >&2; exit 2; }
 done
-[ -d gpu_carry/site ] && export PYTHONPATH=$PWD/gpu_carry/site${PYTHONPATH:+:$PYTHONPATH}
-if ! command -v fairseq-train >/dev/null; then  # fairseq's console scripts, as modules of the carried package
-  shims=$(mktemp -d)
-  for tool in train generate validate preprocess; do
-    printf '#!/bin/sh\nexec %s -m fairseq_cli.%s "$@"\n' "$py" "$tool" >"$shims/fairseq-$tool"
-    chmod +x "$shims/fairseq-$tool"
-  done
-  printf '#!/bin/sh\nexec %s "$@"\n' "$py" >"$shims/python"; chmod +x "$shims/python"
-  export PATH=$shims:$PATH
-fi
+source recipes/gpu_env.sh  # gpu_carry/site on PYTHONPATH; fairseq's tools where none is installed
 mkdir -p "$out" "$logs"
 export UPDATES=$updates KEEP_INTERVAL=$avg_last MINUTES=${MINUTES:-7} THREADS=1 CKPT_DIR=$ckpts
 runs=()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Score the constrained-generation pair's checkpoints (recipes/gpu_lm_pair.sh's OUT folder: ar_sSEED.pt, the AR
 # keywords -> sentence model, and kd_sSEED.pt, InsNet keywords order +KD) the same way, with recipes/evaluate_lm.py:
-# beam 5 (AR: --beam 5; InsNet: sequential --insertion-beam 5) on valid at each --lenpen of LENPENS ("0.6 1 1.4"),
+# beam 5 (AR: --beam 5; InsNet: sequential --insertion-beam 5) on valid at each --lenpen of LENPENS ("0.6 1 1.4 1.8 2.2 3 4"),
 # the best on valid then on test; AR greedy on test as well. Both models get the same grid and the same choice.
 #
 #   bash recipes/lm_pair_eval.sh CKPT_FOLDER RESULTS_FOLDER
@@ -11,7 +11,7 @@
 # KD_DATA (data-bin/lm_multi30k-distill: the same valid and test sets and keywords), BATCH (64).
 set -euo pipefail
 dir=${1:?CKPT_FOLDER (ar_sSEED.pt, kd_sSEED.pt)}; res=${2:?RESULTS_FOLDER}
-lenpens=${LENPENS:-0.6 1 1.4}; ar_data=${AR_DATA:-data-bin/lm_multi30k-ar}; kd_data=${KD_DATA:-data-bin/lm_multi30k-distill}
+lenpens=${LENPENS:-0.6 1 1.4 1.8 2.2 3 4}; ar_data=${AR_DATA:-data-bin/lm_multi30k-ar}; kd_data=${KD_DATA:-data-bin/lm_multi30k-distill}
 batch=${BATCH:-64}
 mkdir -p "$res"
 shopt -s nullglob

@@ -73,6 +73,24 @@ def test_tied_parameters_stay_one_tensor(tmp_path):
     assert model["encoder.embed"].data_ptr() == model["decoder.embed"].data_ptr() == model["decoder.out"].data_ptr()
 
 
+def test_equal_copies_of_tied_parameters_become_one_tensor(tmp_path):
+    """A GPU run's checkpoint holds tied parameters as separate equal copies: the average (and the float16 transfer
+    copy) stores them once, while a parameter of the same shape with other values stays its own."""
+    for name, u, w in (("a.pt", 1, [1.0, 1.0]), ("b.pt", 2, [3.0, 5.0])):
+        emb = torch.tensor(w)
+        torch.save({"model": {"encoder.embed": emb.clone(), "decoder.embed": emb.clone(), "decoder.out": emb.clone(),
+                              "decoder.bias": emb + 1},
+                    "optimizer_history": [{"num_updates": u}]}, tmp_path / name)
+    for flags in ([], ["--transfer"]):
+        out = average("--inputs", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--output", str(tmp_path / "avg.pt"),
+                      *flags)
+        assert out.returncode == 0, out.stderr
+        model = torch.load(tmp_path / "avg.pt", weights_only=False)["model"]
+        assert model["encoder.embed"].data_ptr() == model["decoder.embed"].data_ptr() == model["decoder.out"].data_ptr()
+        assert model["decoder.bias"].data_ptr() != model["decoder.out"].data_ptr()
+        assert model["decoder.out"].tolist() == [2.0, 3.0] and model["decoder.bias"].tolist() == [3.0, 4.0]
+
+
 def test_reuse_keeps_an_average_newer_than_its_inputs(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
