@@ -341,15 +341,19 @@ def test_compiled_decoder_pass_decodes_as_the_eager_one():
     """--compile-decoder: the cached step's pass through torch.compile (dynamic shapes; here the aot_eager backend,
     which traces and functionalises the in-place cache writes as inductor does, without a C++ compiler) decodes a
     batch of 6 (padded sources, holes, several new tokens a step) token for token as the eager pass, with the fused
-    slot queries in parallel mode and the tokens' pass alone in sequential mode; a bad mode is refused by its flag."""
+    slot queries in parallel mode and the tokens' pass alone in sequential mode, and in reduce-overhead mode (CUDA
+    graphs on a GPU) with the pass that writes no input: the cache's new columns written after it; a bad mode is
+    refused by its flag."""
     model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=True)
     model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
     src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
     sample = sample_of(src, src_lengths)
-    for mode, fused, backend in [("parallel", True, "aot_eager"), ("sequential", False, "eager")]:
+    for mode, fused, backend, compiled_mode in [("parallel", True, "aot_eager", "default"),
+                                                ("sequential", False, "eager", "default"),
+                                                ("parallel", True, "eager", "reduce-overhead")]:
         kw = dict(mode=mode, slot_top_p=0.9, max_steps=25, fuse_slot_queries=fused)
         eager = InsertionGenerator(d, **kw).generate([model], sample)
-        gen = InsertionGenerator(d, compile_decoder="default", compile_backend=backend, **kw)
+        gen = InsertionGenerator(d, compile_decoder=compiled_mode, compile_backend=backend, **kw)
         compiled = gen.generate([model], sample)
         assert list(gen._compiled) == [(id(model.decoder.context), "forward_with_queries" if fused else "forward")]
         for a, b in zip(compiled, eager):

@@ -904,14 +904,25 @@ class InsertionGenerator:
                 m = torch.arange(G, device=h.device)
                 later_new = m.view(1, G) > m.view(G, 1)  # new key m' > query m
                 mask = mask | torch.cat([torch.zeros(G, S, dtype=torch.bool, device=h.device), later_new], 1)
-            writers = [store.writer(kn, vn, S) for kn, vn in layer_names(len(state.cache))]
+            names = layer_names(len(state.cache))
+            # the pass writes each layer's new keys/values into the cache in place; for CUDA graphs (--compile-decoder
+            # reduce-overhead) a pass must write none of its inputs: it reads the cached columns and returns all S + G,
+            # whose new G columns are written here, after it
+            functional = self.compile_decoder == "reduce-overhead"
+            past = ([(store.buffers[kn][:, :, :S], store.buffers[vn][:, :, :S]) for kn, vn in names] if functional
+                    else [store.writer(kn, vn, S) for kn, vn in names])
             z = None
+            if functional:  # each step is a new replay of the CUDA graph: the last one's outputs are no longer read
+                torch.compiler.cudagraph_mark_step_begin()
             if fused:  # the new tokens and every slot's query for the next step, in one pass
                 q_geometry = self.query_geometry(pos_all, real_all, self.all_slots(pos_all))  # [B, S + G - 1, S + G]
-                h_new, _, z = self.context_pass(decoder, "forward_with_queries")(
-                    g_tok, offsets, mask, source_kv, source_pad, writers, *q_geometry)
+                h_new, kv, z = self.context_pass(decoder, "forward_with_queries")(
+                    g_tok, offsets, mask, source_kv, source_pad, past, *q_geometry)
             else:  # writes k, v
-                h_new, _ = self.context_pass(decoder, "forward")(g_tok, offsets, mask, source_kv, source_pad, past=writers)
+                h_new, kv = self.context_pass(decoder, "forward")(g_tok, offsets, mask, source_kv, source_pad, past=past)
+            if functional:  # kv: per layer (k, v) [B, H, S + G, Dh]; z outlives the next replay (the next step reads it)
+                store.write(S, {name: t[:, :, S:] for (kn, vn), (k, v) in zip(names, kv) for name, t in ((kn, k), (vn, v))})
+                z = None if z is None else z.clone()
             new = dict(hidden=h_new)
             if state.parts is not None:
                 new["part_l"], new["part_r"] = self.slot_parts(decoder, h_new)
