@@ -48,7 +48,7 @@ for s in $seeds; do
     $py recipes/average_checkpoints.py --inputs "${kept[@]}" "$dir/checkpoint_last.pt" --output "$out/${row}_s$s.pt" \
       --transfer
     last=$(grep -oE 'num_updates[= ][0-9]+' "$logs/${row}_s$s.log" | tail -1 | grep -oE '[0-9]+$' || true)
-    echo "$row seed $s: ${last:-?} updates, $(grep -c '| valid on' "$logs/${row}_s$s.log") valid epochs, valid loss by epoch:" \
+    echo "$row seed $s: ${last:-?} updates, $(grep -c '| valid on' "$logs/${row}_s$s.log") validations (each epoch's end and every 250 updates), valid loss at each:" \
       "$(grep '| valid on' "$logs/${row}_s$s.log" | grep -oE '\| loss [0-9.]+' | cut -d' ' -f3 | tr '\n' ' ')"
   done
 done | tee "$out/summary.txt"
