@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # Score the constrained-generation pair's checkpoints (recipes/gpu_lm_pair.sh's OUT folder: ar_sSEED.pt, the AR
 # keywords -> sentence model, and kd_sSEED.pt, InsNet keywords order +KD) the same way, with recipes/evaluate_lm.py:
-# beam 5 (AR: --beam 5; InsNet: sequential --insertion-beam 5) on valid at each --lenpen of LENPENS ("0.6 1 1.4 1.8 2.2 3 4"),
-# the best on valid then on test; AR greedy on test as well. Both models get the same grid and the same choice.
+# beam BEAM (5; AR: --beam; InsNet: sequential --insertion-beam) on valid at each --lenpen of LENPENS ("0.6 1 1.4 1.8 2.2
+# 3 4"), the best on valid then on test; AR greedy on test as well. Both models get the same grid and the same choice.
 #
 #   bash recipes/lm_pair_eval.sh CKPT_FOLDER RESULTS_FOLDER
 #
 # Output: RESULTS_FOLDER/valid_lenpen.csv (every valid decoding), RESULTS_FOLDER/lm_table.{md,csv} (test). A model
 # whose valid rows exist is not decoded on valid again. Environment: LENPENS, AR_DATA (data-bin/lm_multi30k-ar),
-# KD_DATA (data-bin/lm_multi30k-distill: the same valid and test sets and keywords), BATCH (64).
+# KD_DATA (data-bin/lm_multi30k-distill: the same valid and test sets and keywords), BATCH (64), BEAM (5).
 set -euo pipefail
 dir=${1:?CKPT_FOLDER (ar_sSEED.pt, kd_sSEED.pt)}; res=${2:?RESULTS_FOLDER}
 lenpens=${LENPENS:-0.6 1 1.4 1.8 2.2 3 4}; ar_data=${AR_DATA:-data-bin/lm_multi30k-ar}; kd_data=${KD_DATA:-data-bin/lm_multi30k-distill}
-batch=${BATCH:-64}
+batch=${BATCH:-64}; beam=${BEAM:-5}
 mkdir -p "$res"
 shopt -s nullglob
 ckpts=("$dir"/ar_s*.pt "$dir"/kd_s*.pt)
@@ -20,8 +20,8 @@ ckpts=("$dir"/ar_s*.pt "$dir"/kd_s*.pt)
 for ckpt in "${ckpts[@]}"; do
   name=$(basename "$ckpt" .pt)
   case $name in
-    ar_*) data=$ar_data; gen=(--user-dir insnet_fairseq --task translation --beam 5) ;;
-    kd_*) data=$kd_data; gen=(--user-dir insnet_fairseq --task insertion_lm --insertion-mode sequential --insertion-beam 5) ;;
+    ar_*) data=$ar_data; gen=(--user-dir insnet_fairseq --task translation --beam "$beam") ;;
+    kd_*) data=$kd_data; gen=(--user-dir insnet_fairseq --task insertion_lm --insertion-mode sequential --insertion-beam "$beam") ;;
   esac
   for lp in $lenpens; do
     if [ -f "$res/valid_lenpen.csv" ] && grep -q "^$name lenpen $lp," "$res/valid_lenpen.csv"; then continue; fi
@@ -35,7 +35,7 @@ rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["model"].startswith(sy
 print(max(rows, key=lambda r: float(r["bleu4"]))["model"].split()[-1])
 EOF
 )
-  python recipes/evaluate_lm.py --data "$data" --path "$ckpt" --batch-size "$batch" --name "$name beam 5, lenpen $best (valid)" \
+  python recipes/evaluate_lm.py --data "$data" --path "$ckpt" --batch-size "$batch" --name "$name beam $beam, lenpen $best (valid)" \
     --csv "$res/lm_table.csv" --markdown "$res/lm_table.md" -- "${gen[@]}" --lenpen "$best"
   if [ "${name%%_*}" = ar ]; then
     python recipes/evaluate_lm.py --data "$data" --path "$ckpt" --batch-size "$batch" --name "$name greedy" \
