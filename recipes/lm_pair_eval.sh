@@ -6,8 +6,8 @@
 #
 #   bash recipes/lm_pair_eval.sh CKPT_FOLDER RESULTS_FOLDER
 #
-# Output: RESULTS_FOLDER/valid_lenpen.csv (every valid decoding), RESULTS_FOLDER/lm_table.{md,csv} (test). A model
-# whose valid rows exist is not decoded on valid again. Environment: LENPENS, AR_DATA (data-bin/lm_multi30k-ar),
+# Output: RESULTS_FOLDER/valid_lenpen.csv (every valid decoding), RESULTS_FOLDER/lm_table.{md,csv} (test). A valid
+# decoding already in valid_lenpen.csv (the same checkpoint name, beam and lenpen) is not run again. Environment: LENPENS, AR_DATA (data-bin/lm_multi30k-ar),
 # KD_DATA (data-bin/lm_multi30k-distill: the same valid and test sets and keywords), BATCH (64), BEAM (5).
 set -euo pipefail
 dir=${1:?CKPT_FOLDER (ar_sSEED.pt, kd_sSEED.pt)}; res=${2:?RESULTS_FOLDER}
@@ -24,12 +24,12 @@ for ckpt in "${ckpts[@]}"; do
     kd_*) data=$kd_data; gen=(--user-dir insnet_fairseq --task insertion_lm --insertion-mode sequential --insertion-beam "$beam") ;;
   esac
   for lp in $lenpens; do
-    if [ -f "$res/valid_lenpen.csv" ] && grep -q "^$name lenpen $lp," "$res/valid_lenpen.csv"; then continue; fi
+    if [ -f "$res/valid_lenpen.csv" ] && grep -q "^$name beam $beam lenpen $lp," "$res/valid_lenpen.csv"; then continue; fi
     python recipes/evaluate_lm.py --data "$data" --path "$ckpt" --gen-subset valid --batch-size "$batch" \
-      --name "$name lenpen $lp" --csv "$res/valid_lenpen.csv" -- "${gen[@]}" --lenpen "$lp"
+      --name "$name beam $beam lenpen $lp" --csv "$res/valid_lenpen.csv" -- "${gen[@]}" --lenpen "$lp"
   done
   # the lenpen of the best valid BLEU-4 (the first of equals)
-  best=$(python - "$res/valid_lenpen.csv" "$name" <<'EOF'
+  best=$(python - "$res/valid_lenpen.csv" "$name beam $beam" <<'EOF'
 import csv, sys
 rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["model"].startswith(sys.argv[2] + " lenpen ")]
 print(max(rows, key=lambda r: float(r["bleu4"]))["model"].split()[-1])
