@@ -230,7 +230,8 @@ def main(argv=None):
                 and (not insnet_only or s.name.startswith("InsNet"))]
         prepared = {s.task: batches(s.task, sel, bsz, dev) for s in runs}
         for s in runs:  # warm-up (a compiled system: every batch, so that its compilations are not timed)
-            s.run(prepared[s.task] if ", compiled " in s.name else prepared[s.task][:1])
+            compiled = getattr(s.generator, "compile_decoder", "off") != "off"
+            s.run(prepared[s.task] if compiled else prepared[s.task][:1])
         times = {s.name: [] for s in runs}
         for _ in range(args.rounds):
             for s in runs:

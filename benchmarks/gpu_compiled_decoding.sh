@@ -15,9 +15,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 minutes=${MINUTES:-3}; out=${OUT:-out/gpu_compile}; ckpts=${CKPT_DIR:-checkpoints/gpu_mt}
-data=${DATA_BIN:-gpu_carry/data/multi30k_en_de}; py=${PYTHON:-python3}; logs=logs/gpu_mt
+data=${DATA_BIN:-gpu_carry/data/multi30k_en_de}; logs=logs/gpu_mt
 [ -f "$data/train.en-de.en.bin" ] || { echo "gpu_compiled_decoding.sh: $data has no training data (pack it: DATA=data-bin/multi30k_en_de bash recipes/gpu_pack.sh)" >&2; exit 2; }
-source recipes/gpu_env.sh  # gpu_carry/site on PYTHONPATH; fairseq's tools where none is installed
+source recipes/gpu_env.sh  # gpu_carry/site on PYTHONPATH, fairseq's tools where none is installed; sets py (PYTHON)
 mkdir -p "$out" "$logs"
 export MINUTES=$minutes UPDATES=0 THREADS=1
 bash recipes/train.sh ar "$data" "$ckpts/ar" >"$logs/ar.log" 2>&1 &

@@ -77,16 +77,9 @@ def average(states: List[dict], names: List[str], dtype=None) -> Dict[str, torch
             if v.shape != first[k].shape:
                 sys.exit(f"average_checkpoints.py: {name}: parameter {k} has shape {tuple(v.shape)}, "
                          f"{first_name} {tuple(first[k].shape)}")
-    out, shared = {}, {}  # tied parameters (--share-all-embeddings) stay one tensor: one storage in the file
-    for k, v in states[-1]["model"].items():
-        if not v.is_floating_point():
-            out[k] = v
-            continue
-        tie = (v.untyped_storage().data_ptr(), v.storage_offset(), tuple(v.shape), v.stride())
-        if tie not in shared:
-            shared[tie] = torch.stack([s["model"][k].float() for s in states]).mean(0).to(dtype or v.dtype)
-        out[k] = shared[tie]
-    return retie(out)
+    out = {k: torch.stack([s["model"][k].float() for s in states]).mean(0).to(dtype or v.dtype)
+           if v.is_floating_point() else v for k, v in states[-1]["model"].items()}
+    return retie(out)  # tied parameters (--share-all-embeddings) average to equal tensors: one storage in the file
 
 
 def retie(params: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
@@ -96,17 +89,16 @@ def retie(params: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     (a float16 transfer of the AR model: 20.2 MB instead of 14.2). Equal values everywhere are what tying makes;
     loading copies the values into the model's own (tied or not) parameters, so nothing else changes.
     Example: {"enc.embed": [1, 2], "dec.embed": [1, 2] (a copy), "dec.bias": [1, 3]} -> the two embeddings one tensor."""
-    firsts = {}  # (shape, dtype) -> the distinct tensors met so far
+    distinct = {}  # (shape, dtype) -> the distinct tensors met so far
     out = {}
     for k, v in params.items():
         if not v.is_floating_point():
             out[k] = v
             continue
-        same = firsts.setdefault((tuple(v.shape), v.dtype), [])
-        match = next((u for u in same if u is v or (u.data_ptr() != v.data_ptr() and torch.equal(u, v))), None)
-        if match is None:
+        same = distinct.setdefault((tuple(v.shape), v.dtype), [])
+        out[k] = next((u for u in same if torch.equal(u, v)), v)
+        if out[k] is v:
             same.append(v)
-        out[k] = v if match is None else match
     return out
 
 

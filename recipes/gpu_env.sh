@@ -3,7 +3,7 @@
 # recipes/gpu_pack.sh carried in gpu_carry/site goes on PYTHONPATH where $PYTHON has none, and where no fairseq-train is on the PATH,
 # fairseq's command-line tools run as `$PYTHON -m fairseq_cli.TOOL` (PYTHON: python3; `python` is it too).
 # Here (a checkout with .venv) it changes nothing.
-py=${PYTHON:-python3}
+py=${PYTHON:-python3}  # the Python the sourcing script runs its tools with
 if [ -d gpu_carry/site ] && ! "$py" -c "import fairseq" 2>/dev/null; then  # (a carried site of another Python: unused)
   export PYTHONPATH=$PWD/gpu_carry/site${PYTHONPATH:+:$PYTHONPATH}
 fi

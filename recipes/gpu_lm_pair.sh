@@ -18,11 +18,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 updates=${UPDATES:-3000}; seeds=${SEEDS:-1 2}; avg_last=${AVG_LAST:-4}; out=${OUT:-out/gpu_lm}
 ar_data=${AR_DATA:-gpu_carry/data/lm_multi30k}; kd_data=${KD_DATA:-gpu_carry/data/lm_multi30k-distill}
-ckpts=${CKPT_DIR:-checkpoints/gpu_lm}; py=${PYTHON:-python3}; logs=logs/gpu_lm
+ckpts=${CKPT_DIR:-checkpoints/gpu_lm}; logs=logs/gpu_lm
 for d in "$ar_data-ar" "$kd_data"; do
   [ -d "$d" ] || { echo "gpu_lm_pair.sh: $d missing (pack it: DATA=\"data-bin/lm_multi30k-ar data-bin/lm_multi30k-distill\" bash recipes/gpu_pack.sh)" >&2; exit 2; }
 done
-source recipes/gpu_env.sh  # gpu_carry/site on PYTHONPATH; fairseq's tools where none is installed
+source recipes/gpu_env.sh  # gpu_carry/site on PYTHONPATH, fairseq's tools where none is installed; sets py (PYTHON)
 mkdir -p "$out" "$logs"
 export UPDATES=$updates KEEP_INTERVAL=$avg_last MINUTES=${MINUTES:-7} THREADS=1 CKPT_DIR=$ckpts
 runs=()

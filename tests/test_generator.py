@@ -6,6 +6,7 @@ import sys
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.state import Picks, compact, group_offsets
@@ -354,8 +355,12 @@ def test_compiled_decoder_pass_decodes_as_the_eager_one():
         kw = dict(mode=mode, slot_top_p=0.9, max_steps=25, fuse_slot_queries=fused)
         eager = InsertionGenerator(d, **kw).generate([model], sample)
         gen = InsertionGenerator(d, compile_decoder=compiled_mode, compile_backend=backend, **kw)
+        counters.clear()
         compiled = gen.generate([model], sample)
         assert list(gen._compiled) == [(id(model.decoder.context), "forward_with_queries" if fused else "forward")]
+        # the pass was traced into graphs, with no part of it left to eager Python (a graph break)
+        assert counters["stats"]["unique_graphs"] >= 1
+        assert not counters["unimplemented"] and not counters["graph_break"], dict(counters["unimplemented"])
         for a, b in zip(compiled, eager):
             assert a[0]["tokens"].tolist() == b[0]["tokens"].tolist() and a[0]["steps"] == b[0]["steps"]
             torch.testing.assert_close(a[0]["positional_scores"], b[0]["positional_scores"], atol=1e-5, rtol=0)

@@ -918,7 +918,7 @@ class InsertionGenerator:
                 q_geometry = self.query_geometry(pos_all, real_all, self.all_slots(pos_all))  # [B, S + G - 1, S + G]
                 h_new, kv, z = self.context_pass(decoder, "forward_with_queries")(
                     g_tok, offsets, mask, source_kv, source_pad, past, *q_geometry)
-            else:  # writes k, v
+            else:
                 h_new, kv = self.context_pass(decoder, "forward")(g_tok, offsets, mask, source_kv, source_pad, past=past)
             if functional:  # kv: per layer (k, v) [B, H, S + G, Dh]; z outlives the next replay (the next step reads it)
                 store.write(S, {name: t[:, :, S:] for (kn, vn), (k, v) in zip(names, kv) for name, t in ((kn, k), (vn, v))})
