@@ -86,7 +86,9 @@ def train_teacher(data, save):
 
 def checkpoint_task(ckpt) -> str:
     """The fairseq task a checkpoint was trained with (its saved config's ``task._name``, or ``args.task``:
-    :func:`insnet_fairseq.tasks.checkpoint_checks.checkpoint_arch`)."""
+    :func:`insnet_fairseq.tasks.checkpoint_checks.checkpoint_arch`). An ensemble (fairseq's ``a.pt:b.pt``) is read
+    from its first member; every member must share that task (:func:`ensemble_paths`)."""
+    ckpt = ensemble_paths(ckpt)[0]
     import torch
 
     sys.path.insert(0, ROOT)
@@ -96,6 +98,16 @@ def checkpoint_task(ckpt) -> str:
     if not name:
         fail(f"cannot tell the task of the teacher {ckpt} (no cfg.task in the checkpoint)")
     return name
+
+
+def ensemble_paths(ckpt: str) -> list:
+    """The members of a teacher given as fairseq's ``--path`` (one checkpoint, or an ensemble joined by ':'), each
+    checked to exist. Example: "a.pt:b.pt" -> ["a.pt", "b.pt"] (when both are files)."""
+    paths = [p for p in ckpt.split(":") if p]
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if not paths or missing:
+        fail(f"teacher {ckpt or '(none)'}: no such checkpoint {', '.join(missing) or '(empty path)'}")
+    return paths
 
 
 def teacher_decoding(task: str, beam: int) -> list:

@@ -26,7 +26,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from distill import BIN, ROOT, decode_train, env, fail, languages, log  # noqa: E402
+from distill import BIN, ROOT, decode_train, ensemble_paths, env, fail, languages, log  # noqa: E402
 
 
 def keeps_keywords(keywords, words) -> bool:
@@ -79,15 +79,17 @@ def read_lines(path):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", help="the LM data-bin folder's name, e.g. lm_multi30k (its AR bitext: NAME-ar)")
-    p.add_argument("--teacher", default=os.environ.get("TEACHER", ""), help="the AR keywords -> sentence checkpoint")
+    p.add_argument("--teacher", default=os.environ.get("TEACHER", ""),
+                   help="the AR keywords -> sentence checkpoint, or an ensemble of them joined by ':' (as --path)")
     p.add_argument("--data-dir", default="data-bin")
     p.add_argument("--work-dir", default="work")
     p.add_argument("--suffix", default=os.environ.get("DISTILL_SUFFIX", "distill"))
     args = p.parse_args(argv)
     if not args.suffix or "/" in args.suffix:
         fail(f"--suffix must be a non-empty name without '/', got '{args.suffix}'")
-    if not os.path.isfile(args.teacher):
-        fail(f"--teacher {args.teacher or '(none)'}: no such checkpoint (train it: bash recipes/lm_budget.sh train ar)")
+    if not args.teacher:
+        fail("--teacher: no checkpoint given (train one: bash recipes/lm_budget.sh train ar)")
+    teacher = ":".join(os.path.abspath(p) for p in ensemble_paths(args.teacher))
     data = os.path.abspath(os.path.join(args.data_dir, args.name))
     ar_data = data + "-ar"
     for d in (data, ar_data):
@@ -103,7 +105,7 @@ def main(argv=None):
         fail(f"{data}/train.keywords has {len(keywords)} lines for {len(originals)} training sentences")
     src, tgt = languages(ar_data)
     generated = os.path.join(work, "generate-train.txt")
-    decode_train(ar_data, os.path.abspath(args.teacher), src, tgt, generated, gen_args="--max-len-a 0 --max-len-b 50")
+    decode_train(ar_data, teacher, src, tgt, generated, gen_args="--max-len-a 0 --max-len-b 50")
 
     text = os.path.join(work, "train.tok")
     if os.path.exists(text):

@@ -371,6 +371,14 @@ def test_distillation_teacher_decodes_by_its_task(tmp_path):
     ckpt = tmp_path / "teacher.pt"
     torch.save({"cfg": {"task": {"_name": "insertion_translation"}}, "model": {}}, ckpt)
     assert distill.checkpoint_task(str(ckpt)) == "insertion_translation"
+    other = tmp_path / "other.pt"
+    torch.save({"cfg": {"task": {"_name": "translation"}}, "model": {}}, other)
+    assert distill.ensemble_paths(f"{ckpt}:{other}") == [str(ckpt), str(other)]  # fairseq's --path ensemble
+    assert distill.checkpoint_task(f"{ckpt}:{other}") == "insertion_translation"  # read from the first member
+    with pytest.raises(SystemExit, match="no such checkpoint .*missing.pt"):
+        distill.ensemble_paths(f"{ckpt}:{tmp_path / 'missing.pt'}")
+    with pytest.raises(SystemExit, match="empty path"):
+        distill.ensemble_paths(":")
     torch.save({"model": {}}, ckpt)
     with pytest.raises(SystemExit, match="cannot tell the task"):
         distill.checkpoint_task(str(ckpt))
@@ -503,3 +511,10 @@ def test_lm_distillation_on_a_tiny_slice(lm_data, tmp_path):
     assert_ok(again)
     for step in ("decoding", "distilled text", "binarise"):
         assert f"distill: {step}: done before, skipped" in again.stdout, again.stdout
+    # an ensemble teacher (fairseq's a.pt:b.pt): two copies of one model average to that model, the same corpus
+    last = str(teacher / "checkpoint_last.pt")
+    ens = subprocess.run(cmd[:3] + ["--teacher", f"{last}:{last}"] + cmd[5:-1] + ["kd-ens"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert_ok(ens)
+    assert f"--path {last}:{last}" in ens.stdout, ens.stdout
+    assert open(os.path.join(work, "lm_small-kd-ens", "train.tok"), encoding="utf-8").read().splitlines() == sentences
