@@ -7,7 +7,7 @@
    data-bin/NAME checkpoints/NAME-teacher`` with train.sh's settings and environment (UPDATES,
    MAX_TOKENS, LR, WARMUP, MINUTES, THREADS); TEACHER_ARGS adds fairseq-train flags (a bigger or
    smaller teacher: ``TEACHER_ARGS="--encoder-layers 6 --decoder-layers 6"``). Skipped once it has
-   finished (checkpoints/NAME-teacher/teacher.done), or when TEACHER=checkpoint.pt names one.
+   finished (checkpoints/NAME-teacher/teacher.done), or when TEACHER=checkpoint.pt names one (or an ensemble: TEACHER=a.pt:b.pt, as fairseq's --path).
    checkpoint_best.pt is used when there is one, else checkpoint_last.pt.
 2. Beam search over the training set: ``fairseq-generate --gen-subset train --beam BEAM (5)
    --batch-size GEN_BATCH (64)`` plus GEN_ARGS (default ``--max-len-a 1.2 --max-len-b 10``), BPE
@@ -63,11 +63,10 @@ def languages(data):
 
 
 def train_teacher(data, save):
-    """The teacher's checkpoint: TEACHER, or train.sh ar (resumed if interrupted) unless done."""
+    """The teacher's checkpoint: TEACHER (one checkpoint, or an ensemble a.pt:b.pt), or train.sh ar (resumed if
+    interrupted) unless done."""
     if os.environ.get("TEACHER"):
-        if not os.path.isfile(os.environ["TEACHER"]):
-            fail(f"TEACHER={os.environ['TEACHER']} does not exist")
-        return os.path.abspath(os.environ["TEACHER"])
+        return ":".join(os.path.abspath(p) for p in ensemble_paths(os.environ["TEACHER"]))
     done = os.path.join(save, "teacher.done")
     if os.path.exists(done):
         log(f"teacher: done before, skipped ({save})")
