@@ -12,14 +12,25 @@
 # The GPU machine has torch but no fairseq: recipes/gpu_env.sh puts gpu_carry/site on PYTHONPATH and, where no fairseq-train is on the
 # PATH, fairseq's command-line tools run as `$PYTHON -m fairseq_cli.TOOL` (PYTHON: python3). MINUTES (7) caps each
 # run's wall clock as a guard (a run it stops has fewer updates: the summary says how many each made).
-# Environment: UPDATES, SEEDS, AVG_LAST, MINUTES, OUT (out/gpu_lm), AR_DATA (gpu_carry/data/lm_multi30k: its -ar
-# bitext), KD_DATA (gpu_carry/data/lm_multi30k-distill), CKPT_DIR (checkpoints/gpu_lm), PYTHON.
+# ROWS ("ar kd") picks the rows: ROWS=kd trains the InsNet row only, e.g. on another distilled corpus (KD_DATA) on
+# this machine's CPU (gpu_env.sh leaves an installed fairseq alone), to set beside the AR rows of an earlier run.
+# Environment: ROWS, UPDATES, SEEDS, AVG_LAST, MINUTES, OUT (out/gpu_lm), AR_DATA (gpu_carry/data/lm_multi30k: its -ar
+# bitext), KD_DATA (gpu_carry/data/lm_multi30k-distill), CKPT_DIR (checkpoints/gpu_lm), LOGS (logs/gpu_lm), PYTHON.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 updates=${UPDATES:-3000}; seeds=${SEEDS:-1 2}; avg_last=${AVG_LAST:-4}; out=${OUT:-out/gpu_lm}
 ar_data=${AR_DATA:-gpu_carry/data/lm_multi30k}; kd_data=${KD_DATA:-gpu_carry/data/lm_multi30k-distill}
-ckpts=${CKPT_DIR:-checkpoints/gpu_lm}; logs=logs/gpu_lm
-for d in "$ar_data-ar" "$kd_data"; do
+ckpts=${CKPT_DIR:-checkpoints/gpu_lm}; logs=${LOGS:-logs/gpu_lm}; rows=${ROWS:-ar kd}
+needed=()
+for row in $rows; do
+  case $row in
+    ar) needed+=("$ar_data-ar") ;;
+    kd) needed+=("$kd_data") ;;
+    *) echo "gpu_lm_pair.sh: ROWS must list ar and/or kd, not '$row'" >&2; exit 2 ;;
+  esac
+done
+[ ${#needed[@]} -gt 0 ] || { echo "gpu_lm_pair.sh: ROWS is empty (ar, kd or both)" >&2; exit 2; }
+for d in "${needed[@]}"; do
   [ -d "$d" ] || { echo "gpu_lm_pair.sh: $d missing (pack it: DATA=\"data-bin/lm_multi30k-ar data-bin/lm_multi30k-distill\" bash recipes/gpu_pack.sh)" >&2; exit 2; }
 done
 source recipes/gpu_env.sh  # gpu_carry/site on PYTHONPATH, fairseq's tools where none is installed; sets py (PYTHON)
@@ -27,11 +38,15 @@ mkdir -p "$out" "$logs"
 export UPDATES=$updates KEEP_INTERVAL=$avg_last MINUTES=${MINUTES:-7} THREADS=1 CKPT_DIR=$ckpts
 runs=()
 for s in $seeds; do  # every run at once: the same wall clock on the same, shared GPU
-  LM_DATA=$ar_data CKPT_DIR=$ckpts/s$s bash recipes/lm_budget.sh train ar --seed "$s" >"$logs/ar_s$s.log" 2>&1 &
-  runs+=("$!:ar:$s")
-  LM_DATA=$kd_data CKPT_DIR=$ckpts/kd_s$s bash recipes/lm_budget.sh train seq-keywords --seed "$s" \
-    >"$logs/kd_s$s.log" 2>&1 &
-  runs+=("$!:kd:$s")
+  if [[ " $rows " == *" ar "* ]]; then
+    LM_DATA=$ar_data CKPT_DIR=$ckpts/s$s bash recipes/lm_budget.sh train ar --seed "$s" >"$logs/ar_s$s.log" 2>&1 &
+    runs+=("$!:ar:$s")
+  fi
+  if [[ " $rows " == *" kd "* ]]; then
+    LM_DATA=$kd_data CKPT_DIR=$ckpts/kd_s$s bash recipes/lm_budget.sh train seq-keywords --seed "$s" \
+      >"$logs/kd_s$s.log" 2>&1 &
+    runs+=("$!:kd:$s")
+  fi
 done
 failed=0
 for r in "${runs[@]}"; do
@@ -41,7 +56,7 @@ for r in "${runs[@]}"; do
 done
 [ $failed = 0 ] || exit 1
 for s in $seeds; do
-  for row in ar kd; do
+  for row in $rows; do
     dir=$ckpts/s$s/lm_ar; [ $row = kd ] && dir=$ckpts/kd_s$s/lm_seq-keywords
     # the interval checkpoints fairseq kept (the last AVG_LAST) and the last one (often the same state: counted once)
     mapfile -t kept < <(ls "$dir"/checkpoint_[0-9]*_[0-9]*.pt 2>/dev/null)

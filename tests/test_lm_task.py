@@ -12,7 +12,7 @@ import torch
 
 from conftest import (BIN, ROOT, FakeLMTask, FakeTask, build_tiny_lm_model, make_dictionary, random_batch,
                       run, step_logprobs, tiny_args)
-from insnet_fairseq.tasks.checkpoint_checks import CheckpointError, check_model_fits_task
+from insnet_fairseq.tasks.checkpoint_checks import CheckpointError, check_model_fits_task, checkpoint_arch
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.data.layerization import sequential_layers, trajectory, uniform_layers
 from insnet_fairseq.tasks.lm import InsertionLMConfig, InsertionLMTask
@@ -473,6 +473,35 @@ def test_lm_budget_rows():
     out = subprocess.run(["bash", "recipes/lm_budget.sh", "eval-unconditional", "nope"], cwd=ROOT, capture_output=True,
                          text=True)
     assert out.returncode == 2 and "unknown row 'nope'" in out.stderr
+
+
+def test_lm_pair_trains_each_row_and_averages_its_checkpoints(lm_data, tmp_path):
+    """recipes/gpu_lm_pair.sh on this CPU (gpu_env.sh leaves the installed fairseq alone), 2 updates a run: every row
+    of ROWS trains, its checkpoints are averaged into OUT/ROW_sSEED.pt (float16, no optimizer state), the summary
+    names each run; ROWS=kd trains the InsNet row alone; an unknown row is refused by name."""
+    from conftest import ENV
+
+    def pair(rows, out):
+        env = dict(ENV, ROWS=rows, SEEDS="1", UPDATES="2", AVG_LAST="1", MINUTES="10", OUT=str(out), AR_DATA=lm_data,
+                   KD_DATA=lm_data, CKPT_DIR=str(tmp_path / "ckpt" / out.name), LOGS=str(tmp_path / "logs" / out.name))
+        return subprocess.run(["bash", "recipes/gpu_lm_pair.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=900)
+
+    out = pair("ar kd", tmp_path / "both")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path / "both")) == ["ar_s1.pt", "kd_s1.pt", "summary.txt"]
+    summary = (tmp_path / "both" / "summary.txt").read_text()
+    assert "ar seed 1: 2 updates" in summary and "kd seed 1: 2 updates" in summary, summary
+    for name, task in (("ar_s1.pt", "translation"), ("kd_s1.pt", "insertion_lm")):
+        state = torch.load(tmp_path / "both" / name, map_location="cpu", weights_only=False)
+        assert checkpoint_arch(state)[1] == task
+        assert not state.get("last_optimizer_state") and all(
+            t.dtype == torch.float16 for t in state["model"].values() if t.is_floating_point())
+    out = pair("kd", tmp_path / "kd")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path / "kd")) == ["kd_s1.pt", "summary.txt"]
+    out = pair("kd nope", tmp_path / "bad")
+    assert out.returncode == 2 and "ROWS must list ar and/or kd, not 'nope'" in out.stderr
 
 
 def test_generator_reads_the_sampling_flags(lm_data, tmp_path):
