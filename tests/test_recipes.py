@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.join(ROOT, "recipes"))
 import candidate_oracle  # noqa: E402
 import corpora  # noqa: E402
 import distill_lm  # noqa: E402
+import lm_pair_summary  # noqa: E402
 import lm_valid_choice  # noqa: E402
 import romanian  # noqa: E402
 
@@ -518,3 +519,32 @@ def test_lm_distillation_on_a_tiny_slice(lm_data, tmp_path):
     assert_ok(ens)
     assert f"--path {last}:{last}" in ens.stdout, ens.stdout
     assert open(os.path.join(work, "lm_small-kd-ens", "train.tok"), encoding="utf-8").read().splitlines() == sentences
+
+
+# ---------------------------------------------------------------- the constrained-generation pair's verdict
+
+def test_lm_pair_summary_takes_the_valid_choice_of_each_seed(tmp_path, capsys):
+    def folder(name, valid, test):
+        d = tmp_path / name
+        d.mkdir()
+        for file, rows in (("valid_lenpen.csv", valid), ("lm_table.csv", test)):
+            (d / file).write_text("model,bleu4\n" + "".join(f'"{m}",{b}\n' for m, b in rows))
+        return str(d)
+
+    ar = folder("ar", [("ar_s1 beam 5 lenpen 1", 30.0), ("ar_s1 beam 5 lenpen 2.2", 30.5),
+                       ("ar_s2 beam 5 lenpen 1", 31.0), ("ar_s2 beam 5 lenpen 2.2", 31.0),  # equals: the first
+                       ("ar_s1 beam 10 lenpen 1", 40.0), ("ar_s3 beam 5 lenpen 1", 29.0)],
+                [("ar_s1 beam 5, lenpen 2.2 (valid)", 31.0), ("ar_s1 greedy", 50.0), ("ar_s2 beam 5, lenpen 1 (valid)", 31.5),
+                 ("ar_s2 beam 5, lenpen 2.2 (valid)", 99.0), ("ar_s3 beam 5, lenpen 1 (valid)", 30.0)])
+    kd = folder("kd", [("kd_s1 beam 5 lenpen 2.2", 30.0), ("kd_s2 beam 5 lenpen 3", 30.5)],
+                [("kd_s1 beam 5, lenpen 2.2 (valid)", 31.5), ("kd_s2 beam 5, lenpen 3 (valid)", 31.0)])
+    lm_pair_summary.main([ar, kd])
+    out = capsys.readouterr().out.splitlines()
+    assert out[3] == "| 1 | 2.2: 30.50 / 31.00 | 2.2: 30.00 / 31.50 | -0.50 / +0.50 |"
+    assert out[4] == "| 2 | 1: 31.00 / 31.50 | 3: 30.50 / 31.00 | -0.50 / -0.50 |"  # seed 3: AR only, left out
+    assert out[5] == "| mean of 2 | 30.75 / 31.25 | 30.25 / 31.25 | **-0.50 / +0.00** |"
+    assert len(out) == 6
+    with pytest.raises(SystemExit, match="no seed scored for both"):
+        lm_pair_summary.main([ar, kd, "--beam", "10"])
+    with pytest.raises(SystemExit, match="valid_lenpen.csv not found"):
+        lm_pair_summary.main([ar, str(tmp_path)])
