@@ -7,7 +7,7 @@
 #   bash recipes/lm_pair_eval.sh CKPT_FOLDER RESULTS_FOLDER
 #
 # Output: RESULTS_FOLDER/valid_lenpen.csv (every valid decoding), RESULTS_FOLDER/lm_table.{md,csv} (test); the AR
-# and InsNet folders side by side, seed by seed and on average: python recipes/lm_pair_summary.py AR_FOLDER KD_FOLDER. A valid
+# and InsNet rows side by side, seed by seed and on average: python recipes/lm_pair_summary.py --ar FOLDER... --insnet FOLDER... A valid
 # decoding already in valid_lenpen.csv (the same checkpoint name, beam and lenpen) is not run again. Environment: LENPENS, AR_DATA (data-bin/lm_multi30k-ar),
 # KD_DATA (data-bin/lm_multi30k-distill: the same valid and test sets and keywords), BATCH (64), BEAM (5).
 set -euo pipefail

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """Issue 11's verdict from recipes/lm_pair_eval.sh's folders: AR against InsNet on BLEU-4, seed by seed and on average.
 
-    python recipes/lm_pair_summary.py results/lm_gpu_s30/ar results/lm_gpu_s30/kd [--beam 5]
+    python recipes/lm_pair_summary.py --ar results/lm_gpu_s30/ar --insnet results/lm_gpu_s30/kd [--beam 5]
 
-Each folder holds ``valid_lenpen.csv`` (every valid decoding: rows "NAME beam B lenpen L") and ``lm_table.csv`` (the
-test rows "NAME beam B, lenpen L (valid)"), NAME being ROW_sSEED (ar_s1, kd_s2, ...). Per seed present in both folders:
+Each folder (``--ar`` and ``--insnet`` take one or more; a folder may hold both systems' rows) holds ``valid_lenpen.csv`` (every valid decoding: rows "NAME beam B lenpen L") and ``lm_table.csv`` (the
+test rows "NAME beam B, lenpen L (valid)"), NAME being ROW_sSEED: AR rows are ar_sSEED, InsNet rows kd_sSEED. Per seed that both systems have:
 the valid BLEU-4 at the length penalty chosen on valid (the best of the grid, as lm_pair_eval.sh chose it) and the test
 BLEU-4 there; then the means over those seeds and InsNet minus AR on each (> 0: InsNet above AR, the issue's goal).
 """
@@ -25,9 +25,9 @@ def read_rows(path):
         return list(csv.DictReader(f))
 
 
-def chosen_scores(valid_rows, test_rows, beam: int):
-    """{seed: (lenpen, valid BLEU-4, test BLEU-4)} of one system at beam ``beam``: the lenpen of the best valid BLEU-4
-    (the first of equals, as lm_pair_eval.sh), and the test row decoded at it.
+def chosen_scores(valid_rows, test_rows, beam: int, row: str):
+    """{seed: (lenpen, valid BLEU-4, test BLEU-4)} of one system (its rows named ``row``_sSEED) at beam ``beam``: the
+    lenpen of the best valid BLEU-4 (the first of equals, as lm_pair_eval.sh), and the test row decoded at it.
 
     Example: valid rows "kd_s1 beam 5 lenpen 1" 29.7 and "kd_s1 beam 5 lenpen 2.2" 30.0, test row
     "kd_s1 beam 5, lenpen 2.2 (valid)" 31.27 -> {1: ("2.2", 30.0, 31.27)}.
@@ -35,14 +35,14 @@ def chosen_scores(valid_rows, test_rows, beam: int):
     best = {}
     for r in valid_rows:
         m = NAME.match(r["model"])
-        if m and int(m["beam"]) == beam:
+        if m and m["row"] == row and int(m["beam"]) == beam:
             seed, score = int(m["seed"]), float(r["bleu4"])
             if seed not in best or score > best[seed][1]:
                 best[seed] = (m["lenpen"], score)
     out = {}
     for r in test_rows:
         m = NAME.match(r["model"])
-        if m and int(m["beam"]) == beam and int(m["seed"]) in best and best[int(m["seed"])][0] == m["lenpen"]:
+        if m and m["row"] == row and int(m["beam"]) == beam and int(m["seed"]) in best and best[int(m["seed"])][0] == m["lenpen"]:
             out[int(m["seed"])] = (*best[int(m["seed"])], float(r["bleu4"]))
     return out
 
@@ -67,13 +67,23 @@ def summary(ar, insnet):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("ar", help="lm_pair_eval.sh's results folder of the AR rows")
-    p.add_argument("insnet", help="... of the InsNet rows")
+    p.add_argument("--ar", nargs="+", required=True, help="lm_pair_eval.sh's results folder(s) of the AR rows (ar_sSEED)")
+    p.add_argument("--insnet", nargs="+", required=True, help="... of the InsNet rows (kd_sSEED)")
     p.add_argument("--beam", type=int, default=5)
     args = p.parse_args(argv)
-    scores = [chosen_scores(read_rows(os.path.join(d, "valid_lenpen.csv")), read_rows(os.path.join(d, "lm_table.csv")),
-                            args.beam) for d in (args.ar, args.insnet)]
-    print(f"BLEU-4, beam {args.beam}, the length penalty chosen on valid; AR: {args.ar}, InsNet: {args.insnet}")
+    scores = []
+    for row, folders in (("ar", args.ar), ("kd", args.insnet)):
+        seen = {}
+        for d in folders:
+            found = chosen_scores(read_rows(os.path.join(d, "valid_lenpen.csv")),
+                                  read_rows(os.path.join(d, "lm_table.csv")), args.beam, row)
+            twice = sorted(set(found) & set(seen))
+            if twice:
+                sys.exit(f"lm_pair_summary.py: {d} scores {row} seed(s) {twice} again (one folder a seed)")
+            seen.update(found)
+        scores.append(seen)
+    print(f"BLEU-4, beam {args.beam}, the length penalty chosen on valid; AR: {' '.join(args.ar)}; "
+          f"InsNet: {' '.join(args.insnet)}")
     print("\n".join(summary(*scores)))
 
 

@@ -533,18 +533,26 @@ def test_lm_pair_summary_takes_the_valid_choice_of_each_seed(tmp_path, capsys):
 
     ar = folder("ar", [("ar_s1 beam 5 lenpen 1", 30.0), ("ar_s1 beam 5 lenpen 2.2", 30.5),
                        ("ar_s2 beam 5 lenpen 1", 31.0), ("ar_s2 beam 5 lenpen 2.2", 31.0),  # equals: the first
-                       ("ar_s1 beam 10 lenpen 1", 40.0), ("ar_s3 beam 5 lenpen 1", 29.0)],
+                       ("ar_s1 beam 10 lenpen 1", 40.0), ("ar_s4 beam 5 lenpen 1", 29.0)],
                 [("ar_s1 beam 5, lenpen 2.2 (valid)", 31.0), ("ar_s1 greedy", 50.0), ("ar_s2 beam 5, lenpen 1 (valid)", 31.5),
-                 ("ar_s2 beam 5, lenpen 2.2 (valid)", 99.0), ("ar_s3 beam 5, lenpen 1 (valid)", 30.0)])
+                 ("ar_s2 beam 5, lenpen 2.2 (valid)", 99.0), ("ar_s4 beam 5, lenpen 1 (valid)", 30.0)])
     kd = folder("kd", [("kd_s1 beam 5 lenpen 2.2", 30.0), ("kd_s2 beam 5 lenpen 3", 30.5)],
                 [("kd_s1 beam 5, lenpen 2.2 (valid)", 31.5), ("kd_s2 beam 5, lenpen 3 (valid)", 31.0)])
-    lm_pair_summary.main([ar, kd])
+    lm_pair_summary.main(["--ar", ar, "--insnet", kd])
     out = capsys.readouterr().out.splitlines()
     assert out[3] == "| 1 | 2.2: 30.50 / 31.00 | 2.2: 30.00 / 31.50 | -0.50 / +0.50 |"
-    assert out[4] == "| 2 | 1: 31.00 / 31.50 | 3: 30.50 / 31.00 | -0.50 / -0.50 |"  # seed 3: AR only, left out
+    assert out[4] == "| 2 | 1: 31.00 / 31.50 | 3: 30.50 / 31.00 | -0.50 / -0.50 |"  # seed 4: AR only, left out
     assert out[5] == "| mean of 2 | 30.75 / 31.25 | 30.25 / 31.25 | **-0.50 / +0.00** |"
     assert len(out) == 6
+    # a folder with both systems' rows (a third seed's pair), beside the first folders: kd rows are not AR rows
+    both = folder("s3", [("ar_s3 beam 5 lenpen 1", 29.0), ("kd_s3 beam 5 lenpen 1", 29.5)],
+                  [("ar_s3 beam 5, lenpen 1 (valid)", 30.0), ("kd_s3 beam 5, lenpen 1 (valid)", 31.0)])
+    lm_pair_summary.main(["--ar", ar, both, "--insnet", kd, both])
+    out = capsys.readouterr().out.splitlines()
+    assert out[5] == "| 3 | 1: 29.00 / 30.00 | 1: 29.50 / 31.00 | +0.50 / +1.00 |" and out[6].startswith("| mean of 3 |")
+    with pytest.raises(SystemExit, match="scores ar seed.*3.*again"):
+        lm_pair_summary.main(["--ar", ar, both, both, "--insnet", kd])
     with pytest.raises(SystemExit, match="no seed scored for both"):
-        lm_pair_summary.main([ar, kd, "--beam", "10"])
+        lm_pair_summary.main(["--ar", ar, "--insnet", kd, "--beam", "10"])
     with pytest.raises(SystemExit, match="valid_lenpen.csv not found"):
-        lm_pair_summary.main([ar, str(tmp_path)])
+        lm_pair_summary.main(["--ar", ar, "--insnet", str(tmp_path)])
