@@ -15,6 +15,9 @@
 3. ``fairseq-preprocess --only-source`` with the original dictionary into data-bin/NAME-SUFFIX; the valid and
    test sets and every keyword and reference file are copied, so the rows trained on it are scored on the same sets.
 
+With ``--with-originals`` the training set is the distilled sentences followed by every original sentence (twice the
+lines; train.keywords doubled to match): the teacher's simpler sentences and the real ones, side by side.
+
 Every step is skipped when its output exists. ``--suffix`` (DISTILL_SUFFIX, default ``distill``) names the outputs.
 """
 import argparse
@@ -84,6 +87,8 @@ def main(argv=None):
     p.add_argument("--data-dir", default="data-bin")
     p.add_argument("--work-dir", default="work")
     p.add_argument("--suffix", default=os.environ.get("DISTILL_SUFFIX", "distill"))
+    p.add_argument("--with-originals", action="store_true",
+                   help="train on the distilled sentences and the original ones (twice the lines)")
     args = p.parse_args(argv)
     if not args.suffix or "/" in args.suffix:
         fail(f"--suffix must be a non-empty name without '/', got '{args.suffix}'")
@@ -112,13 +117,15 @@ def main(argv=None):
         log(f"distilled text: done before, skipped ({text})")
     else:
         sentences, kept = distilled_sentences(read_hypotheses(generated, len(originals)), originals, keywords)
-        with open(text + ".tmp", "w", encoding="utf-8") as f:
-            f.write("".join(s + "\n" for s in sentences))
-        os.replace(text + ".tmp", text)
         words = sum(len(s.split()) for s in sentences) / max(1, sum(len(s.split()) for s in originals))
         log(f"distilled training set: {len(sentences)} sentences, {len(sentences) - kept} from the teacher, {kept} "
             f"originals kept (a teacher sentence missing a keyword or out of order, or empty); "
-            f"{words:.3f}x the original words")
+            f"{words:.3f}x the original words" + (f"; then the {len(originals)} originals" if args.with_originals else ""))
+        if args.with_originals:
+            sentences = sentences + originals
+        with open(text + ".tmp", "w", encoding="utf-8") as f:
+            f.write("".join(s + "\n" for s in sentences))
+        os.replace(text + ".tmp", text)
 
     if os.path.exists(os.path.join(dest, "train.bin")):
         log(f"binarise: done before, skipped ({dest})")
@@ -132,6 +139,9 @@ def main(argv=None):
         name = os.path.basename(path)
         if os.path.isfile(path) and not name.startswith(("train.bin", "train.idx", "dict.txt", "preprocess.log")):
             shutil.copyfile(path, os.path.join(dest, name))
+    if args.with_originals:  # the keywords of every line: the distilled copies', then the originals'
+        with open(os.path.join(dest, "train.keywords"), "w", encoding="utf-8") as f:
+            f.write("".join(k + "\n" for k in keywords + keywords))
     log(f"ready: {dest}")
 
 

@@ -519,6 +519,15 @@ def test_lm_distillation_on_a_tiny_slice(lm_data, tmp_path):
     assert_ok(ens)
     assert f"--path {last}:{last}" in ens.stdout, ens.stdout
     assert open(os.path.join(work, "lm_small-kd-ens", "train.tok"), encoding="utf-8").read().splitlines() == sentences
+    # --with-originals: the distilled sentences, then the originals, each line with its keywords
+    raw = subprocess.run(cmd[:-1] + ["kd-raw", "--with-originals"], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert_ok(raw)
+    assert open(os.path.join(work, "lm_small-kd-raw", "train.tok"), encoding="utf-8").read().splitlines() == \
+        sentences + originals
+    assert open(os.path.join(data, "lm_small-kd-raw", "train.keywords"), encoding="utf-8").read().splitlines() == \
+        keywords + keywords
+    assert n_sentences(os.path.join(data, "lm_small-kd-raw", "train")) == 2 * LM_LINES
 
 
 # ---------------------------------------------------------------- the constrained-generation pair's verdict
