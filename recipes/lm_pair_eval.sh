@@ -8,7 +8,7 @@
 #
 # Output: RESULTS_FOLDER/valid_lenpen.csv (every valid decoding), RESULTS_FOLDER/lm_table.{md,csv} (test); the AR
 # and InsNet rows side by side, seed by seed and on average: python recipes/lm_pair_summary.py --ar FOLDER... --insnet FOLDER... A valid
-# decoding already in valid_lenpen.csv (the same checkpoint name, beam and lenpen) is not run again. Environment: LENPENS, AR_DATA (data-bin/lm_multi30k-ar),
+# decoding already in valid_lenpen.csv (the same checkpoint name, beam and lenpen) is not run again, nor a test row already in lm_table.csv. Environment: LENPENS, AR_DATA (data-bin/lm_multi30k-ar),
 # KD_DATA (data-bin/lm_multi30k-distill: the same valid and test sets and keywords), BATCH (64), BEAM (5).
 set -euo pipefail
 dir=${1:?CKPT_FOLDER (ar_sSEED.pt, kd_sSEED.pt)}; res=${2:?RESULTS_FOLDER}
@@ -36,9 +36,12 @@ rows = [r for r in csv.DictReader(open(sys.argv[1])) if r["model"].startswith(sy
 print(max(rows, key=lambda r: float(r["bleu4"]))["model"].split()[-1])
 EOF
 )
-  python recipes/evaluate_lm.py --data "$data" --path "$ckpt" --batch-size "$batch" --name "$name beam $beam, lenpen $best (valid)" \
-    --csv "$res/lm_table.csv" --markdown "$res/lm_table.md" -- "${gen[@]}" --lenpen "$best"
-  if [ "${name%%_*}" = ar ]; then
+  # a test row already in lm_table.csv (the same name: checkpoint, beam and chosen lenpen) is not decoded again
+  if ! { [ -f "$res/lm_table.csv" ] && grep -q "^\"$name beam $beam, lenpen $best (valid)\"," "$res/lm_table.csv"; }; then
+    python recipes/evaluate_lm.py --data "$data" --path "$ckpt" --batch-size "$batch" --name "$name beam $beam, lenpen $best (valid)" \
+      --csv "$res/lm_table.csv" --markdown "$res/lm_table.md" -- "${gen[@]}" --lenpen "$best"
+  fi
+  if [ "${name%%_*}" = ar ] && ! { [ -f "$res/lm_table.csv" ] && grep -q "^$name greedy," "$res/lm_table.csv"; }; then
     python recipes/evaluate_lm.py --data "$data" --path "$ckpt" --batch-size "$batch" --name "$name greedy" \
       --csv "$res/lm_table.csv" --markdown "$res/lm_table.md" -- --user-dir insnet_fairseq --task translation --beam 1
   fi
