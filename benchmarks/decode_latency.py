@@ -148,18 +148,19 @@ def main(argv=None):
     if args.channel:
         judges, channel_weight = [ar, load(args.channel, args.data, dev)[0]], args.channel_weight
 
-    def insnet_systems(name, model, task, judge=False, verify=False, **flags):
-        """Cached, then (unless --cached-only) uncached; with the judges (judge) or the AR verifier (verify) after."""
+    def insnet_systems(name, model, task, judge=False, verify=False, cached_only=False, **flags):
+        """Cached, then (unless --cached-only or ``cached_only``) uncached; with the judges (judge) or the AR verifier
+        (verify) after."""
         return [System(f"{name} {'cached' if c else 'uncached'}", model,
                        InsertionGenerator(tgt, use_cache=c, reranking=judge,
                                           channel_weight=channel_weight if judge else 0.0, verify=verify, **flags),
-                       task, dev, judges if judge else [ar] if verify else ()) for c in caches]
+                       task, dev, judges if judge else [ar] if verify else ()) for c in ([True] if cached_only else caches)]
 
     systems = (insnet_systems("InsNet seq", insnet, ins_task, mode="sequential")
                + insnet_systems("InsNet par", insnet, ins_task, mode="parallel", slot_top_p=args.slot_top_p))
     for mode in args.compile:  # --compile-decoder: cached only (the uncached path re-encodes and is not compiled)
-        systems.append(System(f"InsNet seq, compiled {mode} cached", insnet, InsertionGenerator(
-            tgt, mode="sequential", compile_decoder=mode), ins_task, dev))
+        systems += insnet_systems(f"InsNet seq, compiled {mode}", insnet, ins_task, cached_only=True, mode="sequential",
+                                  compile_decoder=mode)
     if args.insnet_parallel:
         par, par_task = load(args.insnet_parallel, args.data, dev)
         systems += insnet_systems("InsNet-parallel-trained par", par, par_task, mode="parallel",
@@ -169,10 +170,9 @@ def main(argv=None):
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       fuse_slot_queries=True)
         for mode in args.compile:
-            systems.append(System(f"InsNet-parallel-trained par{', fused queries' if args.fused else ''}, compiled {mode} "
-                                  "cached", par, InsertionGenerator(tgt, mode="parallel", slot_top_p=args.slot_top_p,
-                                                                    skip_repeats=args.skip_repeats, fuse_slot_queries=args.fused,
-                                                                    compile_decoder=mode), par_task, dev))
+            systems += insnet_systems(f"InsNet-parallel-trained par{', fused queries' if args.fused else ''}, compiled {mode}",
+                                      par, par_task, cached_only=True, mode="parallel", slot_top_p=args.slot_top_p,
+                                      skip_repeats=args.skip_repeats, fuse_slot_queries=args.fused, compile_decoder=mode)
         fused = ", fused queries" if args.fused else ""  # the systems below, with --fused: one pass per step
         if args.candidates > 1:  # the same model with --insertion-candidates
             systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates{fused}", par, par_task,

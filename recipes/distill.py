@@ -85,18 +85,22 @@ def train_teacher(data, save):
 
 def checkpoint_task(ckpt) -> str:
     """The fairseq task a checkpoint was trained with (its saved config's ``task._name``, or ``args.task``:
-    :func:`insnet_fairseq.tasks.checkpoint_checks.checkpoint_arch`). An ensemble (fairseq's ``a.pt:b.pt``) is read
-    from its first member; every member must share that task (:func:`ensemble_paths`)."""
-    ckpt = ensemble_paths(ckpt)[0]
+    :func:`insnet_fairseq.tasks.checkpoint_checks.checkpoint_arch`). Every member of an ensemble (fairseq's
+    ``a.pt:b.pt``, :func:`ensemble_paths`) must have been trained with the same task."""
     import torch
 
     sys.path.insert(0, ROOT)
     from insnet_fairseq.tasks.checkpoint_checks import checkpoint_arch
 
-    _, name = checkpoint_arch(torch.load(ckpt, map_location="cpu", weights_only=False))
-    if not name:
-        fail(f"cannot tell the task of the teacher {ckpt} (no cfg.task in the checkpoint)")
-    return name
+    tasks = {}
+    for path in ensemble_paths(ckpt):
+        _, tasks[path] = checkpoint_arch(torch.load(path, map_location="cpu", weights_only=False))
+        if not tasks[path]:
+            fail(f"cannot tell the task of the teacher {path} (no cfg.task in the checkpoint)")
+    if len(set(tasks.values())) > 1:
+        fail("the teacher's checkpoints were trained with different tasks: "
+             + ", ".join(f"{p} ({t})" for p, t in tasks.items()))
+    return next(iter(tasks.values()))
 
 
 def ensemble_paths(ckpt: str) -> list:

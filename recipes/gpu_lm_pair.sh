@@ -21,32 +21,29 @@ cd "$(dirname "$0")/.."
 updates=${UPDATES:-3000}; seeds=${SEEDS:-1 2}; avg_last=${AVG_LAST:-4}; out=${OUT:-out/gpu_lm}
 ar_data=${AR_DATA:-gpu_carry/data/lm_multi30k}; kd_data=${KD_DATA:-gpu_carry/data/lm_multi30k-distill}
 ckpts=${CKPT_DIR:-checkpoints/gpu_lm}; logs=${LOGS:-logs/gpu_lm}; rows=${ROWS:-ar kd}
-needed=()
-for row in $rows; do
-  case $row in
-    ar) needed+=("$ar_data-ar") ;;
-    kd) needed+=("$kd_data") ;;
-    *) echo "gpu_lm_pair.sh: ROWS must list ar and/or kd, not '$row'" >&2; exit 2 ;;
+row_run() {  # ROW SEED -> "LM_DATA CKPT_DIR LM_BUDGET_ROW DATA_FOLDER": the row's lm_budget.sh run, the data it reads
+  case $1 in
+    ar) echo "$ar_data $ckpts/s$2 ar $ar_data-ar" ;;
+    kd) echo "$kd_data $ckpts/kd_s$2 seq-keywords $kd_data" ;;
+    *) echo "gpu_lm_pair.sh: ROWS must list ar and/or kd, not '$1'" >&2; return 2 ;;
   esac
-done
-[ ${#needed[@]} -gt 0 ] || { echo "gpu_lm_pair.sh: ROWS is empty (ar, kd or both)" >&2; exit 2; }
-for d in "${needed[@]}"; do
-  [ -d "$d" ] || { echo "gpu_lm_pair.sh: $d missing (pack it: DATA=\"data-bin/lm_multi30k-ar data-bin/lm_multi30k-distill\" bash recipes/gpu_pack.sh)" >&2; exit 2; }
+}
+[ -n "${rows// /}" ] || { echo "gpu_lm_pair.sh: ROWS is empty (ar, kd or both)" >&2; exit 2; }
+for row in $rows; do
+  run=$(row_run "$row" 0) || exit 2
+  read -r _ _ _ need <<<"$run"
+  [ -d "$need" ] || { echo "gpu_lm_pair.sh: $need missing (pack it: DATA=\"data-bin/lm_multi30k-ar data-bin/lm_multi30k-distill\" bash recipes/gpu_pack.sh)" >&2; exit 2; }
 done
 source recipes/gpu_env.sh  # gpu_carry/site on PYTHONPATH, fairseq's tools where none is installed; sets py (PYTHON)
 mkdir -p "$out" "$logs"
 export UPDATES=$updates KEEP_INTERVAL=$avg_last MINUTES=${MINUTES:-7} THREADS=1 CKPT_DIR=$ckpts
 runs=()
 for s in $seeds; do  # every run at once: the same wall clock on the same, shared GPU
-  if [[ " $rows " == *" ar "* ]]; then
-    LM_DATA=$ar_data CKPT_DIR=$ckpts/s$s bash recipes/lm_budget.sh train ar --seed "$s" >"$logs/ar_s$s.log" 2>&1 &
-    runs+=("$!:ar:$s")
-  fi
-  if [[ " $rows " == *" kd "* ]]; then
-    LM_DATA=$kd_data CKPT_DIR=$ckpts/kd_s$s bash recipes/lm_budget.sh train seq-keywords --seed "$s" \
-      >"$logs/kd_s$s.log" 2>&1 &
-    runs+=("$!:kd:$s")
-  fi
+  for row in $rows; do
+    read -r data save lm_row _ <<<"$(row_run "$row" "$s")"
+    LM_DATA=$data CKPT_DIR=$save bash recipes/lm_budget.sh train "$lm_row" --seed "$s" >"$logs/${row}_s$s.log" 2>&1 &
+    runs+=("$!:$row:$s")
+  done
 done
 failed=0
 for r in "${runs[@]}"; do
@@ -57,7 +54,8 @@ done
 [ $failed = 0 ] || exit 1
 for s in $seeds; do
   for row in $rows; do
-    dir=$ckpts/s$s/lm_ar; [ $row = kd ] && dir=$ckpts/kd_s$s/lm_seq-keywords
+    read -r _ save lm_row _ <<<"$(row_run "$row" "$s")"
+    dir=$save/lm_$lm_row
     # the interval checkpoints fairseq kept (the last AVG_LAST) and the last one (often the same state: counted once)
     mapfile -t kept < <(ls "$dir"/checkpoint_[0-9]*_[0-9]*.pt 2>/dev/null)
     $py recipes/average_checkpoints.py --inputs "${kept[@]}" "$dir/checkpoint_last.pt" --output "$out/${row}_s$s.pt" \

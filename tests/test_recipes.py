@@ -375,7 +375,9 @@ def test_distillation_teacher_decodes_by_its_task(tmp_path):
     other = tmp_path / "other.pt"
     torch.save({"cfg": {"task": {"_name": "translation"}}, "model": {}}, other)
     assert distill.ensemble_paths(f"{ckpt}:{other}") == [str(ckpt), str(other)]  # fairseq's --path ensemble
-    assert distill.checkpoint_task(f"{ckpt}:{other}") == "insertion_translation"  # read from the first member
+    assert distill.checkpoint_task(f"{ckpt}:{ckpt}") == "insertion_translation"  # an ensemble of one task
+    with pytest.raises(SystemExit, match="different tasks: .*teacher.pt \\(insertion_translation\\), .*other.pt \\(translation\\)"):
+        distill.checkpoint_task(f"{ckpt}:{other}")
     with pytest.raises(SystemExit, match="no such checkpoint .*missing.pt"):
         distill.ensemble_paths(f"{ckpt}:{tmp_path / 'missing.pt'}")
     with pytest.raises(SystemExit, match="empty path"):
