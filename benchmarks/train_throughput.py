@@ -11,6 +11,10 @@ A training step is forward + backward + Adam step, each model with its criterion
 (0.1, the results tables'): the AR model as fairseq's ``label_smoothed_cross_entropy`` computes it (``cross_entropy``,
 plain NLL, at 0), InsNet as ``insnet_loss``. Prints tokens/s per model and the ratios. The naive
 re-encoding (one pass per prefix: O(n) passes) runs only up to ``--naive-max-length`` (64) tokens.
+
+``--without-offset-term`` adds "InsNet, no offset term": the same InsNet model whose self-attention drops the
+position term ``(q + v) . p_offset`` (plain causal attention, ``is_causal``). Not a model anyone trains: the cost
+of everything in InsNet but its offsets, so its ratio to the AR model, beside InsNet's, is the offsets' share.
 """
 import argparse
 import os
@@ -19,6 +23,7 @@ import sys
 import time
 
 import torch
+import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,6 +42,9 @@ SIZE = dict(encoder_layers=3, decoder_layers=3, encoder_embed_dim=256, encoder_f
             max_source_positions=512, max_target_positions=512)
 
 
+NO_OFFSETS = "insnet-no-offsets"  # --without-offset-term's diagnostic system
+
+
 class Task(InsertionTranslationTask):
     """The task's dictionaries and nothing else (InsNet models are built for insertion_translation only)."""
 
@@ -50,7 +58,25 @@ def build(kind, d):
     if kind == "ar":
         TransformerModel.add_args(argparse.ArgumentParser())
         return TransformerModel.build_model(args, Task(d))
-    return InsNetModel.build_model(args, Task(d))
+    model = InsNetModel.build_model(args, Task(d))
+    return without_offset_term(model) if kind == NO_OFFSETS else model
+
+
+def without_offset_term(model):
+    """``model`` (InsNet) with the position term of its self-attention left out, in place: each layer attends
+    ``softmax((q + u) k^T / sqrt(Dh)) v`` with the causal mask of insertion order (``is_causal``). A diagnostic
+    (the cost of InsNet without its offsets), never a trained model. Returns the model."""
+    def attend(att):
+        def _attend(q, k, v, offsets, rel_table, attn_mask):
+            B, H, T, Dh = q.shape
+            out = F.scaled_dot_product_attention(q + att.u.view(1, H, 1, Dh), k, v, is_causal=True,
+                                                 dropout_p=att.dropout if att.training else 0.0)  # [B, H, T, Dh]
+            return att.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh))
+        return _attend
+
+    for layer in model.decoder.context.layers:
+        layer.self_attn._attend = attend(layer.self_attn)
+    return model
 
 
 def multi30k_batches(data, d, max_tokens, count):
@@ -121,6 +147,9 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: every core)")
     p.add_argument("--label-smoothing", type=float, default=0.1,
                    help="each model's loss as its criterion computes it with this label smoothing (the tables': 0.1)")
+    p.add_argument("--without-offset-term", action="store_true",
+                   help="also time InsNet without the position term of its self-attention (a diagnostic: what the "
+                        "offsets cost)")
     args = p.parse_args()
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     dict_path = os.path.join(args.data, "dict.en.txt")
@@ -137,7 +166,8 @@ def main():
             batches = synthetic_batches(d, int(setting[3:]), args.max_tokens, args.batches)
         ntok = sum(int(b["target"].ne(d.pad()).sum()) for b in batches)
         mean_len = ntok / sum(b["target"].size(0) for b in batches)
-        kinds = ("ar", "insnet", "naive") if mean_len <= args.naive_max_length else ("ar", "insnet")
+        kinds = ("ar", "insnet") + (("naive",) if mean_len <= args.naive_max_length else ())
+        kinds += (NO_OFFSETS,) if args.without_offset_term else ()
         models = {k: build(k, d) for k in kinds}
         opts = {k: torch.optim.Adam(m.parameters(), lr=1e-4) for k, m in models.items()}
         # warm-up
@@ -150,16 +180,19 @@ def main():
         tps = {k: ntok / statistics.median(v) for k, v in times.items()}
         rows.append((setting, mean_len, tps))
         naive = (f"naive re-encoding {tps['naive']:6.0f} tok/s  |  " if "naive" in tps else "naive not timed  |  ")
+        plain = (f"  InsNet without offset term/AR {tps[NO_OFFSETS] / tps['ar']:.2f}x" if NO_OFFSETS in tps else "")
         print(f"{setting:9s} mean target len {mean_len:5.1f}: AR {tps['ar']:7.0f} tok/s  InsNet {tps['insnet']:7.0f} tok/s  "
               f"{naive}InsNet/AR {tps['insnet'] / tps['ar']:.2f}x" +
-              (f"  InsNet/naive {tps['insnet'] / tps['naive']:.1f}x" if "naive" in tps else ""), flush=True)
-    print("\n| setting | target len | AR tok/s | InsNet tok/s | naive tok/s | InsNet/AR | InsNet/naive |")
-    print("|---|---|---|---|---|---|---|")
+              (f"  InsNet/naive {tps['insnet'] / tps['naive']:.1f}x" if "naive" in tps else "") + plain, flush=True)
+    extra = args.without_offset_term
+    print("\n| setting | target len | AR tok/s | InsNet tok/s | naive tok/s | InsNet/AR | InsNet/naive |" +
+          (" no offset term tok/s | no offset term/AR |" if extra else ""))
+    print("|---|---|---|---|---|---|---|" + ("---|---|" if extra else ""))
     for setting, mean_len, tps in rows:
         naive = (f"{tps['naive']:.0f} | ", f"{tps['insnet'] / tps['naive']:.1f}x") if "naive" in tps else ("| ", "")
         print(f"| {setting} | {mean_len:.1f} | {tps['ar']:.0f} | {tps['insnet']:.0f} | {naive[0]}"
-              f"{tps['insnet'] / tps['ar']:.2f}x | {naive[1]} |")
-
+              f"{tps['insnet'] / tps['ar']:.2f}x | {naive[1]} |" +
+              (f" {tps[NO_OFFSETS]:.0f} | {tps[NO_OFFSETS] / tps['ar']:.2f}x |" if extra else ""))
 
 if __name__ == "__main__":
     main()

@@ -30,3 +30,25 @@ def test_call_timer_adds_up_the_wrapped_calls_time():
     timer = cache_gain.CallTimer(thing, "work", clock=lambda: next(ticks))
     assert thing.work(1) == 2 and thing.work(2) == 3  # calls pass through
     assert timer.seconds == 0.75
+
+
+def test_without_offset_term_drops_exactly_the_position_term():
+    """--without-offset-term's diagnostic model: when the position term is zero anyway (W_kR = 0, v = 0), it
+    gives InsNet's own loss, so what it saves in time is the offset term and nothing else; with the term it differs."""
+    import train_throughput as tt
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for w in "abcdefgh":
+        d.add_symbol(w)
+    batch = tt.synthetic_batches(d, 6, 24, 1)[0]
+    full, plain = tt.build("insnet", d), tt.build(tt.NO_OFFSETS, d)  # same seed: same weights
+    for m in (full, plain):
+        m.eval()
+    with torch.no_grad():
+        assert not torch.allclose(tt.step_fn("insnet", full, batch, d, 0.1), tt.step_fn("insnet", plain, batch, d, 0.1))
+        for m in (full, plain):
+            for layer in m.decoder.context.layers:
+                layer.self_attn.r_proj.weight.zero_()
+                layer.self_attn.v.zero_()
+        torch.testing.assert_close(tt.step_fn("insnet", plain, batch, d, 0.1), tt.step_fn("insnet", full, batch, d, 0.1))
