@@ -23,7 +23,6 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -64,18 +63,13 @@ def build(kind, d):
 
 def without_offset_term(model):
     """``model`` (InsNet) with the position term of its self-attention left out, in place: each layer attends
-    ``softmax((q + u) k^T / sqrt(Dh)) v`` with the causal mask of insertion order (``is_causal``). A diagnostic
-    (the cost of InsNet without its offsets), never a trained model. Returns the model."""
-    def attend(att):
-        def _attend(q, k, v, offsets, rel_table, attn_mask):
-            B, H, T, Dh = q.shape
-            out = F.scaled_dot_product_attention(q + att.u.view(1, H, 1, Dh), k, v, is_causal=True,
-                                                 dropout_p=att.dropout if att.training else 0.0)  # [B, H, T, Dh]
-            return att.out_proj(out.transpose(1, 2).reshape(B, T, H * Dh))
-        return _attend
-
+    ``softmax((q + u) k^T / sqrt(Dh)) v`` with the causal mask of insertion order (``is_causal``), through the
+    attention's own :meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.content_attend`. A diagnostic (the
+    cost of InsNet without its offsets), never a trained model. Returns the model."""
     for layer in model.decoder.context.layers:
-        layer.self_attn._attend = attend(layer.self_attn)
+        att = layer.self_attn
+        att._attend = lambda q, k, v, offsets, rel_table, attn_mask, att=att: att.content_attend(q, k, v, None,
+                                                                                               is_causal=True)
     return model
 
 

@@ -182,8 +182,15 @@ class OffsetSelfAttention(nn.Module):
         if attn_mask is not None:
             mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
             bias.masked_fill_(mask.unsqueeze(1), float("-inf"))
-        # softmax((q + u) k^T * scaling + bias) v, dropout on the weights: one fused kernel, as the AR model's
-        out = F.scaled_dot_product_attention(q + self.u.view(1, H, 1, Dh), k, v, attn_mask=bias,
+        return self.content_attend(q, k, v, bias)
+
+    def content_attend(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], is_causal: bool = False) -> Tensor:
+        """softmax((q + u) k^T * scaling + bias) v, dropout on the weights, then the output projection: one fused
+        kernel, as the AR model's. q [B, H, T, Dh], k/v [B, H, S, Dh], bias [B, H, T, S] (the offset term, -inf where
+        blocked) or None with ``is_causal`` (the offset term left out: benchmarks/train_throughput.py's diagnostic)
+        -> [B, T, D]."""
+        B, H, T, Dh = q.shape
+        out = F.scaled_dot_product_attention(q + self.u.view(1, H, 1, Dh), k, v, attn_mask=bias, is_causal=is_causal,
                                              dropout_p=self.dropout if self.training else 0.0,
                                              scale=self.scaling)  # [B, H, T, Dh]
         out = out.transpose(1, 2).reshape(B, T, H * Dh)  # [B, T, D]
