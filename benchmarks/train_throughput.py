@@ -61,15 +61,19 @@ def build(kind, d):
     return without_offset_term(model) if kind == NO_OFFSETS else model
 
 
+def drop_offset_term(att):
+    """An :class:`~insnet_fairseq.models.attention.OffsetSelfAttention` whose scores leave out the offset term, in
+    place: ``softmax((q + u) k^T / sqrt(Dh)) v`` with the causal mask of insertion order (``is_causal``), through its
+    own :meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.content_attend`. Returns ``att``."""
+    att._attend = lambda q, k, v, offsets, rel_table, attn_mask: att.content_attend(q, k, v, None, is_causal=True)
+    return att
+
+
 def without_offset_term(model):
-    """``model`` (InsNet) with the position term of its self-attention left out, in place: each layer attends
-    ``softmax((q + u) k^T / sqrt(Dh)) v`` with the causal mask of insertion order (``is_causal``), through the
-    attention's own :meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.content_attend`. A diagnostic (the
-    cost of InsNet without its offsets), never a trained model. Returns the model."""
+    """``model`` (InsNet) with the offset term left out of every self-attention layer (:func:`drop_offset_term`). A
+    diagnostic (the cost of InsNet without its offsets), never a trained model. Returns the model."""
     for layer in model.decoder.context.layers:
-        att = layer.self_attn
-        att._attend = lambda q, k, v, offsets, rel_table, attn_mask, att=att: att.content_attend(q, k, v, None,
-                                                                                               is_causal=True)
+        drop_offset_term(layer.self_attn)
     return model
 
 

@@ -52,3 +52,23 @@ def test_without_offset_term_drops_exactly_the_position_term():
                 layer.self_attn.r_proj.weight.zero_()
                 layer.self_attn.v.zero_()
         torch.testing.assert_close(tt.step_fn("insnet", plain, batch, d, 0.1), tt.step_fn("insnet", full, batch, d, 0.1))
+
+
+def test_offset_term_cost_times_one_layer_with_and_without_only_the_offset_term():
+    """benchmarks/offset_term_cost.py's two layers share their weights and differ by the offset term alone: equal
+    where the term is zero (W_kR = 0, v = 0), not otherwise; the term alone is -inf exactly where the mask blocks."""
+    import offset_term_cost as otc
+
+    full, plain = otc.layers()
+    x, offsets, mask, table = otc.layer_inputs(6, 24)
+    for m in (full, plain):
+        m.eval()
+    with torch.no_grad():
+        assert not torch.allclose(full(x, offsets, table, mask)[0], plain(x, offsets, table, mask)[0])
+        q = torch.randn(x.size(0), otc.HEADS, 6, otc.D // otc.HEADS)
+        bias = full.offset_bias(q, offsets, table, mask, 6)
+        assert torch.equal(torch.isinf(bias), mask.expand_as(bias))
+        for m in (full, plain):
+            m.r_proj.weight.zero_()
+            m.v.zero_()
+        torch.testing.assert_close(plain(x, offsets, table, mask)[0], full(x, offsets, table, mask)[0])

@@ -167,8 +167,14 @@ class OffsetSelfAttention(nn.Module):
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
         """q [B, H, T, Dh], k/v [B, H, S, Dh], offsets [B, T, S], mask [T, S] or [B, T, S] (or None) -> [B, T, D]."""
+        return self.content_attend(q, k, v, self.offset_bias(q, offsets, rel_table, attn_mask, k.size(2)))
+
+    def offset_bias(self, q: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Optional[Tensor], S: int) -> Tensor:
+        """The offset term of the scores, scaled, -inf where ``attn_mask`` blocks: (q + v) . p_offset[i, j] * scaling.
+        q [B, H, T, Dh], offsets [B, T, S], mask [T, S] or [B, T, S] (or None) -> [B, H, T, S].
+        Example: T = S = 3 (one pass over 3 tokens): P is projected for the 5 offsets -2..2, [B, H, 3, 5] scores are
+        gathered to [B, H, 3, 3]."""
         B, H, T, Dh = q.shape
-        S = k.size(2)
         # offsets lie in [-(S-1), S-1]; the table bounds them only where S counts decoding holes
         M = min(S - 1, (rel_table.size(0) - 1) // 2)
         p = self.project_offsets(rel_table, M)  # [H, R, Dh], R = 2M + 1 <= 2S - 1
@@ -182,7 +188,7 @@ class OffsetSelfAttention(nn.Module):
         if attn_mask is not None:
             mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
             bias.masked_fill_(mask.unsqueeze(1), float("-inf"))
-        return self.content_attend(q, k, v, bias)
+        return bias
 
     def content_attend(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], is_causal: bool = False) -> Tensor:
         """softmax((q + u) k^T * scaling + bias) v, dropout on the weights, then the output projection: one fused
