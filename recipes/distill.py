@@ -54,6 +54,14 @@ def env():
     return dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
 
 
+def fairseq_tool(name):
+    """The command that runs fairseq's ``fairseq-NAME``: the console script beside this Python (a virtual
+    environment), else ``python -m fairseq_cli.NAME`` (fairseq importable without its scripts, as on a lent GPU
+    machine that has it on PYTHONPATH: recipes/gpu_env.sh)."""
+    script = os.path.join(BIN, f"fairseq-{name}")
+    return [script] if os.path.exists(script) else [sys.executable, "-m", f"fairseq_cli.{name}"]
+
+
 def languages(data):
     """(src, tgt) from the training files of a data-bin folder."""
     pairs = {os.path.basename(p).split(".")[1] for p in glob.glob(os.path.join(data, "train.*-*.*.bin"))}
@@ -133,7 +141,7 @@ def decode_train(data, ckpt, src, tgt, out, gen_args="--max-len-a 1.2 --max-len-
     if os.path.exists(out):
         log(f"decoding: done before, skipped ({out})")
         return
-    cmd = [os.path.join(BIN, "fairseq-generate"), data, "--user-dir", "insnet_fairseq",
+    cmd = [*fairseq_tool("generate"), data, "--user-dir", "insnet_fairseq",
            *teacher_decoding(checkpoint_task(ckpt), int(os.environ.get("BEAM", "5"))),
            "--source-lang", src, "--target-lang", tgt, "--path", ckpt, "--gen-subset", "train",
            "--batch-size", os.environ.get("GEN_BATCH", "64"),
@@ -217,7 +225,7 @@ def binarize(data, text_prefix, dest, src, tgt):
             all(os.path.exists(os.path.join(dest, os.path.basename(p))) for p in copies):
         log(f"binarise: done before, skipped ({dest})")
         return
-    code = subprocess.run([os.path.join(BIN, "fairseq-preprocess"), "--source-lang", src, "--target-lang", tgt,
+    code = subprocess.run([*fairseq_tool("preprocess"), "--source-lang", src, "--target-lang", tgt,
                            "--trainpref", text_prefix, "--destdir", dest, "--joined-dictionary",
                            "--srcdict", os.path.join(data, f"dict.{src}.txt"),
                            "--workers", str(min(4, os.cpu_count() or 1))], cwd=ROOT, env=env()).returncode

@@ -29,7 +29,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from distill import BIN, ROOT, decode_train, ensemble_paths, env, fail, languages, log  # noqa: E402
+from distill import ROOT, decode_train, ensemble_paths, env, fail, fairseq_tool, languages, log  # noqa: E402
 
 
 def keeps_keywords(keywords, words) -> bool:
@@ -130,7 +130,7 @@ def main(argv=None):
     if os.path.exists(os.path.join(dest, "train.bin")):
         log(f"binarise: done before, skipped ({dest})")
         return
-    code = subprocess.run([os.path.join(BIN, "fairseq-preprocess"), "--only-source", "--trainpref", text,
+    code = subprocess.run([*fairseq_tool("preprocess"), "--only-source", "--trainpref", text,
                            "--destdir", dest, "--srcdict", os.path.join(data, "dict.txt"),
                            "--workers", str(min(4, os.cpu_count() or 1))], cwd=ROOT, env=env()).returncode
     if code != 0:

@@ -21,6 +21,7 @@ from conftest import ROOT, SHARED_DATA
 sys.path.insert(0, os.path.join(ROOT, "recipes"))
 import candidate_oracle  # noqa: E402
 import corpora  # noqa: E402
+import distill  # noqa: E402
 import distill_lm  # noqa: E402
 import lm_pair_summary  # noqa: E402
 import lm_valid_choice  # noqa: E402
@@ -455,6 +456,34 @@ def test_candidate_oracle_mbr_picks_follow_the_docstring():
     assert candidate_oracle.mbr_picks(scored, float("inf"), shared) == {0: "a b c"}
     assert candidate_oracle.mbr_picks(scored, 0.01, shared) == {0: "x y"}
     assert candidate_oracle.mbr_picks({0: [("a", -1.0, 1)]}, 1.0) == {0: "a"}  # sacreBLEU utility, one candidate
+
+
+def test_distillation_runs_fairseq_without_its_console_scripts(tmp_path, monkeypatch):
+    """Beside a Python with fairseq's console scripts (a virtual environment) distill.py runs them; where fairseq is
+    only importable (a lent GPU machine, fairseq on PYTHONPATH: recipes/gpu_env.sh) it runs its modules."""
+    monkeypatch.setattr(distill, "BIN", str(tmp_path))
+    assert distill.fairseq_tool("generate") == [sys.executable, "-m", "fairseq_cli.generate"]
+    assert distill.fairseq_tool("preprocess") == [sys.executable, "-m", "fairseq_cli.preprocess"]
+    (tmp_path / "fairseq-generate").write_text("#!/bin/sh\n")
+    assert distill.fairseq_tool("generate") == [str(tmp_path / "fairseq-generate")]
+    import importlib.util
+    assert all(importlib.util.find_spec(f"fairseq_cli.{t}") for t in ("generate", "preprocess"))
+
+
+def test_gpu_ens_kd_refuses_bad_arguments_by_name(tmp_path):
+    """recipes/gpu_ens_kd.sh: an unknown variant, a folder that is not a GPU call's output, a missing OUT."""
+    def run(*args, **env):
+        p = subprocess.run(["bash", "recipes/gpu_ens_kd.sh", *args], cwd=ROOT, capture_output=True, text=True,
+                           env={k: v for k, v in dict(ENV, **env).items() if k != "OUT" or v})
+        return p.returncode, p.stderr
+    code, err = run("continue", "zigzag")
+    assert code == 2 and "not 'zigzag'" in err
+    code, err = run("unpack", str(tmp_path))
+    assert code == 2 and "corpus.tgz missing" in err
+    code, err = run("unpack", str(tmp_path / "nowhere"))
+    assert code == 2 and "is not a folder" in err
+    code, err = run(OUT="")
+    assert code != 0 and "OUT" in err
 
 
 def test_lm_distillation_keeps_every_keyword_in_order():

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Issue 9's ensemble-teacher experiment, whole, in one call on a lent GPU (the lever that closed issue 11 for the
+# constrained LM: a student distilled from an ensemble of two AR runs):
+#   1. two AR teachers (recipes/train.sh ar, seeds 1 and 2) train TEACHER_MINUTES (2.5) at once;
+#   2. their ensemble (fairseq's a.pt:b.pt, checkpoint_best.pt each) distils the training set with beam 5
+#      (recipes/distill.py, GEN_BATCH 256) into data-bin/multi30k_en_de-SUFFIX (SUFFIX: distill-gpuens);
+#   3. the +KD students on that corpus, recipes/budget_table.sh's rows with its settings: insnet-l2r-kd trains
+#      CURRICULUM_MINUTES (2), its checkpoint there is the base of curriculum-query-kd (anchored InsNet-uniform with
+#      --slot-query-stream, fixed lr 5e-4), and both then train at once to STUDENT_MINUTES (4.5) of wall clock each
+#      (fairseq counts the base's minutes in both, as budget_table.sh's curriculum rows do).
+# The teachers' checkpoint_best.pt (the distilling ensemble) and the students' checkpoint_last.pt are written to OUT as
+# float16 without optimizer state (recipes/average_checkpoints.py --transfer), gzipped to fit the 16 MiB a returned
+# file may have (four of them: 64 MiB may come back in all), with the distilled corpus (corpus.tgz: the data-bin
+# folder) and the logs (logs.tgz). They are scored on the CPU afterwards by the same evaluation as every row
+# (recipes/budget_table.sh eval, checkpoints unpacked by `bash recipes/gpu_ens_kd.sh unpack DIR`).
+#
+#   there (the device tool's run, carrying gpu_carry and data-bin/multi30k_en_de):
+#          OUT=$OUT DEADLINE_S=560 bash recipes/gpu_ens_kd.sh    # DEADLINE_S: the students shrink to end by then
+#   here:  bash recipes/gpu_ens_kd.sh unpack FILES_DIR     # -> checkpoints/gpuens_*, data-bin/multi30k_en_de-SUFFIX
+#          bash recipes/gpu_ens_kd.sh eval                 # the test set -> results/gpu_ens_kd.{md,csv}
+#          bash recipes/gpu_ens_kd.sh continue uniform|dinic   # the parallel student, 60 more minutes on this CPU
+#
+# On a machine with fairseq installed (here, .venv) the same command runs on the CPU (THREADS=1 each: a smoke run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+suffix=${DISTILL_SUFFIX:-distill-gpuens}; name=${NAME:-multi30k_en_de}; data=data-bin/$name; kd=data-bin/$name-$suffix
+ck=checkpoints/gpuens; logs=logs/gpuens
+teacher_min=${TEACHER_MINUTES:-2.5}; base_min=${CURRICULUM_MINUTES:-2}; student_min=${STUDENT_MINUTES:-4.5}
+students=(l2r_kd curriculum_query_kd)
+
+if [ "${1:-}" = eval ]; then  # score the unpacked runs on the test set -> results/OUT_NAME.{md,csv} (gpu_ens_kd)
+  raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
+  res=results/${OUT_NAME:-gpu_ens_kd}; ar="--user-dir insnet_fairseq"
+  par="--user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel --slot-top-p ${TOP_P:-0.9} --skip-repeats"
+  ens=${ck}_ar_s1/checkpoint_last.pt:${ck}_ar_s2/checkpoint_last.pt
+  while IFS='|' read -r label path flags; do
+    [ -f "${path%%:*}" ] || { echo "gpu_ens_kd.sh: $path missing (bash recipes/gpu_ens_kd.sh unpack FILES_DIR)" >&2; exit 2; }
+    # shellcheck disable=SC2086
+    python recipes/evaluate.py --data "$data" --path "$path" --src en --tgt de --name "$label" \
+      --raw-ref "$raw/test.de" --tok-ref work/$name/test.clean.de --csv "$res.csv" --markdown "$res.md" -- $flags
+  done <<ROWS
+AR teacher seed 1 greedy|${ck}_ar_s1/checkpoint_last.pt|$ar --beam 1
+AR teacher seed 1 beam 5|${ck}_ar_s1/checkpoint_last.pt|$ar --beam 5
+AR teacher seed 2 greedy|${ck}_ar_s2/checkpoint_last.pt|$ar --beam 1
+AR teacher seed 2 beam 5|${ck}_ar_s2/checkpoint_last.pt|$ar --beam 5
+AR ensemble of both beam 5 (the distilling teacher)|$ens|$ar --beam 5
+InsNet l2r +KD(ensemble) sequential|${ck}_l2r_kd/checkpoint_last.pt|--user-dir insnet_fairseq --task insertion_translation --insertion-mode sequential
+curriculum-query +KD(ensemble) parallel (top-p ${TOP_P:-0.9}, --skip-repeats)|${ck}_curriculum_query_kd/checkpoint_last.pt|$par
+curriculum-query +KD(ensemble) parallel (top-p ${TOP_P:-0.9}, --skip-repeats --stop-check-prob 0.75)|${ck}_curriculum_query_kd/checkpoint_last.pt|$par --stop-check-prob 0.75
+ROWS
+  cat "$res.md"; exit 0
+fi
+if [ "${1:-}" = continue ]; then  # VARIANT: the GPU's parallel student trained on here, CONTINUE_MINUTES (60) more,
+  # one thread (THREADS), fixed lr 5e-4 (its stage's lr; Adam restarts: the packed checkpoint has no optimizer state):
+  #   uniform  the same objective (anchored InsNet-uniform, slot query stream) -> checkpoints/gpuens_cqk_more
+  #   dinic    InsNet-Dinic fine-tuning as budget_table.sh's dinic-student-kd row (--dinic-tau TAU (3) --dinic-lagged
+  #            --dinic-lagged-warm) -> checkpoints/gpuens_dinic
+  variant=${2:?usage: bash recipes/gpu_ens_kd.sh continue uniform|dinic}
+  case $variant in
+    uniform) save=${ck}_cqk_more; flags=(--layerization uniform) ;;
+    dinic) save=${ck}_dinic; flags=(--dinic-tau="${TAU:-3}" --dinic-lagged --dinic-lagged-warm) ;;
+    *) echo "gpu_ens_kd.sh: continue: VARIANT is uniform or dinic, not '$variant'" >&2; exit 2 ;;
+  esac
+  from=${ck}_curriculum_query_kd/checkpoint_last.pt
+  [ -f "$from" ] || { echo "gpu_ens_kd.sh: $from missing (bash recipes/gpu_ens_kd.sh unpack FILES_DIR)" >&2; exit 2; }
+  export UPDATES=0 SCHEDULER=fixed LR=5e-4 THREADS=${THREADS:-1} MINUTES=${CONTINUE_MINUTES:-60}
+  exec bash recipes/train.sh insnet "$kd" "$save" --insertion-order anchored --slot-query-stream "${flags[@]}" \
+    --finetune-from-model "$from"
+fi
+if [ "${1:-}" = unpack ]; then  # FILES_DIR: what the GPU call returned
+  src=${2:?usage: bash recipes/gpu_ens_kd.sh unpack FILES_DIR}
+  [ -d "$src" ] || { echo "gpu_ens_kd.sh: unpack: $src is not a folder" >&2; exit 2; }
+  [ -f "$src/corpus.tgz" ] || { echo "gpu_ens_kd.sh: $src/corpus.tgz missing (not a gpu_ens_kd.sh OUT)" >&2; exit 2; }
+  tar xzf "$src/corpus.tgz"
+  [ -f "$src/logs.tgz" ] && tar xzf "$src/logs.tgz"
+  for f in "$src"/*.pt.gz; do
+    run=$(basename "$f" .pt.gz); mkdir -p "$ck"_"$run"
+    gunzip -c "$f" >"$ck"_"$run"/checkpoint_last.pt
+    echo "$f -> ${ck}_$run/checkpoint_last.pt"
+  done
+  exit 0
+fi
+
+out=${OUT:?OUT: the folder the results go to}
+source recipes/gpu_env.sh  # gpu_carry/site on PYTHONPATH and fairseq's tools where fairseq is not installed; sets py
+[ -d "$data" ] || { echo "gpu_ens_kd.sh: $data missing (make multi30k; carry it to the GPU machine)" >&2; exit 2; }
+mkdir -p "$out" "$logs"
+export UPDATES=0
+start=$SECONDS
+stamp() { echo "gpu_ens_kd.sh: $(( SECONDS - start )) s: $*"; }
+run_bg() {  # LOG CMD...: in the background, its pid in $!
+  local log=$1; shift
+  "$@" >"$logs/$log.log" 2>&1 &
+}
+wait_all() {  # PID:NAME...: fail naming the log of the first run that failed
+  local failed=0
+  for p in "$@"; do
+    wait "${p%%:*}" || { echo "gpu_ens_kd.sh: ${p#*:} failed:" >&2; tail -5 "$logs/${p#*:}.log" >&2; failed=1; }
+  done
+  return $failed
+}
+updates_of() { grep -oE 'num_updates[= ][0-9]+' "$logs/$1.log" | tail -1 | grep -oE '[0-9]+$' || echo "?"; }
+
+stamp "teachers: 2 AR runs at once, $teacher_min minutes each"
+pids=()
+for s in 1 2; do
+  run_bg ar_s$s env MINUTES="$teacher_min" bash recipes/train.sh ar "$data" "${ck}_ar_s$s" --seed $s; pids+=("$!:ar_s$s")
+done
+wait_all "${pids[@]}"
+stamp "teachers done: $(updates_of ar_s1) and $(updates_of ar_s2) updates"
+
+TEACHER=${ck}_ar_s1/checkpoint_best.pt:${ck}_ar_s2/checkpoint_best.pt GEN_BATCH=${GEN_BATCH:-256} \
+  "$py" recipes/distill.py "$name" --suffix "$suffix" >"$logs/distill.log" 2>&1 \
+  || { tail -20 "$logs/distill.log" >&2; exit 1; }
+grep -E "distill: (corpus|wrote|kept|empty)" "$logs/distill.log" || true
+tar czf "$out/corpus.tgz" "$kd"
+stamp "distilled: $kd"
+if [ -n "${DEADLINE_S:-}" ]; then  # fit the students into what is left of DEADLINE_S (packing takes PACK_S, 60)
+  read -r base_min student_min < <("$py" -c "
+left = max(($DEADLINE_S - $SECONDS + $start - ${PACK_S:-60} - 30) / 60, 1.0)  # 30 s: two fairseq start-ups
+s = min($student_min, left); print(round(min($base_min, 0.45 * s), 2), round(s, 2))")
+  stamp "students fitted into DEADLINE_S $DEADLINE_S: base $base_min, total $student_min minutes"
+fi
+
+l2r=(insnet "$kd" "${ck}_l2r_kd" --insertion-order l2r)
+run_bg l2r_kd_base env MINUTES="$base_min" bash recipes/train.sh "${l2r[@]}"
+wait_all "$!:l2r_kd_base"
+cp "${ck}_l2r_kd/checkpoint_last.pt" "${ck}_l2r_kd/checkpoint_base.pt"
+stamp "l2r +KD base: $(updates_of l2r_kd_base) updates"
+run_bg l2r_kd env MINUTES="$student_min" bash recipes/train.sh "${l2r[@]}"; pids=("$!:l2r_kd")
+run_bg curriculum_query_kd env MINUTES="$student_min" SCHEDULER=fixed LR=5e-4 bash recipes/train.sh insnet "$kd" \
+  "${ck}_curriculum_query_kd" --insertion-order anchored --layerization uniform --slot-query-stream \
+  --finetune-from-model "${ck}_l2r_kd/checkpoint_base.pt"; pids+=("$!:curriculum_query_kd")
+wait_all "${pids[@]}"
+stamp "students done: l2r +KD $(updates_of l2r_kd), curriculum $(updates_of curriculum_query_kd) updates"
+
+# at most 64 MiB come back from a call: four checkpoints (the teachers as distilled, checkpoint_best.pt, and the
+# students' last), the corpus and the logs
+for run in ar_s1:best ar_s2:best l2r_kd:last curriculum_query_kd:last; do
+  "$py" recipes/average_checkpoints.py --inputs "${ck}_${run%%:*}/checkpoint_${run#*:}.pt" --output "$out/${run%%:*}.pt" \
+    --transfer >/dev/null 2>&1
+  gzip -f "$out/${run%%:*}.pt"
+done
+tar czf "$out/logs.tgz" "$logs"
+ls -la "$out"
+stamp "done"
