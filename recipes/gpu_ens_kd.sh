@@ -17,7 +17,7 @@
 #   there (the device tool's run, carrying gpu_carry and data-bin/multi30k_en_de):
 #          OUT=$OUT DEADLINE_S=560 bash recipes/gpu_ens_kd.sh    # DEADLINE_S: the students shrink to end by then
 #   here:  bash recipes/gpu_ens_kd.sh unpack FILES_DIR     # -> checkpoints/gpuens_*, data-bin/multi30k_en_de-SUFFIX
-#          bash recipes/gpu_ens_kd.sh eval                 # the test set -> results/gpu_ens_kd.{md,csv}
+#          bash recipes/gpu_ens_kd.sh eval [RUN...]        # the test set -> results/gpu_ens_kd.{md,csv}
 #          bash recipes/gpu_ens_kd.sh continue uniform|dinic   # the parallel student, 60 more minutes on this CPU
 #
 # On a machine with fairseq installed (here, .venv) the same command runs on the CPU (THREADS=1 each: a smoke run).
@@ -28,26 +28,49 @@ ck=checkpoints/gpuens; logs=logs/gpuens
 teacher_min=${TEACHER_MINUTES:-2.5}; base_min=${CURRICULUM_MINUTES:-2}; student_min=${STUDENT_MINUTES:-4.5}
 students=(l2r_kd curriculum_query_kd)
 
-if [ "${1:-}" = eval ]; then  # score the unpacked runs on the test set -> results/OUT_NAME.{md,csv} (gpu_ens_kd)
+if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs -> results/OUT_NAME.{md,csv}
+  # RUN: teachers (each greedy and beam 5, their ensemble beam 5), l2r_kd (sequential), and the parallel runs
+  # curriculum_query_kd, cqk_more, dinic (--slot-top-p TOP_P --skip-repeats, alone and with the stop check, and
+  # 2 candidates with the stop check at 0.6: budget_table.sh's settings, chosen on valid); default: every run there is.
+  # SUBSET (test; valid: for choices), CKPT (last; avg: the parameter average of what the run kept, continued runs)
   raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
-  res=results/${OUT_NAME:-gpu_ens_kd}; ar="--user-dir insnet_fairseq"
+  subset=${SUBSET:-test}; res=results/${OUT_NAME:-gpu_ens_kd}; ar="--user-dir insnet_fairseq"
   par="--user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel --slot-top-p ${TOP_P:-0.9} --skip-repeats"
-  ens=${ck}_ar_s1/checkpoint_last.pt:${ck}_ar_s2/checkpoint_last.pt
-  while IFS='|' read -r label path flags; do
-    [ -f "${path%%:*}" ] || { echo "gpu_ens_kd.sh: $path missing (bash recipes/gpu_ens_kd.sh unpack FILES_DIR)" >&2; exit 2; }
+  runs=("${@:2}"); [ ${#runs[@]} -gt 0 ] || runs=(teachers l2r_kd curriculum_query_kd cqk_more dinic)
+  score() {  # LABEL CHECKPOINT FLAGS
     # shellcheck disable=SC2086
-    python recipes/evaluate.py --data "$data" --path "$path" --src en --tgt de --name "$label" \
-      --raw-ref "$raw/test.de" --tok-ref work/$name/test.clean.de --csv "$res.csv" --markdown "$res.md" -- $flags
-  done <<ROWS
-AR teacher seed 1 greedy|${ck}_ar_s1/checkpoint_last.pt|$ar --beam 1
-AR teacher seed 1 beam 5|${ck}_ar_s1/checkpoint_last.pt|$ar --beam 5
-AR teacher seed 2 greedy|${ck}_ar_s2/checkpoint_last.pt|$ar --beam 1
-AR teacher seed 2 beam 5|${ck}_ar_s2/checkpoint_last.pt|$ar --beam 5
-AR ensemble of both beam 5 (the distilling teacher)|$ens|$ar --beam 5
-InsNet l2r +KD(ensemble) sequential|${ck}_l2r_kd/checkpoint_last.pt|--user-dir insnet_fairseq --task insertion_translation --insertion-mode sequential
-curriculum-query +KD(ensemble) parallel (top-p ${TOP_P:-0.9}, --skip-repeats)|${ck}_curriculum_query_kd/checkpoint_last.pt|$par
-curriculum-query +KD(ensemble) parallel (top-p ${TOP_P:-0.9}, --skip-repeats --stop-check-prob 0.75)|${ck}_curriculum_query_kd/checkpoint_last.pt|$par --stop-check-prob 0.75
-ROWS
+    python recipes/evaluate.py --data "$data" --path "$2" --src en --tgt de --name "$1" --gen-subset "$subset" \
+      --raw-ref "$raw/$subset.de" --tok-ref work/$name/$subset.clean.de --csv "$res.csv" --markdown "$res.md" -- $3
+  }
+  for run in "${runs[@]}"; do
+    case $run in
+      teachers)
+        for s in 1 2; do
+          [ -f "${ck}_ar_s$s/checkpoint_last.pt" ] || { echo "gpu_ens_kd.sh: ${ck}_ar_s$s missing (unpack first)" >&2; exit 2; }
+          score "AR teacher seed $s greedy" "${ck}_ar_s$s/checkpoint_last.pt" "$ar --beam 1"
+          score "AR teacher seed $s beam 5" "${ck}_ar_s$s/checkpoint_last.pt" "$ar --beam 5"
+        done
+        score "AR ensemble of both beam 5 (the distilling teacher)" \
+          "${ck}_ar_s1/checkpoint_last.pt:${ck}_ar_s2/checkpoint_last.pt" "$ar --beam 5" ;;
+      l2r_kd|curriculum_query_kd|cqk_more|dinic)
+        path=${ck}_$run/checkpoint_last.pt
+        [ -f "$path" ] || { echo "gpu_ens_kd.sh: $path missing" >&2; exit 2; }
+        if [ "${CKPT:-last}" = avg ] && [ "$run" != l2r_kd ] && [ "$run" != curriculum_query_kd ]; then
+          python recipes/average_checkpoints.py --inputs "${ck}_$run" --output "${ck}_$run/checkpoint_avg.pt" --reuse
+          path=${ck}_$run/checkpoint_avg.pt
+        fi
+        label="$run +KD(ensemble)${CKPT:+ ($CKPT)}"
+        if [ "$run" = l2r_kd ]; then
+          score "$label sequential" "$path" "--user-dir insnet_fairseq --task insertion_translation --insertion-mode sequential"
+          continue
+        fi
+        score "$label parallel (top-p ${TOP_P:-0.9}, --skip-repeats)" "$path" "$par"
+        score "$label parallel (top-p ${TOP_P:-0.9}, --skip-repeats --stop-check-prob 0.75)" "$path" "$par --stop-check-prob 0.75"
+        score "$label parallel (top-p ${TOP_P:-0.9}, --skip-repeats --stop-check-prob 0.6 --insertion-candidates 2)" "$path" \
+          "$par --stop-check-prob 0.6 --insertion-candidates 2" ;;
+      *) echo "gpu_ens_kd.sh: eval: RUN is teachers, l2r_kd, curriculum_query_kd, cqk_more or dinic, not '$run'" >&2; exit 2 ;;
+    esac
+  done
   cat "$res.md"; exit 0
 fi
 if [ "${1:-}" = continue ]; then  # VARIANT: the GPU's parallel student trained on here, CONTINUE_MINUTES (60) more,

@@ -478,6 +478,8 @@ def test_gpu_ens_kd_refuses_bad_arguments_by_name(tmp_path):
         return p.returncode, p.stderr
     code, err = run("continue", "zigzag")
     assert code == 2 and "not 'zigzag'" in err
+    code, err = run("eval", "zigzag")
+    assert code == 2 and "not 'zigzag'" in err
     code, err = run("unpack", str(tmp_path))
     assert code == 2 and "corpus.tgz missing" in err
     code, err = run("unpack", str(tmp_path / "nowhere"))
