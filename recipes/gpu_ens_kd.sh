@@ -30,13 +30,20 @@ students=(l2r_kd curriculum_query_kd)
 
 if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs -> results/OUT_NAME.{md,csv}
   # RUN: teachers (each greedy and beam 5, their ensemble beam 5), l2r_kd (sequential), and the parallel runs
-  # curriculum_query_kd, cqk_more, dinic (--slot-top-p TOP_P --skip-repeats, alone and with the stop check, and
-  # 2 candidates with the stop check at 0.6: budget_table.sh's settings, chosen on valid); default: every run there is.
+  # curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more (--slot-top-p TOP_P --skip-repeats, alone and with the stop check, and
+  # 2 candidates with the stop check at 0.6: budget_table.sh's settings, chosen on valid); judged: the parallel run's
+  # candidates picked by the l2r +KD InsNet model; default: every run there is (judged left out).
   # SUBSET (test; valid: for choices), CKPT (last; avg: the parameter average of what the run kept, continued runs)
   raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
   subset=${SUBSET:-test}; res=results/${OUT_NAME:-gpu_ens_kd}; ar="--user-dir insnet_fairseq"
   par="--user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel --slot-top-p ${TOP_P:-0.9} --skip-repeats"
-  runs=("${@:2}"); [ ${#runs[@]} -gt 0 ] || runs=(teachers l2r_kd curriculum_query_kd cqk_more dinic)
+  runs=("${@:2}")
+  if [ ${#runs[@]} = 0 ]; then  # every run there is
+    runs=(teachers)
+    for r in l2r_kd curriculum_query_kd cqk_more dinic dinic_from_cqk_more; do
+      [ -f "${ck}_$r/checkpoint_last.pt" ] && runs+=("$r")
+    done
+  fi
   score() {  # LABEL CHECKPOINT FLAGS
     # shellcheck disable=SC2086
     python recipes/evaluate.py --data "$data" --path "$2" --src en --tgt de --name "$1" --gen-subset "$subset" \
@@ -52,7 +59,7 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
         done
         score "AR ensemble of both beam 5 (the distilling teacher)" \
           "${ck}_ar_s1/checkpoint_last.pt:${ck}_ar_s2/checkpoint_last.pt" "$ar --beam 5" ;;
-      l2r_kd|curriculum_query_kd|cqk_more|dinic)
+      l2r_kd|curriculum_query_kd|cqk_more|dinic|dinic_from_cqk_more)
         path=${ck}_$run/checkpoint_last.pt
         [ -f "$path" ] || { echo "gpu_ens_kd.sh: $path missing" >&2; exit 2; }
         if [ "${CKPT:-last}" = avg ] && [ "$run" != l2r_kd ] && [ "$run" != curriculum_query_kd ]; then
@@ -68,7 +75,14 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
         score "$label parallel (top-p ${TOP_P:-0.9}, --skip-repeats --stop-check-prob 0.75)" "$path" "$par --stop-check-prob 0.75"
         score "$label parallel (top-p ${TOP_P:-0.9}, --skip-repeats --stop-check-prob 0.6 --insertion-candidates 2)" "$path" \
           "$par --stop-check-prob 0.6 --insertion-candidates 2" ;;
-      *) echo "gpu_ens_kd.sh: eval: RUN is teachers, l2r_kd, curriculum_query_kd, cqk_more or dinic, not '$run'" >&2; exit 2 ;;
+      judged)  # JUDGE_K (8) candidates of the parallel run PAR_RUN (curriculum_query_kd), stop check 0.75, a sentence
+        # stops once 6 have finished, picked by the l2r +KD InsNet model (one teacher-forced pass along its left-to-right
+        # trajectory, --iter-decode-with-external-reranker with an insnet judge: decoding/rerank.py): no AR model
+        p=${ck}_${PAR_RUN:-curriculum_query_kd}/checkpoint_last.pt j=${ck}_l2r_kd/checkpoint_last.pt
+        for f in "$p" "$j"; do [ -f "$f" ] || { echo "gpu_ens_kd.sh: $f missing" >&2; exit 2; }; done
+        score "${PAR_RUN:-curriculum_query_kd} +KD(ensemble), ${JUDGE_K:-8} candidates (first 6 finished, stop check 0.75) judged by l2r_kd" \
+          "$p:$j" "$par --stop-check-prob 0.75 --insertion-candidates ${JUDGE_K:-8} --insertion-candidates-finish 6 --iter-decode-with-external-reranker" ;;
+      *) echo "gpu_ens_kd.sh: eval: RUN is judged, teachers, l2r_kd, curriculum_query_kd, cqk_more, dinic or dinic_from_cqk_more, not '$run'" >&2; exit 2 ;;
     esac
   done
   cat "$res.md"; exit 0
@@ -79,12 +93,16 @@ if [ "${1:-}" = continue ]; then  # VARIANT: the GPU's parallel student trained 
   #   dinic    InsNet-Dinic fine-tuning as budget_table.sh's dinic-student-kd row (--dinic-tau TAU (3) --dinic-lagged
   #            --dinic-lagged-warm) -> checkpoints/gpuens_dinic
   variant=${2:?usage: bash recipes/gpu_ens_kd.sh continue uniform|dinic}
+  # FROM_RUN (curriculum_query_kd): the run it starts from, e.g. cqk_more: Dinic after the uniform continuation,
+  # saved in checkpoints/gpuens_dinic_from_cqk_more. A save folder that has a checkpoint_last.pt continues it (to
+  # CONTINUE_MINUTES of training in all: fairseq counts the minutes the run has had).
+  from_run=${FROM_RUN:-curriculum_query_kd}; sfx=""; [ "$from_run" = curriculum_query_kd ] || sfx=_from_$from_run
   case $variant in
-    uniform) save=${ck}_cqk_more; flags=(--layerization uniform) ;;
-    dinic) save=${ck}_dinic; flags=(--dinic-tau="${TAU:-3}" --dinic-lagged --dinic-lagged-warm) ;;
+    uniform) save=${ck}_cqk_more$sfx; flags=(--layerization uniform) ;;
+    dinic) save=${ck}_dinic$sfx; flags=(--dinic-tau="${TAU:-3}" --dinic-lagged --dinic-lagged-warm) ;;
     *) echo "gpu_ens_kd.sh: continue: VARIANT is uniform or dinic, not '$variant'" >&2; exit 2 ;;
   esac
-  from=${ck}_curriculum_query_kd/checkpoint_last.pt
+  from=${ck}_$from_run/checkpoint_last.pt
   [ -f "$from" ] || { echo "gpu_ens_kd.sh: $from missing (bash recipes/gpu_ens_kd.sh unpack FILES_DIR)" >&2; exit 2; }
   export UPDATES=0 SCHEDULER=fixed LR=5e-4 THREADS=${THREADS:-1} MINUTES=${CONTINUE_MINUTES:-60}
   exec bash recipes/train.sh insnet "$kd" "$save" --insertion-order anchored --slot-query-stream "${flags[@]}" \
