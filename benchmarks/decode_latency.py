@@ -9,6 +9,8 @@
   (``--iter-decode-with-external-reranker``), the judge's pass included in the time; ``--candidates-finish M``
   stops a sentence once M of them have finished, ``--channel REV.pt --channel-weight W`` adds the judge's channel
   model (a target -> source AR checkpoint);
+* with ``--candidates K --judge-insnet L2R.pt``: the same candidates judged by an InsNet model (an l2r checkpoint scores
+  each along its left-to-right trajectory, ``insnet_fairseq/decoding/rerank.py``), no AR model in the decoding;
 * with ``--verify``: the parallel-trained model's drafts verified by the ``--ar`` model (``--insertion-verify``,
   ``--verify-tolerance B``), every verification pass in the time (the output is the AR model's greedy output at
   B = 0, with the same length limit as the AR system here).
@@ -116,6 +118,9 @@ def main(argv=None):
     p.add_argument("--judge", action="store_true",
                    help="with --candidates: also decode them with the --ar model as their judge "
                         "(--iter-decode-with-external-reranker)")
+    p.add_argument("--judge-insnet", metavar="PATH",
+                   help="with --candidates: also decode them judged by this InsNet checkpoint (an l2r model: one "
+                        "teacher-forced pass along each candidate's left-to-right trajectory), no AR model")
     p.add_argument("--candidates-finish", type=int, default=0,
                    help="with --candidates: a sentence stops once M of them have finished (--insertion-candidates-finish)")
     p.add_argument("--channel", help="with --judge: the judge's channel model, a target -> source AR checkpoint")
@@ -148,13 +153,15 @@ def main(argv=None):
     if args.channel:
         judges, channel_weight = [ar, load(args.channel, args.data, dev)[0]], args.channel_weight
 
-    def insnet_systems(name, model, task, judge=False, verify=False, cached_only=False, **flags):
-        """Cached, then (unless --cached-only or ``cached_only``) uncached; with the judges (judge) or the AR verifier
-        (verify) after."""
+    def insnet_systems(name, model, task, judge=False, verify=False, cached_only=False, judge_models=None, **flags):
+        """Cached, then (unless --cached-only or ``cached_only``) uncached; with the judges (judge: the AR model and
+        its channel, or ``judge_models``) or the AR verifier (verify) after."""
+        own = judge_models is None
         return [System(f"{name} {'cached' if c else 'uncached'}", model,
                        InsertionGenerator(tgt, use_cache=c, reranking=judge,
-                                          channel_weight=channel_weight if judge else 0.0, verify=verify, **flags),
-                       task, dev, judges if judge else [ar] if verify else ()) for c in ([True] if cached_only else caches)]
+                                          channel_weight=channel_weight if judge and own else 0.0, verify=verify, **flags),
+                       task, dev, (judges if own else judge_models) if judge else [ar] if verify else ())
+                for c in ([True] if cached_only else caches)]
 
     systems = (insnet_systems("InsNet seq", insnet, ins_task, mode="sequential")
                + insnet_systems("InsNet par", insnet, ins_task, mode="parallel", slot_top_p=args.slot_top_p))
@@ -191,6 +198,14 @@ def main(argv=None):
                 f", first {args.candidates_finish} finished" if args.candidates_finish else "") + (
                 f", + {channel_weight} x channel" if args.channel else "") + fused
             systems += insnet_systems(label, par, par_task, judge=True,
+                                      mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
+                                      stop_check_prob=args.stop_check_prob, candidates=args.candidates,
+                                      candidates_finish=args.candidates_finish, fuse_slot_queries=args.fused)
+        if args.judge_insnet and args.candidates > 1:  # the same candidates judged by an InsNet model instead
+            label = f"InsNet-parallel-trained par, {args.candidates} candidates, InsNet judge" + (
+                f", stop check {args.stop_check_prob}" if args.stop_check_prob > 0 else "") + (
+                f", first {args.candidates_finish} finished" if args.candidates_finish else "") + fused
+            systems += insnet_systems(label, par, par_task, judge=True, judge_models=[load(args.judge_insnet, args.data, dev)[0]],
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       stop_check_prob=args.stop_check_prob, candidates=args.candidates,
                                       candidates_finish=args.candidates_finish, fuse_slot_queries=args.fused)

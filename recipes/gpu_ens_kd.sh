@@ -76,12 +76,13 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
         score "$label parallel (top-p ${TOP_P:-0.9}, --skip-repeats --stop-check-prob 0.6 --insertion-candidates 2)" "$path" \
           "$par --stop-check-prob 0.6 --insertion-candidates 2" ;;
       judged)  # JUDGE_K (8) candidates of the parallel run PAR_RUN (curriculum_query_kd), stop check 0.75, a sentence
-        # stops once 6 have finished, picked by the l2r +KD InsNet model (one teacher-forced pass along its left-to-right
+        # stops once JUDGE_FINISH (6) have finished, picked by the l2r +KD InsNet model (one teacher-forced pass along its left-to-right
         # trajectory, --iter-decode-with-external-reranker with an insnet judge: decoding/rerank.py): no AR model
         p=${ck}_${PAR_RUN:-curriculum_query_kd}/checkpoint_last.pt j=${ck}_l2r_kd/checkpoint_last.pt
         for f in "$p" "$j"; do [ -f "$f" ] || { echo "gpu_ens_kd.sh: $f missing" >&2; exit 2; }; done
-        score "${PAR_RUN:-curriculum_query_kd} +KD(ensemble), ${JUDGE_K:-8} candidates (first 6 finished, stop check 0.75) judged by l2r_kd" \
-          "$p:$j" "$par --stop-check-prob 0.75 --insertion-candidates ${JUDGE_K:-8} --insertion-candidates-finish 6 --iter-decode-with-external-reranker" ;;
+        k=${JUDGE_K:-8} fin=${JUDGE_FINISH:-6}; [ "$fin" -le "$k" ] || fin=$k  # JUDGE_FINISH (6): at most K
+        score "${PAR_RUN:-curriculum_query_kd} +KD(ensemble), $k candidates (first $fin finished, stop check 0.75) judged by l2r_kd" \
+          "$p:$j" "$par --stop-check-prob 0.75 --insertion-candidates $k --insertion-candidates-finish $fin --iter-decode-with-external-reranker" ;;
       *) echo "gpu_ens_kd.sh: eval: RUN is judged, teachers, l2r_kd, curriculum_query_kd, cqk_more, dinic or dinic_from_cqk_more, not '$run'" >&2; exit 2 ;;
     esac
   done
