@@ -11,11 +11,11 @@
 # The teachers' checkpoint_best.pt (the distilling ensemble) and the students' checkpoint_last.pt are written to OUT as
 # float16 without optimizer state (recipes/average_checkpoints.py --transfer), gzipped to fit the 16 MiB a returned
 # file may have (four of them: 64 MiB may come back in all), with the distilled corpus (corpus.tgz: the data-bin
-# folder) and the logs (logs.tgz). They are scored on the CPU afterwards by the same evaluation as every row
-# (recipes/budget_table.sh eval, checkpoints unpacked by `bash recipes/gpu_ens_kd.sh unpack DIR`).
+# folder) and the logs (logs.tgz). They are scored on the CPU afterwards by recipes/evaluate.py, as every row
+# (`bash recipes/gpu_ens_kd.sh unpack DIR`, then `eval`, with budget_table.sh's decoding settings).
 #
 #   there (the device tool's run, carrying gpu_carry and data-bin/multi30k_en_de):
-#          OUT=$OUT DEADLINE_S=560 bash recipes/gpu_ens_kd.sh    # DEADLINE_S: the students shrink to end by then
+#          OUT=$OUT DEADLINE_S=555 bash recipes/gpu_ens_kd.sh    # DEADLINE_S: the students shrink to end by then
 #   here:  bash recipes/gpu_ens_kd.sh unpack FILES_DIR     # -> checkpoints/gpuens_*, data-bin/multi30k_en_de-SUFFIX
 #          bash recipes/gpu_ens_kd.sh eval [RUN...]        # the test set -> results/gpu_ens_kd.{md,csv}
 #          bash recipes/gpu_ens_kd.sh continue uniform|dinic   # the parallel student, 60 more minutes on this CPU
@@ -26,7 +26,6 @@ cd "$(dirname "$0")/.."
 suffix=${DISTILL_SUFFIX:-distill-gpuens}; name=${NAME:-multi30k_en_de}; data=data-bin/$name; kd=data-bin/$name-$suffix
 ck=checkpoints/gpuens; logs=logs/gpuens
 teacher_min=${TEACHER_MINUTES:-2.5}; base_min=${CURRICULUM_MINUTES:-2}; student_min=${STUDENT_MINUTES:-4.5}
-students=(l2r_kd curriculum_query_kd)
 
 if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs -> results/OUT_NAME.{md,csv}
   # RUN: teachers (each greedy and beam 5, their ensemble beam 5), l2r_kd (sequential), and the parallel runs
@@ -60,13 +59,13 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
         score "AR ensemble of both beam 5 (the distilling teacher)" \
           "${ck}_ar_s1/checkpoint_last.pt:${ck}_ar_s2/checkpoint_last.pt" "$ar --beam 5" ;;
       l2r_kd|curriculum_query_kd|cqk_more|dinic|dinic_from_cqk_more)
-        path=${ck}_$run/checkpoint_last.pt
+        path=${ck}_$run/checkpoint_last.pt label="$run +KD(ensemble)"
         [ -f "$path" ] || { echo "gpu_ens_kd.sh: $path missing" >&2; exit 2; }
         if [ "${CKPT:-last}" = avg ] && [ "$run" != l2r_kd ] && [ "$run" != curriculum_query_kd ]; then
+          # (the unpacked GPU runs have their last checkpoint alone: nothing to average)
           python recipes/average_checkpoints.py --inputs "${ck}_$run" --output "${ck}_$run/checkpoint_avg.pt" --reuse
-          path=${ck}_$run/checkpoint_avg.pt
+          path=${ck}_$run/checkpoint_avg.pt label="$label (avg)"
         fi
-        label="$run +KD(ensemble)${CKPT:+ ($CKPT)}"
         if [ "$run" = l2r_kd ]; then
           score "$label sequential" "$path" "--user-dir insnet_fairseq --task insertion_translation --insertion-mode sequential"
           continue
