@@ -192,20 +192,14 @@ def main(argv=None):
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       stop_check_prob=args.stop_check_prob, candidates=args.candidates,
                                       fuse_slot_queries=args.fused)
-        if args.judge and args.candidates > 1:  # the candidates (and stop check, if asked) judged by the AR model
-            label = f"InsNet-parallel-trained par, {args.candidates} candidates, AR judge" + (
+        # the candidates (and stop check, if asked) judged by the AR model (+ its channel), or by an InsNet model
+        judged = ([("AR judge", f", + {channel_weight} x channel" if args.channel else "", None)] if args.judge else []) + (
+            [("InsNet judge", "", [load(args.judge_insnet, args.data, dev)[0]])] if args.judge_insnet else [])
+        for who, tail, judge_models in judged if args.candidates > 1 else []:
+            label = f"InsNet-parallel-trained par, {args.candidates} candidates, {who}" + (
                 f", stop check {args.stop_check_prob}" if args.stop_check_prob > 0 else "") + (
-                f", first {args.candidates_finish} finished" if args.candidates_finish else "") + (
-                f", + {channel_weight} x channel" if args.channel else "") + fused
-            systems += insnet_systems(label, par, par_task, judge=True,
-                                      mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
-                                      stop_check_prob=args.stop_check_prob, candidates=args.candidates,
-                                      candidates_finish=args.candidates_finish, fuse_slot_queries=args.fused)
-        if args.judge_insnet and args.candidates > 1:  # the same candidates judged by an InsNet model instead
-            label = f"InsNet-parallel-trained par, {args.candidates} candidates, InsNet judge" + (
-                f", stop check {args.stop_check_prob}" if args.stop_check_prob > 0 else "") + (
-                f", first {args.candidates_finish} finished" if args.candidates_finish else "") + fused
-            systems += insnet_systems(label, par, par_task, judge=True, judge_models=[load(args.judge_insnet, args.data, dev)[0]],
+                f", first {args.candidates_finish} finished" if args.candidates_finish else "") + tail + fused
+            systems += insnet_systems(label, par, par_task, judge=True, judge_models=judge_models,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       stop_check_prob=args.stop_check_prob, candidates=args.candidates,
                                       candidates_finish=args.candidates_finish, fuse_slot_queries=args.fused)
