@@ -9,6 +9,8 @@
   (``--iter-decode-with-external-reranker``), the judge's pass included in the time; ``--candidates-finish M``
   stops a sentence once M of them have finished, ``--channel REV.pt --channel-weight W`` adds the judge's channel
   model (a target -> source AR checkpoint);
+* with ``--candidates K --mbr T``: the parallel-trained model's own pick among its K candidates made by minimum Bayes
+  risk (``--insertion-candidates-mbr T``: their expected BLEU+1 against each other), no second model;
 * with ``--candidates K --judge-insnet L2R.pt``: the same candidates judged by an InsNet model (an l2r checkpoint scores
   each along its left-to-right trajectory, ``insnet_fairseq/decoding/rerank.py``), no AR model in the decoding;
 * with ``--verify``: the parallel-trained model's drafts verified by the ``--ar`` model (``--insertion-verify``,
@@ -122,7 +124,11 @@ def main(argv=None):
                    help="with --candidates: also decode them judged by this InsNet checkpoint (an l2r model: one "
                         "teacher-forced pass along each candidate's left-to-right trajectory), no AR model")
     p.add_argument("--candidates-finish", type=int, default=0,
-                   help="with --candidates: a sentence stops once M of them have finished (--insertion-candidates-finish)")
+                   help="with --candidates: a sentence stops once M of them have finished (--insertion-candidates-finish), "
+                        "in the judged systems and, with --mbr, the MBR ones")
+    p.add_argument("--mbr", type=float, default=0.0, metavar="T",
+                   help="with --candidates: the candidate and stop-check systems (not the judged ones) pick their output "
+                        "by minimum Bayes risk among the candidates, --insertion-candidates-mbr T (inf: uniform weights)")
     p.add_argument("--channel", help="with --judge: the judge's channel model, a target -> source AR checkpoint")
     p.add_argument("--channel-weight", type=float, default=1.0, help="with --channel: its --channel-weight")
     p.add_argument("--stop-check-prob", type=float, default=0.0,
@@ -181,17 +187,21 @@ def main(argv=None):
                                       par, par_task, cached_only=True, mode="parallel", slot_top_p=args.slot_top_p,
                                       skip_repeats=args.skip_repeats, fuse_slot_queries=args.fused, compile_decoder=mode)
         fused = ", fused queries" if args.fused else ""  # the systems below, with --fused: one pass per step
+        mbr = args.mbr if args.candidates > 1 else 0.0  # the model's own pick among its candidates, or MBR's
+        finish = args.candidates_finish if mbr else 0  # (the own-pick systems wait for all K, as before --mbr)
+        picked = (f", first {finish} finished" if finish else "") + (f", MBR T={args.mbr:g}" if mbr else "")
         if args.candidates > 1:  # the same model with --insertion-candidates
-            systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates{fused}", par, par_task,
-                                      mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
-                                      candidates=args.candidates, fuse_slot_queries=args.fused)
+            systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates{picked}{fused}", par,
+                                      par_task, mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
+                                      candidates=args.candidates, candidates_finish=finish, candidates_mbr=mbr,
+                                      fuse_slot_queries=args.fused)
         if args.stop_check_prob > 0:  # the same model with --stop-check-prob (and, if asked, the candidates)
             label = f"InsNet-parallel-trained par, stop check {args.stop_check_prob}" + (
-                f", {args.candidates} candidates" if args.candidates > 1 else "") + fused
+                f", {args.candidates} candidates{picked}" if args.candidates > 1 else "") + fused
             systems += insnet_systems(label, par, par_task,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       stop_check_prob=args.stop_check_prob, candidates=args.candidates,
-                                      fuse_slot_queries=args.fused)
+                                      candidates_finish=finish, candidates_mbr=mbr, fuse_slot_queries=args.fused)
         # the candidates (and stop check, if asked) judged by the AR model (+ its channel), or by an InsNet model
         judged = ([("AR judge", f", + {channel_weight} x channel" if args.channel else "", None)] if args.judge else []) + (
             [("InsNet judge", "", [load(args.judge_insnet, args.data, dev)[0]])] if args.judge_insnet else [])

@@ -29,9 +29,11 @@ teacher_min=${TEACHER_MINUTES:-2.5}; base_min=${CURRICULUM_MINUTES:-2}; student_
 
 if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs -> results/OUT_NAME.{md,csv}
   # RUN: teachers (each greedy and beam 5, their ensemble beam 5), l2r_kd (sequential), and the parallel runs
-  # curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more (--slot-top-p TOP_P --skip-repeats, alone and with the stop check, and
-  # 2 candidates with the stop check at 0.6: budget_table.sh's settings, chosen on valid); judged: the parallel run's
-  # candidates picked by the l2r +KD InsNet model; default: every run there is (judged left out).
+  # curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more, dinic_from_dinic (--slot-top-p TOP_P --skip-repeats, alone
+  # and with the stop check, and 2 candidates with the stop check at 0.6: budget_table.sh's settings, chosen on valid);
+  # judged: the parallel run's
+  # candidates picked by the l2r +KD InsNet model; mbr: picked by minimum Bayes risk among themselves; default: every
+  # run there is (judged and mbr left out).
   # SUBSET (test; valid: for choices), CKPT (last; avg: the parameter average of what the run kept, continued runs)
   raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
   subset=${SUBSET:-test}; res=results/${OUT_NAME:-gpu_ens_kd}; ar="--user-dir insnet_fairseq"
@@ -39,7 +41,7 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
   runs=("${@:2}")
   if [ ${#runs[@]} = 0 ]; then  # every run there is
     runs=(teachers)
-    for r in l2r_kd curriculum_query_kd cqk_more dinic dinic_from_cqk_more; do
+    for r in l2r_kd curriculum_query_kd cqk_more dinic dinic_from_cqk_more dinic_from_dinic; do
       [ -f "${ck}_$r/checkpoint_last.pt" ] && runs+=("$r")
     done
   fi
@@ -47,6 +49,15 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
     # shellcheck disable=SC2086
     python recipes/evaluate.py --data "$data" --path "$2" --src en --tgt de --name "$1" --gen-subset "$subset" \
       --raw-ref "$raw/$subset.de" --tok-ref work/$name/$subset.clean.de --csv "$res.csv" --markdown "$res.md" -- $3
+  }
+  checkpoint_of() {  # RUN -> path: its checkpoint_last.pt, or (CKPT=avg) the average of what it kept; label: its name
+    path=${ck}_$1/checkpoint_last.pt label="$1 +KD(ensemble)"
+    [ -f "$path" ] || { echo "gpu_ens_kd.sh: $path missing" >&2; exit 2; }
+    if [ "${CKPT:-last}" = avg ] && [ "$1" != l2r_kd ] && [ "$1" != curriculum_query_kd ]; then
+      # (the unpacked GPU runs have their last checkpoint alone: nothing to average)
+      python recipes/average_checkpoints.py --inputs "${ck}_$1" --output "${ck}_$1/checkpoint_avg.pt" --reuse
+      path=${ck}_$1/checkpoint_avg.pt label="$label (avg)"
+    fi
   }
   for run in "${runs[@]}"; do
     case $run in
@@ -58,14 +69,8 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
         done
         score "AR ensemble of both beam 5 (the distilling teacher)" \
           "${ck}_ar_s1/checkpoint_last.pt:${ck}_ar_s2/checkpoint_last.pt" "$ar --beam 5" ;;
-      l2r_kd|curriculum_query_kd|cqk_more|dinic|dinic_from_cqk_more)
-        path=${ck}_$run/checkpoint_last.pt label="$run +KD(ensemble)"
-        [ -f "$path" ] || { echo "gpu_ens_kd.sh: $path missing" >&2; exit 2; }
-        if [ "${CKPT:-last}" = avg ] && [ "$run" != l2r_kd ] && [ "$run" != curriculum_query_kd ]; then
-          # (the unpacked GPU runs have their last checkpoint alone: nothing to average)
-          python recipes/average_checkpoints.py --inputs "${ck}_$run" --output "${ck}_$run/checkpoint_avg.pt" --reuse
-          path=${ck}_$run/checkpoint_avg.pt label="$label (avg)"
-        fi
+      l2r_kd|curriculum_query_kd|cqk_more|dinic|dinic_from_cqk_more|dinic_from_dinic)
+        checkpoint_of "$run"
         if [ "$run" = l2r_kd ]; then
           score "$label sequential" "$path" "--user-dir insnet_fairseq --task insertion_translation --insertion-mode sequential"
           continue
@@ -82,21 +87,36 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
         k=${JUDGE_K:-8} fin=${JUDGE_FINISH:-6}; [ "$fin" -le "$k" ] || fin=$k  # JUDGE_FINISH (6): at most K
         score "${PAR_RUN:-curriculum_query_kd} +KD(ensemble), $k candidates (first $fin finished, stop check 0.75) judged by l2r_kd" \
           "$p:$j" "$par --stop-check-prob 0.75 --insertion-candidates $k --insertion-candidates-finish $fin --iter-decode-with-external-reranker" ;;
-      *) echo "gpu_ens_kd.sh: eval: RUN is judged, teachers, l2r_kd, curriculum_query_kd, cqk_more, dinic or dinic_from_cqk_more, not '$run'" >&2; exit 2 ;;
+      mbr)  # MBR_K (4) candidates of the parallel run PAR_RUN (curriculum_query_kd), stop check 0.6, a sentence stops once
+        # MBR_FINISH (0: all) have finished, the output picked by minimum Bayes risk among them (--insertion-candidates-mbr
+        # MBR_T (1): expected BLEU+1 against each other, weighted by softmax(own score / T); 0: the best own score, the
+        # comparison): the parallel model alone
+        checkpoint_of "${PAR_RUN:-curriculum_query_kd}"  # (CKPT=avg: its average)
+        k=${MBR_K:-4} t=${MBR_T:-1} fin=${MBR_FINISH:-0} first="" pick="MBR T=${MBR_T:-1}"
+        [ "$fin" -gt 0 ] && [ "$fin" -lt "$k" ] && first=", first $fin finished"
+        [ "$t" = 0 ] && pick="its own best score"
+        score "$label, $k candidates (stop check 0.6$first), $pick" "$path" \
+          "$par --stop-check-prob 0.6 --insertion-candidates $k --insertion-candidates-finish $fin --insertion-candidates-mbr $t" ;;
+      *) echo "gpu_ens_kd.sh: eval: RUN is judged, mbr, teachers, l2r_kd, curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more or dinic_from_dinic, not '$run'" >&2; exit 2 ;;
     esac
   done
   cat "$res.md"; exit 0
 fi
 if [ "${1:-}" = continue ]; then  # VARIANT: the GPU's parallel student trained on here, CONTINUE_MINUTES (60) more,
-  # one thread (THREADS), fixed lr 5e-4 (its stage's lr; Adam restarts: the packed checkpoint has no optimizer state):
+  # one thread (THREADS), fixed lr CONTINUE_LR (5e-4: its stage's lr; Adam restarts: the packed checkpoint has no optimizer
+  # state); KEEP_INTERVAL (1) of the checkpoints saved every 250 updates kept, for eval's CKPT=avg:
   #   uniform  the same objective (anchored InsNet-uniform, slot query stream) -> checkpoints/gpuens_cqk_more
   #   dinic    InsNet-Dinic fine-tuning as budget_table.sh's dinic-student-kd row (--dinic-tau TAU (3) --dinic-lagged
   #            --dinic-lagged-warm) -> checkpoints/gpuens_dinic
   variant=${2:?usage: bash recipes/gpu_ens_kd.sh continue uniform|dinic}
   # FROM_RUN (curriculum_query_kd): the run it starts from, e.g. cqk_more: Dinic after the uniform continuation,
-  # saved in checkpoints/gpuens_dinic_from_cqk_more. A save folder that has a checkpoint_last.pt continues it (to
-  # CONTINUE_MINUTES of training in all: fairseq counts the minutes the run has had).
+  # saved in checkpoints/gpuens_dinic_from_cqk_more, or dinic: a second Dinic stage (e.g. at a lower CONTINUE_LR), saved in
+  # checkpoints/gpuens_dinic_from_dinic. A save folder that has a checkpoint_last.pt continues it (to
+  # CONTINUE_MINUTES of training in all: fairseq counts the minutes the run has had, and a FROM_RUN trained here
+  # brings its own: FROM_RUN=dinic after 120 minutes and CONTINUE_MINUTES=195 trains 75 more).
+  # SEED (1, fairseq's default): another seed (batch order, dropout) trains into a folder of its own, e.g. gpuens_dinic_seed2
   from_run=${FROM_RUN:-curriculum_query_kd}; sfx=""; [ "$from_run" = curriculum_query_kd ] || sfx=_from_$from_run
+  seed=${SEED:-1}; [ "$seed" = 1 ] || sfx=${sfx}_seed$seed
   case $variant in
     uniform) save=${ck}_cqk_more$sfx; flags=(--layerization uniform) ;;
     dinic) save=${ck}_dinic$sfx; flags=(--dinic-tau="${TAU:-3}" --dinic-lagged --dinic-lagged-warm) ;;
@@ -104,9 +124,9 @@ if [ "${1:-}" = continue ]; then  # VARIANT: the GPU's parallel student trained 
   esac
   from=${ck}_$from_run/checkpoint_last.pt
   [ -f "$from" ] || { echo "gpu_ens_kd.sh: $from missing (bash recipes/gpu_ens_kd.sh unpack FILES_DIR)" >&2; exit 2; }
-  export UPDATES=0 SCHEDULER=fixed LR=5e-4 THREADS=${THREADS:-1} MINUTES=${CONTINUE_MINUTES:-60}
+  export UPDATES=0 SCHEDULER=fixed LR=${CONTINUE_LR:-5e-4} THREADS=${THREADS:-1} MINUTES=${CONTINUE_MINUTES:-60}
   exec bash recipes/train.sh insnet "$kd" "$save" --insertion-order anchored --slot-query-stream "${flags[@]}" \
-    --finetune-from-model "$from"
+    --finetune-from-model "$from" --seed "$seed"
 fi
 if [ "${1:-}" = unpack ]; then  # FILES_DIR: what the GPU call returned
   src=${2:?usage: bash recipes/gpu_ens_kd.sh unpack FILES_DIR}

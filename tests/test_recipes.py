@@ -480,6 +480,8 @@ def test_gpu_ens_kd_refuses_bad_arguments_by_name(tmp_path):
     assert code == 2 and "not 'zigzag'" in err
     code, err = run("eval", "zigzag")
     assert code == 2 and "not 'zigzag'" in err
+    code, err = run("eval", "mbr", PAR_RUN="nowhere")
+    assert code == 2 and "checkpoints/gpuens_nowhere/checkpoint_last.pt missing" in err
     code, err = run("unpack", str(tmp_path))
     assert code == 2 and "corpus.tgz missing" in err
     code, err = run("unpack", str(tmp_path / "nowhere"))
