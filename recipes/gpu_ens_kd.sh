@@ -16,6 +16,8 @@
 #
 #   there (the device tool's run, carrying gpu_carry and data-bin/multi30k_en_de):
 #          OUT=$OUT DEADLINE_S=555 bash recipes/gpu_ens_kd.sh    # DEADLINE_S: the students shrink to end by then
+#   there, a later call (carrying gpu_carry and the unpacked data-bin/multi30k_en_de-SUFFIX): LevT +KD and InsT +KD on
+#          the same corpus, BASELINE_MINUTES (2.7) each at once:  OUT=$OUT bash recipes/gpu_ens_kd.sh baselines
 #   here:  bash recipes/gpu_ens_kd.sh unpack FILES_DIR     # -> checkpoints/gpuens_*, data-bin/multi30k_en_de-SUFFIX
 #          bash recipes/gpu_ens_kd.sh eval [RUN...]        # the test set -> results/gpu_ens_kd.{md,csv}
 #          bash recipes/gpu_ens_kd.sh continue uniform|dinic   # the parallel student, 60 more minutes on this CPU
@@ -32,8 +34,8 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
   # curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more, dinic_from_dinic (--slot-top-p TOP_P --skip-repeats, alone
   # and with the stop check, and 2 candidates with the stop check at 0.6: budget_table.sh's settings, chosen on valid);
   # judged: the parallel run's
-  # candidates picked by the l2r +KD InsNet model; mbr: picked by minimum Bayes risk among themselves; default: every
-  # run there is (judged and mbr left out).
+  # candidates picked by the l2r +KD InsNet model; mbr: picked by minimum Bayes risk among themselves; levt_kd, inst_kd:
+  # the baselines call's LevT / InsT (9 iterations); default: every run there is (judged and mbr left out).
   # SUBSET (test; valid: for choices), CKPT (last; avg: the parameter average of what the run kept, continued runs)
   raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
   subset=${SUBSET:-test}; res=results/${OUT_NAME:-gpu_ens_kd}; ar="--user-dir insnet_fairseq"
@@ -41,7 +43,7 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
   runs=("${@:2}")
   if [ ${#runs[@]} = 0 ]; then  # every run there is
     runs=(teachers)
-    for r in l2r_kd curriculum_query_kd cqk_more dinic dinic_from_cqk_more dinic_from_dinic; do
+    for r in l2r_kd curriculum_query_kd cqk_more dinic dinic_from_cqk_more dinic_from_dinic levt_kd inst_kd; do
       [ -f "${ck}_$r/checkpoint_last.pt" ] && runs+=("$r")
     done
   fi
@@ -87,6 +89,9 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
         k=${JUDGE_K:-8} fin=${JUDGE_FINISH:-6}; [ "$fin" -le "$k" ] || fin=$k  # JUDGE_FINISH (6): at most K
         score "${PAR_RUN:-curriculum_query_kd} +KD(ensemble), $k candidates (first $fin finished, stop check 0.75) judged by l2r_kd" \
           "$p:$j" "$par --stop-check-prob 0.75 --insertion-candidates $k --insertion-candidates-finish $fin --iter-decode-with-external-reranker" ;;
+      levt_kd|inst_kd)  # the baselines call's runs, budget_table.sh's decoding of them (9 iterations, no EOS penalty)
+        checkpoint_of "$run"
+        score "$label" "$path" "--user-dir insnet_fairseq --task translation_lev --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1" ;;
       mbr)  # MBR_K (4) candidates of the parallel run PAR_RUN (curriculum_query_kd), stop check 0.6, a sentence stops once
         # MBR_FINISH (0: all) have finished, the output picked by minimum Bayes risk among them (--insertion-candidates-mbr
         # MBR_T (1): expected BLEU+1 against each other, weighted by softmax(own score / T); 0: the best own score, the
@@ -97,7 +102,7 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
         [ "$t" = 0 ] && pick="its own best score"
         score "$label, $k candidates (stop check 0.6$first), $pick" "$path" \
           "$par --stop-check-prob 0.6 --insertion-candidates $k --insertion-candidates-finish $fin --insertion-candidates-mbr $t" ;;
-      *) echo "gpu_ens_kd.sh: eval: RUN is judged, mbr, teachers, l2r_kd, curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more or dinic_from_dinic, not '$run'" >&2; exit 2 ;;
+      *) echo "gpu_ens_kd.sh: eval: RUN is judged, mbr, levt_kd, inst_kd, teachers, l2r_kd, curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more or dinic_from_dinic, not '$run'" >&2; exit 2 ;;
     esac
   done
   cat "$res.md"; exit 0
@@ -131,8 +136,8 @@ fi
 if [ "${1:-}" = unpack ]; then  # FILES_DIR: what the GPU call returned
   src=${2:?usage: bash recipes/gpu_ens_kd.sh unpack FILES_DIR}
   [ -d "$src" ] || { echo "gpu_ens_kd.sh: unpack: $src is not a folder" >&2; exit 2; }
-  [ -f "$src/corpus.tgz" ] || { echo "gpu_ens_kd.sh: $src/corpus.tgz missing (not a gpu_ens_kd.sh OUT)" >&2; exit 2; }
-  tar xzf "$src/corpus.tgz"
+  compgen -G "$src/*.pt.gz" >/dev/null || { echo "gpu_ens_kd.sh: no *.pt.gz in $src (not a gpu_ens_kd.sh OUT)" >&2; exit 2; }
+  [ -f "$src/corpus.tgz" ] && tar xzf "$src/corpus.tgz"  # (a baselines OUT has none)
   [ -f "$src/logs.tgz" ] && tar xzf "$src/logs.tgz"
   for f in "$src"/*.pt.gz; do
     run=$(basename "$f" .pt.gz); mkdir -p "$ck"_"$run"
@@ -144,7 +149,6 @@ fi
 
 out=${OUT:?OUT: the folder the results go to}
 source recipes/gpu_env.sh  # gpu_carry/site on PYTHONPATH and fairseq's tools where fairseq is not installed; sets py
-[ -d "$data" ] || { echo "gpu_ens_kd.sh: $data missing (make multi30k; carry it to the GPU machine)" >&2; exit 2; }
 mkdir -p "$out" "$logs"
 export UPDATES=0
 start=$SECONDS
@@ -162,6 +166,25 @@ wait_all() {  # PID:NAME...: fail naming the log of the first run that failed
 }
 updates_of() { grep -oE 'num_updates[= ][0-9]+' "$logs/$1.log" | tail -1 | grep -oE '[0-9]+$' || echo "?"; }
 
+if [ "${1:-}" = baselines ]; then  # LevT +KD and InsT +KD (budget_table.sh's levt-kd, inst-kd) on the ensemble corpus
+  # carried here (the unpacked data-bin/multi30k_en_de-SUFFIX), at once, BASELINE_MINUTES (2.7: the InsNet students') each
+  [ -d "$kd" ] || { echo "gpu_ens_kd.sh: baselines: $kd missing (carry the distilled corpus: unpack makes it)" >&2; exit 2; }
+  m=${BASELINE_MINUTES:-2.7}
+  stamp "baselines: LevT +KD and InsT +KD at once, $m minutes each"
+  run_bg levt_kd env MINUTES="$m" bash recipes/train.sh levt "$kd" "${ck}_levt_kd"; pids=("$!:levt_kd")
+  run_bg inst_kd env MINUTES="$m" bash recipes/train.sh inst "$kd" "${ck}_inst_kd" --label-tau 1.0; pids+=("$!:inst_kd")
+  wait_all "${pids[@]}"
+  stamp "baselines done: LevT $(updates_of levt_kd), InsT $(updates_of inst_kd) updates"
+  for run in levt_kd inst_kd; do
+    "$py" recipes/average_checkpoints.py --inputs "${ck}_$run/checkpoint_last.pt" --output "$out/$run.pt" --transfer >/dev/null
+    gzip -f "$out/$run.pt"
+  done
+  tar czf "$out/logs.tgz" "$logs/levt_kd.log" "$logs/inst_kd.log"
+  ls -la "$out"
+  exit 0
+fi
+
+[ -d "$data" ] || { echo "gpu_ens_kd.sh: $data missing (make multi30k; carry it to the GPU machine)" >&2; exit 2; }
 stamp "teachers: 2 AR runs at once, $teacher_min minutes each"
 pids=()
 for s in 1 2; do

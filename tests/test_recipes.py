@@ -471,7 +471,8 @@ def test_distillation_runs_fairseq_without_its_console_scripts(tmp_path, monkeyp
 
 
 def test_gpu_ens_kd_refuses_bad_arguments_by_name(tmp_path):
-    """recipes/gpu_ens_kd.sh: an unknown variant, a folder that is not a GPU call's output, a missing OUT."""
+    """recipes/gpu_ens_kd.sh: an unknown variant, a folder that is not a GPU call's output, a missing OUT, a missing
+    corpus for the baselines call."""
     def run(*args, **env):
         p = subprocess.run(["bash", "recipes/gpu_ens_kd.sh", *args], cwd=ROOT, capture_output=True, text=True,
                            env={k: v for k, v in dict(ENV, **env).items() if k != "OUT" or v})
@@ -483,11 +484,13 @@ def test_gpu_ens_kd_refuses_bad_arguments_by_name(tmp_path):
     code, err = run("eval", "mbr", PAR_RUN="nowhere")
     assert code == 2 and "checkpoints/gpuens_nowhere/checkpoint_last.pt missing" in err
     code, err = run("unpack", str(tmp_path))
-    assert code == 2 and "corpus.tgz missing" in err
+    assert code == 2 and "no *.pt.gz in" in err
     code, err = run("unpack", str(tmp_path / "nowhere"))
     assert code == 2 and "is not a folder" in err
     code, err = run(OUT="")
     assert code != 0 and "OUT" in err
+    code, err = run("baselines", OUT=str(tmp_path / "out"), DISTILL_SUFFIX="nowhere")
+    assert code == 2 and "data-bin/multi30k_en_de-nowhere missing" in err
 
 
 def test_lm_distillation_keeps_every_keyword_in_order():
