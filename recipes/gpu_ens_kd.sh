@@ -33,9 +33,9 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
   # RUN: teachers (each greedy and beam 5, their ensemble beam 5), l2r_kd (sequential), and the parallel runs
   # curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more, dinic_from_dinic (--slot-top-p TOP_P --skip-repeats, alone
   # and with the stop check, and 2 candidates with the stop check at 0.6: budget_table.sh's settings, chosen on valid);
-  # judged: the parallel run's
-  # candidates picked by the l2r +KD InsNet model; mbr: picked by minimum Bayes risk among themselves; levt_kd, inst_kd:
-  # the baselines call's LevT / InsT (9 iterations); default: every run there is (judged and mbr left out).
+  # judged: the parallel run's candidates picked by the l2r +KD InsNet model; mbr: picked by minimum Bayes risk among
+  # themselves; levt_kd, inst_kd: the baselines call's LevT / InsT (9 iterations); default: every run there is (judged
+  # and mbr left out).
   # SUBSET (test; valid: for choices), CKPT (last; avg: the parameter average of what the run kept, continued runs)
   raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
   subset=${SUBSET:-test}; res=results/${OUT_NAME:-gpu_ens_kd}; ar="--user-dir insnet_fairseq"
