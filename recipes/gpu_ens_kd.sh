@@ -31,8 +31,9 @@ teacher_min=${TEACHER_MINUTES:-2.5}; base_min=${CURRICULUM_MINUTES:-2}; student_
 
 if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs -> results/OUT_NAME.{md,csv}
   # RUN: teachers (each greedy and beam 5, their ensemble beam 5), l2r_kd (sequential), and the parallel runs
-  # curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more, dinic_from_dinic (--slot-top-p TOP_P --skip-repeats, alone
-  # and with the stop check, and 2 candidates with the stop check at 0.6: budget_table.sh's settings, chosen on valid);
+  # curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more, dinic_from_dinic, dinic_seed2 (continue's SEED=2)
+  # (--slot-top-p TOP_P --skip-repeats, alone and with the stop check, and 2 candidates with the stop check at 0.6:
+  # budget_table.sh's settings, chosen on valid);
   # judged: the parallel run's candidates picked by the l2r +KD InsNet model; mbr: picked by minimum Bayes risk among
   # themselves; levt_kd, inst_kd: the baselines call's LevT / InsT (9 iterations); default: every run there is (judged
   # and mbr left out).
@@ -43,7 +44,7 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
   runs=("${@:2}")
   if [ ${#runs[@]} = 0 ]; then  # every run there is
     runs=(teachers)
-    for r in l2r_kd curriculum_query_kd cqk_more dinic dinic_from_cqk_more dinic_from_dinic levt_kd inst_kd; do
+    for r in l2r_kd curriculum_query_kd cqk_more dinic dinic_from_cqk_more dinic_from_dinic dinic_seed2 levt_kd inst_kd; do
       [ -f "${ck}_$r/checkpoint_last.pt" ] && runs+=("$r")
     done
   fi
@@ -71,7 +72,7 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
         done
         score "AR ensemble of both beam 5 (the distilling teacher)" \
           "${ck}_ar_s1/checkpoint_last.pt:${ck}_ar_s2/checkpoint_last.pt" "$ar --beam 5" ;;
-      l2r_kd|curriculum_query_kd|cqk_more|dinic|dinic_from_cqk_more|dinic_from_dinic)
+      l2r_kd|curriculum_query_kd|cqk_more|dinic|dinic_from_cqk_more|dinic_from_dinic|dinic_seed2)
         checkpoint_of "$run"
         if [ "$run" = l2r_kd ]; then
           score "$label sequential" "$path" "--user-dir insnet_fairseq --task insertion_translation --insertion-mode sequential"
@@ -102,7 +103,7 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
         [ "$t" = 0 ] && pick="its own best score"
         score "$label, $k candidates (stop check 0.6$first), $pick" "$path" \
           "$par --stop-check-prob 0.6 --insertion-candidates $k --insertion-candidates-finish $fin --insertion-candidates-mbr $t" ;;
-      *) echo "gpu_ens_kd.sh: eval: RUN is judged, mbr, levt_kd, inst_kd, teachers, l2r_kd, curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more or dinic_from_dinic, not '$run'" >&2; exit 2 ;;
+      *) echo "gpu_ens_kd.sh: eval: RUN is judged, mbr, levt_kd, inst_kd, teachers, l2r_kd, curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more, dinic_from_dinic or dinic_seed2, not '$run'" >&2; exit 2 ;;
     esac
   done
   cat "$res.md"; exit 0
