@@ -27,6 +27,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 suffix=${DISTILL_SUFFIX:-distill-gpuens}; name=${NAME:-multi30k_en_de}; data=data-bin/$name; kd=data-bin/$name-$suffix
 ck=checkpoints/gpuens; logs=logs/gpuens
+# the InsNet +KD runs eval scores (the GPU's, then continue's) and the baselines call's
+insnet_runs=(l2r_kd curriculum_query_kd cqk_more dinic dinic_from_cqk_more dinic_from_dinic dinic_seed2)
+baseline_runs=(levt_kd inst_kd)
 teacher_min=${TEACHER_MINUTES:-2.5}; base_min=${CURRICULUM_MINUTES:-2}; student_min=${STUDENT_MINUTES:-4.5}
 
 if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs -> results/OUT_NAME.{md,csv}
@@ -44,7 +47,7 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
   runs=("${@:2}")
   if [ ${#runs[@]} = 0 ]; then  # every run there is
     runs=(teachers)
-    for r in l2r_kd curriculum_query_kd cqk_more dinic dinic_from_cqk_more dinic_from_dinic dinic_seed2 levt_kd inst_kd; do
+    for r in "${insnet_runs[@]}" "${baseline_runs[@]}"; do
       [ -f "${ck}_$r/checkpoint_last.pt" ] && runs+=("$r")
     done
   fi
@@ -63,7 +66,10 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
     fi
   }
   for run in "${runs[@]}"; do
-    case $run in
+    kind=$run  # the InsNet runs share a branch, the baselines another
+    [[ " ${insnet_runs[*]} " = *" $run "* ]] && kind=insnet
+    [[ " ${baseline_runs[*]} " = *" $run "* ]] && kind=baseline
+    case $kind in
       teachers)
         for s in 1 2; do
           [ -f "${ck}_ar_s$s/checkpoint_last.pt" ] || { echo "gpu_ens_kd.sh: ${ck}_ar_s$s missing (unpack first)" >&2; exit 2; }
@@ -72,7 +78,7 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
         done
         score "AR ensemble of both beam 5 (the distilling teacher)" \
           "${ck}_ar_s1/checkpoint_last.pt:${ck}_ar_s2/checkpoint_last.pt" "$ar --beam 5" ;;
-      l2r_kd|curriculum_query_kd|cqk_more|dinic|dinic_from_cqk_more|dinic_from_dinic|dinic_seed2)
+      insnet)
         checkpoint_of "$run"
         if [ "$run" = l2r_kd ]; then
           score "$label sequential" "$path" "--user-dir insnet_fairseq --task insertion_translation --insertion-mode sequential"
@@ -85,12 +91,13 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
       judged)  # JUDGE_K (8) candidates of the parallel run PAR_RUN (curriculum_query_kd), stop check 0.75, a sentence
         # stops once JUDGE_FINISH (6) have finished, picked by the l2r +KD InsNet model (one teacher-forced pass along its left-to-right
         # trajectory, --iter-decode-with-external-reranker with an insnet judge: decoding/rerank.py): no AR model
-        p=${ck}_${PAR_RUN:-curriculum_query_kd}/checkpoint_last.pt j=${ck}_l2r_kd/checkpoint_last.pt
-        for f in "$p" "$j"; do [ -f "$f" ] || { echo "gpu_ens_kd.sh: $f missing" >&2; exit 2; }; done
+        j=${ck}_l2r_kd/checkpoint_last.pt
+        [ -f "$j" ] || { echo "gpu_ens_kd.sh: $j missing" >&2; exit 2; }
+        checkpoint_of "${PAR_RUN:-curriculum_query_kd}"  # (CKPT=avg: its average)
         k=${JUDGE_K:-8} fin=${JUDGE_FINISH:-6}; [ "$fin" -le "$k" ] || fin=$k  # JUDGE_FINISH (6): at most K
-        score "${PAR_RUN:-curriculum_query_kd} +KD(ensemble), $k candidates (first $fin finished, stop check 0.75) judged by l2r_kd" \
-          "$p:$j" "$par --stop-check-prob 0.75 --insertion-candidates $k --insertion-candidates-finish $fin --iter-decode-with-external-reranker" ;;
-      levt_kd|inst_kd)  # the baselines call's runs, budget_table.sh's decoding of them (9 iterations, no EOS penalty)
+        score "$label, $k candidates (first $fin finished, stop check 0.75) judged by l2r_kd" \
+          "$path:$j" "$par --stop-check-prob 0.75 --insertion-candidates $k --insertion-candidates-finish $fin --iter-decode-with-external-reranker" ;;
+      baseline)  # the baselines call's runs, budget_table.sh's decoding of them (9 iterations, no EOS penalty)
         checkpoint_of "$run"
         score "$label" "$path" "--user-dir insnet_fairseq --task translation_lev --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1" ;;
       mbr)  # MBR_K (4) candidates of the parallel run PAR_RUN (curriculum_query_kd), stop check 0.6, a sentence stops once
@@ -103,7 +110,8 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
         [ "$t" = 0 ] && pick="its own best score"
         score "$label, $k candidates (stop check 0.6$first), $pick" "$path" \
           "$par --stop-check-prob 0.6 --insertion-candidates $k --insertion-candidates-finish $fin --insertion-candidates-mbr $t" ;;
-      *) echo "gpu_ens_kd.sh: eval: RUN is judged, mbr, levt_kd, inst_kd, teachers, l2r_kd, curriculum_query_kd, cqk_more, dinic, dinic_from_cqk_more, dinic_from_dinic or dinic_seed2, not '$run'" >&2; exit 2 ;;
+      *) echo "gpu_ens_kd.sh: eval: RUN is teachers, judged, mbr or one of ${insnet_runs[*]} ${baseline_runs[*]}, not '$run'" >&2
+         exit 2 ;;
     esac
   done
   cat "$res.md"; exit 0
@@ -166,6 +174,13 @@ wait_all() {  # PID:NAME...: fail naming the log of the first run that failed
   return $failed
 }
 updates_of() { grep -oE 'num_updates[= ][0-9]+' "$logs/$1.log" | tail -1 | grep -oE '[0-9]+$' || echo "?"; }
+pack() {  # RUN:WHICH...: checkpoints/gpuens_RUN/checkpoint_WHICH.pt -> OUT/RUN.pt.gz, float16, no optimizer state
+  for r in "$@"; do
+    "$py" recipes/average_checkpoints.py --inputs "${ck}_${r%%:*}/checkpoint_${r#*:}.pt" --output "$out/${r%%:*}.pt" \
+      --transfer >/dev/null 2>&1
+    gzip -f "$out/${r%%:*}.pt"
+  done
+}
 
 if [ "${1:-}" = baselines ]; then  # LevT +KD and InsT +KD (budget_table.sh's levt-kd, inst-kd) on the ensemble corpus
   # carried here (the unpacked data-bin/multi30k_en_de-SUFFIX), at once, BASELINE_MINUTES (2.7: the InsNet students') each
@@ -176,10 +191,7 @@ if [ "${1:-}" = baselines ]; then  # LevT +KD and InsT +KD (budget_table.sh's le
   run_bg inst_kd env MINUTES="$m" bash recipes/train.sh inst "$kd" "${ck}_inst_kd" --label-tau 1.0; pids+=("$!:inst_kd")
   wait_all "${pids[@]}"
   stamp "baselines done: LevT $(updates_of levt_kd), InsT $(updates_of inst_kd) updates"
-  for run in levt_kd inst_kd; do
-    "$py" recipes/average_checkpoints.py --inputs "${ck}_$run/checkpoint_last.pt" --output "$out/$run.pt" --transfer >/dev/null
-    gzip -f "$out/$run.pt"
-  done
+  pack levt_kd:last inst_kd:last
   tar czf "$out/logs.tgz" "$logs/levt_kd.log" "$logs/inst_kd.log"
   ls -la "$out"
   exit 0
@@ -221,11 +233,7 @@ stamp "students done: l2r +KD $(updates_of l2r_kd), curriculum $(updates_of curr
 
 # at most 64 MiB come back from a call: four checkpoints (the teachers as distilled, checkpoint_best.pt, and the
 # students' last), the corpus and the logs
-for run in ar_s1:best ar_s2:best l2r_kd:last curriculum_query_kd:last; do
-  "$py" recipes/average_checkpoints.py --inputs "${ck}_${run%%:*}/checkpoint_${run#*:}.pt" --output "$out/${run%%:*}.pt" \
-    --transfer >/dev/null 2>&1
-  gzip -f "$out/${run%%:*}.pt"
-done
+pack ar_s1:best ar_s2:best l2r_kd:last curriculum_query_kd:last
 tar czf "$out/logs.tgz" "$logs"
 ls -la "$out"
 stamp "done"
