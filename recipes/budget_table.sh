@@ -45,6 +45,7 @@
 # Decoding: AR greedy and beam 5; InsNet sequential and parallel (--slot-top-p TOP_P, 0.9: chosen
 # on the valid set, see README), parallel also with --skip-repeats; LevT/InsT fairseq's iterative refinement (9 iterations).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/nat_decoding.sh"  # nat_decoding: how LevT / InsT are decoded
 export MINUTES=${MINUTES:-60} THREADS=${THREADS:-1} UPDATES=0
 data=data-bin/multi30k_en_de; kd=${KD_DATA:-data-bin/multi30k_en_de-distill}
 # KD_DATA: another distilled corpus (recipes/distill.py --suffix), with KD_TAG naming its runs (checkpoints/t60TAG_ROW)
@@ -162,7 +163,7 @@ primary_flags() {  # ROW -> the decoding a row is known by (used to pick its che
   read -r kind d save flags <<<"$(spec "$1")"
   case $kind in
     ar) echo "--user-dir insnet_fairseq --beam 1" ;;
-    levt|inst) echo "--user-dir insnet_fairseq --task translation_lev --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1" ;;
+    levt|inst) echo "${nat_decoding[*]}" ;;
     indigo) echo "--user-dir insnet_fairseq --task insertion_translation --insertion-mode sequential" ;;
     insnet) if [[ " $flags " = *" --layerization "* || " $flags " = *" --dinic-tau"* ]]; then
               echo "--user-dir insnet_fairseq --task insertion_translation --insertion-mode parallel --slot-top-p $top_p --skip-repeats"
@@ -269,8 +270,7 @@ eval_rows() {
               done ;;
       indigo) eval_row "$r" "$r" "$ckpt" --user-dir insnet_fairseq --task insertion_translation \
                 --insertion-mode sequential ;;
-      levt|inst) eval_row "$r" "$r" "$ckpt" --user-dir insnet_fairseq --task translation_lev \
-                   --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1 ;;
+      levt|inst) eval_row "$r" "$r" "$ckpt" "${nat_decoding[@]}" ;;
     esac
   done
   cat $out.md

@@ -24,6 +24,7 @@
 #
 # On a machine with fairseq installed (here, .venv) the same command runs on the CPU (THREADS=1 each: a smoke run).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/nat_decoding.sh"  # nat_decoding: how LevT / InsT are decoded
 cd "$(dirname "$0")/.."
 suffix=${DISTILL_SUFFIX:-distill-gpuens}; name=${NAME:-multi30k_en_de}; data=data-bin/$name; kd=data-bin/$name-$suffix
 ck=checkpoints/gpuens; logs=logs/gpuens
@@ -99,7 +100,7 @@ if [ "${1:-}" = eval ]; then  # [RUN...]: score the unpacked (or continued) runs
           "$path:$j" "$par --stop-check-prob 0.75 --insertion-candidates $k --insertion-candidates-finish $fin --iter-decode-with-external-reranker" ;;
       baseline)  # the baselines call's runs, budget_table.sh's decoding of them (9 iterations, no EOS penalty)
         checkpoint_of "$run"
-        score "$label" "$path" "--user-dir insnet_fairseq --task translation_lev --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1" ;;
+        score "$label" "$path" "${nat_decoding[*]}" ;;
       mbr)  # MBR_K (4) candidates of the parallel run PAR_RUN (curriculum_query_kd), stop check 0.6, a sentence stops once
         # MBR_FINISH (0: all) have finished, the output picked by minimum Bayes risk among them (--insertion-candidates-mbr
         # MBR_T (1): expected BLEU+1 against each other, weighted by softmax(own score / T); 0: the best own score, the

@@ -46,6 +46,7 @@
 # CKPT (best: the best valid loss, else the last; last; avg: the average of the kept checkpoints), SEEDS, OUT_DIR,
 # GEN_ARGS (more fairseq-generate flags for every InsNet row, e.g. --max-insertion-steps 20).
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/nat_decoding.sh"  # nat_decoding: how LevT / InsT are decoded
 export MINUTES=${MINUTES:-60} THREADS=${THREADS:-1} UPDATES=${UPDATES:-0}
 ft_minutes=${FT_MINUTES:-20}
 lm=${LM_DATA:-data-bin/lm_multi30k}; mt=${MT_DATA:-data-bin/multi30k_en_de}
@@ -145,7 +146,7 @@ eval_rows() {
         lm_eval "$r (greedy)" "$ckpt" "$d" --nll -- --user-dir insnet_fairseq --task translation --beam 1
         lm_eval "$r (beam 5)" "$ckpt" "$d" -- --user-dir insnet_fairseq --task translation --beam 5 ;;
       levt)
-        local lev=(--user-dir insnet_fairseq --task translation_lev --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1)
+        local lev=("${nat_decoding[@]}")
         lm_eval "$r (from the keywords, kept)" "$ckpt" "$d" -- "${lev[@]}"
         lm_eval "$r (from the keywords, deletable)" "$ckpt" "$d" -- "${lev[@]}" \
           --model-overrides "{'delete_source_words': True}" ;;

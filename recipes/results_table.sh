@@ -22,7 +22,7 @@ eval_row() {  # NAME CHECKPOINT fairseq-generate flags...
     --raw-ref "$raw/test.de" --tok-ref work/multi30k_en_de/test.clean.de --csv $out.csv --markdown $out.md -- "$@"
 }
 # --user-dir for every model: it also lets fairseq load its own checkpoints under torch >= 2.6
-nat=(--user-dir insnet_fairseq --task translation_lev --iter-decode-max-iter 9 --iter-decode-eos-penalty 0 --beam 1)
+source "$(dirname "${BASH_SOURCE[0]}")/nat_decoding.sh"; nat=("${nat_decoding[@]}")
 eval_row "AR transformer, beam 5" ${dir[ar]}/checkpoint_last.pt --user-dir insnet_fairseq --beam 5
 eval_row "AR transformer, greedy" ${dir[ar]}/checkpoint_last.pt --user-dir insnet_fairseq --beam 1
 eval_row "Insertion Transformer" ${dir[inst]}/checkpoint_last.pt "${nat[@]}"

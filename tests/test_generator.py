@@ -643,6 +643,37 @@ def test_candidates_are_the_first_words_alternatives_and_the_best_scored_wins(mo
         InsertionGenerator(d, candidates=0)
 
 
+@pytest.mark.parametrize("kw", [dict(mode="parallel", candidates=3), dict(mode="sequential", beam=2)])
+def test_each_source_is_encoded_once_for_its_candidates_or_beam_rows(model_and_batch, monkeypatch, kw):
+    """K candidates (or beam rows) of a sentence share one encoding of its source: the encoder sees each sentence
+    once, the decoded rows get its keys/values K times, and the outputs equal those of a decoding whose encoder ran
+    on the K copies (as before the sharing)."""
+    model, d, src, src_lengths = model_and_batch
+    seen = []
+    encode = model.forward_encoder
+
+    def counted(tokens, lengths):
+        seen.append(len(tokens))
+        return encode(tokens, lengths)
+
+    monkeypatch.setattr(model, "forward_encoder", counted)
+    shared = InsertionGenerator(d, max_steps=12, **kw).generate([model], sample_of(src, src_lengths))
+    assert seen == [len(src)]
+    K = kw.get("candidates", kw.get("beam"))
+
+    def per_row(self, model, sample, todo, K):  # the former way: every decoded row's source encoded on its own
+        rows = torch.tensor([b for b in todo for _ in range(K)])
+        net = sample["net_input"]
+        return model.decoder.encode_source(model.forward_encoder(net["src_tokens"][rows], net["src_lengths"][rows]))
+
+    monkeypatch.setattr(InsertionGenerator, "encode_sources", per_row)
+    copies = InsertionGenerator(d, max_steps=12, **kw).generate([model], sample_of(src, src_lengths))
+    assert seen[1:] == [len(src) * K]
+    for a, b in zip(shared, copies):
+        assert [h["tokens"].tolist() for h in a] == [h["tokens"].tolist() for h in b]
+        assert [h["score"] for h in a] == pytest.approx([h["score"] for h in b], abs=1e-5)
+
+
 def test_ranked_candidates_docstring_example():
     a, b = dict(score=-0.9, steps=5), dict(score=-0.4, steps=7)
     assert InsertionGenerator.ranked_candidates([a, b]) == [dict(score=-0.4, steps=7, candidate_steps=7),

@@ -354,12 +354,7 @@ class InsertionGenerator:
                 initial_tokens = [initial_tokens[b] for b in owner]
                 initial_order = None if initial_order is None else [initial_order[b] for b in owner]
             blanks = None if blanks is None else [blanks[b] for b in owner]
-        encoder_out = sample.get("encoder_out")  # the source encoded once for every round (decoding/verify.py)
-        if encoder_out is None:
-            encoder_out = model.forward_encoder(src_tokens, src_lengths)
-        elif owner != list(range(len(sample["net_input"]["src_tokens"]))):
-            encoder_out = model.encoder.reorder_encoder_out(encoder_out, torch.tensor(owner, device=src_tokens.device))
-        source_kv, source_pad = decoder.encode_source(encoder_out)
+        source_kv, source_pad = self.encode_sources(model, sample, todo, K)
         if source_pad is not None and not bool(source_pad.any()):  # nothing padded (batch 1): no mask on every step
             source_pad = None
         state = self.initial_state(decoder, len(owner), src_tokens.device, source_kv, source_pad, initial_tokens,
@@ -431,6 +426,32 @@ class InsertionGenerator:
         for j, b in enumerate(todo):
             finalized[b] = self.ranked_candidates([h for h in hyps[j * K: (j + 1) * K] if h is not None],
                                                   None if ranks is None else ranks[j])
+
+    def encode_sources(self, model, sample, todo: List[int], K: int):
+        """The cross-attention keys/values and padding mask of the decoded rows (each of the batch rows ``todo`` K
+        times: its candidates or beam rows), from one encoding of each source: (per-layer (k, v) [len(todo) * K, H,
+        L, Dh], padding [len(todo) * K, L] or None). ``sample["encoder_out"]``, where given, is the whole batch's
+        encoding, made once for every round (decoding/verify.py). Example: todo [0, 2], K 2: sources 0 and 2 are
+        encoded (not 0, 0, 2, 2), and their keys/values repeated for the decoded rows [0, 0, 2, 2]."""
+        src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
+        device = src_tokens.device
+        encoder_out = sample.get("encoder_out")
+        if encoder_out is None:  # the sources of todo, without the left padding none of them needs
+            if todo != list(range(src_tokens.size(0))):
+                rows = torch.tensor(todo, device=device)
+                src_tokens, src_lengths = src_tokens[rows], src_lengths[rows]
+                src_tokens = src_tokens[:, src_tokens.ne(self.pad).any(0)]
+            encoder_out = model.forward_encoder(src_tokens, src_lengths)
+            of_row = list(range(len(todo)))  # decoded row -> row of encoder_out
+        else:
+            of_row = todo
+        source_kv, source_pad = model.decoder.encode_source(encoder_out)
+        of_row = [r for r in of_row for _ in range(K)]
+        if of_row != list(range(source_kv[0][0].size(0))):
+            index = torch.tensor(of_row, device=device)
+            source_kv = [(k[index], v[index]) for k, v in source_kv]
+            source_pad = None if source_pad is None else source_pad[index]
+        return source_kv, source_pad
 
     def mbr_ranks(self, hyps: List[Optional[dict]], G: int, K: int) -> List[List[int]]:
         """--insertion-candidates-mbr: for each of the G sentences, its candidates' places (among those finished,
