@@ -2,6 +2,7 @@
 within a small distance of fp32 (the fused slot-score statistics are computed in fp32), nothing
 masked turns into NaN, and decoding runs in both modes. CPU runs both dtypes; a GPU is not needed."""
 import copy
+import difflib
 
 import pytest
 import torch
@@ -59,5 +60,11 @@ def test_decoding_in_half_precision(dtype, mode):
         tokens = h["tokens"].tolist()
         assert tokens[-1] == d.eos() and all(t not in (d.bos(), d.eos(), d.pad()) and t < len(d) for t in tokens[:-1])
         assert torch.isfinite(h["positional_scores"]).all() and 1 <= h["steps"] <= 25
-    same = sum(r["tokens"].tolist() == h["tokens"].tolist() for (r,), (h,) in zip(ref, out))
-    assert same >= len(src) // 2  # rounding may flip near-ties, not most outputs
+    # Rounding flips near-ties, and an untrained model's 15-29-token outputs are full of them: how many come out
+    # identical depends on the CPU's half-precision kernels (bf16 sequential: 3 or more of 6 on an Intel machine, 2
+    # on an AMD EPYC). Their token-level similarity to fp32's does not: 0.90 (bf16 sequential) to 1.00 on that AMD
+    # machine, where another seed's model (0.20-0.24), the sources shuffled (0.39-0.62) or noise in the token
+    # projection (0.39-0.50) score far lower.
+    similarity = [difflib.SequenceMatcher(None, r["tokens"].tolist(), h["tokens"].tolist()).ratio()
+                  for (r,), (h,) in zip(ref, out)]
+    assert sum(similarity) / len(similarity) >= 0.8, similarity
