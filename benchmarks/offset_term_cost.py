@@ -11,7 +11,11 @@ tables' models), three ways, interleaved over rounds (median):
 * ``no offset term``: the same layer with the offset term left out (``train_throughput.drop_offset_term``: plain causal
   attention through the layer's own ``content_attend``);
 * ``offset term``: :meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.offset_bias` alone (the [B, H, L, 2L - 1]
-  offset scores, their gather to [B, H, L, L], the scaling and the mask), with the gradient it receives in the layer.
+  offset scores, their gather to [B, H, L, L], the scaling and the mask), with the gradient it receives in the layer;
+
+and the same layer and term on the ``l2r`` order (the default ``--insertion-order``), where the term is
+:meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.left_to_right_bias`: [B, H, L, L + 1] scores skewed by a
+view, no gather.
 
 Prints milliseconds and the layer's cost against the layer without the term: the share of a training step that
 ``train_throughput.py --without-offset-term`` attributes to the offsets, located in one layer.
@@ -37,12 +41,12 @@ from insnet_fairseq.models.offsets import offset_matrix  # noqa: E402
 D, HEADS = 256, 4
 
 
-def layer_inputs(length: int, max_tokens: int, seed: int = 0):
-    """(x [B, L, D] requiring grad, offsets [B, L, L] of a random order, causal mask [L, L], offset table) for B =
-    max_tokens // L sentences of L tokens."""
+def layer_inputs(length: int, max_tokens: int, seed: int = 0, policy: str = "random"):
+    """(x [B, L, D] requiring grad, offsets [B, L, L] of a ``policy`` order, causal mask [L, L], offset table) for
+    B = max_tokens // L sentences of L tokens."""
     g = torch.Generator().manual_seed(seed)
     B = max(1, max_tokens // length)
-    order = make_order("random", torch.full((B,), length), length, g)
+    order = make_order(policy, torch.full((B,), length), length, g)
     x = torch.randn(B, length, D, generator=g).requires_grad_()
     mask = torch.ones(length, length, dtype=torch.bool).triu(1)
     return x, offset_matrix(order), mask, sinusoidal_offset_table(length + 1, D)
@@ -74,23 +78,26 @@ def main(argv=None):
     full, plain = layers()
     print(f"{torch.get_num_threads()} thread(s), torch {torch.__version__}, one self-attention layer (d {D}, {HEADS} "
           f"heads), forward + backward, median of {args.rounds} rounds\n")
-    print("| length | batch | InsNet ms | no offset term ms | offset term alone ms | InsNet / no offset term |")
-    print("|---|---|---|---|---|---|")
+    print("| length | batch | InsNet ms | no offset term ms | offset term alone ms | InsNet / no offset term | "
+          "l2r: InsNet ms | l2r: offset term alone ms | l2r: InsNet / no offset term |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for length in args.lengths:
         x, offsets, mask, table = layer_inputs(length, args.max_tokens)
+        l2r_offsets = layer_inputs(length, args.max_tokens, policy="l2r")[1]
         B = x.size(0)
         grad_out = torch.randn(B, length, D)
         q = torch.randn(B, HEADS, length, D // HEADS).requires_grad_()
         grad_bias = torch.randn(B, HEADS, length, length).masked_fill(mask, 0.0)  # blocked scores get no gradient
 
-        def attention(att):
-            out, _ = att(x, offsets, table, mask)
+        def attention(att, offsets=offsets, l2r=False):
+            out, _ = att(x, offsets, table, mask, left_to_right=l2r)
             out.backward(grad_out)
 
-        def term_alone():
-            full.offset_bias(q, offsets, table, mask, length).backward(grad_bias)
+        def term_alone(offsets=offsets, l2r=False):
+            full.offset_bias(q, offsets, table, mask, length, l2r).backward(grad_bias)
 
-        runs = {"full": lambda: attention(full), "plain": lambda: attention(plain), "term": term_alone}
+        runs = {"full": lambda: attention(full), "plain": lambda: attention(plain), "term": term_alone,
+                "full_l2r": lambda: attention(full, l2r_offsets, True), "term_l2r": lambda: term_alone(l2r_offsets, True)}
         times = {k: [] for k in runs}
         for fn in runs.values():  # warm-up
             fn()
@@ -99,7 +106,8 @@ def main(argv=None):
                 timed(fn, times[k])
         ms = {k: statistics.median(v) for k, v in times.items()}
         print(f"| {length} | {B} | {ms['full']:.1f} | {ms['plain']:.1f} | {ms['term']:.1f} | "
-              f"{ms['full'] / ms['plain']:.2f}x |", flush=True)
+              f"{ms['full'] / ms['plain']:.2f}x | {ms['full_l2r']:.1f} | {ms['term_l2r']:.1f} | "
+              f"{ms['full_l2r'] / ms['plain']:.2f}x |", flush=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 """Training throughput: target tokens/s of InsNet (one pass per trajectory) vs fairseq's
 autoregressive ``transformer`` of the same size vs InsNet with naive per-prefix re-encoding,
 on the same batches, measured side by side in one run (rounds interleave the models).
+"InsNet" trains on random insertion orders (the general offset term: every offset gathered); "InsNet l2r" on the
+``l2r`` order, the default ``--insertion-order``, whose offset term is a skewed view
+(:meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.left_to_right_bias`).
 
     python benchmarks/train_throughput.py [--data data-bin/multi30k_en_de] [--rounds 3]
 
@@ -42,6 +45,7 @@ SIZE = dict(encoder_layers=3, decoder_layers=3, encoder_embed_dim=256, encoder_f
 
 
 NO_OFFSETS = "insnet-no-offsets"  # --without-offset-term's diagnostic system
+L2R = "insnet-l2r"  # InsNet trained in the l2r order (the default --insertion-order): the offset term's skewed view
 
 
 class Task(InsertionTranslationTask):
@@ -65,7 +69,8 @@ def drop_offset_term(att):
     """An :class:`~insnet_fairseq.models.attention.OffsetSelfAttention` whose scores leave out the offset term, in
     place: ``softmax((q + u) k^T / sqrt(Dh)) v`` with the causal mask of insertion order (``is_causal``), through its
     own :meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.content_attend`. Returns ``att``."""
-    att._attend = lambda q, k, v, offsets, rel_table, attn_mask: att.content_attend(q, k, v, None, is_causal=True)
+    att._attend = lambda q, k, v, offsets, rel_table, attn_mask, left_to_right=False: att.content_attend(
+        q, k, v, None, is_causal=True)
     return att
 
 
@@ -116,7 +121,8 @@ def step_fn(kind, model, batch, d, eps):
             return label_smoothed_nll_loss(lprobs, tgt.view(-1), eps, ignore_index=d.pad(), reduce=True)[0]
         return torch.nn.functional.nll_loss(lprobs, tgt.view(-1), ignore_index=d.pad(), reduction="sum")
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
-    order = make_order("random", target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0))
+    policy = "l2r" if kind == L2R else "random"
+    order = make_order(policy, target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0))
     if kind == "naive":
         return reencode_prefixes(model, ni["src_tokens"], ni["src_lengths"], target, order)
     terms = term_losses(model(ni["src_tokens"], ni["src_lengths"], target, order), eps)
@@ -165,7 +171,7 @@ def main():
         ntok = sum(int(b["target"].ne(d.pad()).sum()) for b in batches)
         mean_len = ntok / sum(b["target"].size(0) for b in batches)
         kinds = ("ar", "insnet") + (("naive",) if mean_len <= args.naive_max_length else ())
-        kinds += (NO_OFFSETS,) if args.without_offset_term else ()
+        kinds += (L2R,) + ((NO_OFFSETS,) if args.without_offset_term else ())
         models = {k: build(k, d) for k in kinds}
         opts = {k: torch.optim.Adam(m.parameters(), lr=1e-4) for k, m in models.items()}
         # warm-up
@@ -179,17 +185,18 @@ def main():
         rows.append((setting, mean_len, tps))
         naive = (f"naive re-encoding {tps['naive']:6.0f} tok/s  |  " if "naive" in tps else "naive not timed  |  ")
         plain = (f"  InsNet without offset term/AR {tps[NO_OFFSETS] / tps['ar']:.2f}x" if NO_OFFSETS in tps else "")
+        plain = f"  InsNet l2r/AR {tps[L2R] / tps['ar']:.2f}x" + plain
         print(f"{setting:9s} mean target len {mean_len:5.1f}: AR {tps['ar']:7.0f} tok/s  InsNet {tps['insnet']:7.0f} tok/s  "
               f"{naive}InsNet/AR {tps['insnet'] / tps['ar']:.2f}x" +
               (f"  InsNet/naive {tps['insnet'] / tps['naive']:.1f}x" if "naive" in tps else "") + plain, flush=True)
     extra = args.without_offset_term
-    print("\n| setting | target len | AR tok/s | InsNet tok/s | naive tok/s | InsNet/AR | InsNet/naive |" +
-          (" no offset term tok/s | no offset term/AR |" if extra else ""))
-    print("|---|---|---|---|---|---|---|" + ("---|---|" if extra else ""))
+    print("\n| setting | target len | AR tok/s | InsNet tok/s | naive tok/s | InsNet/AR | InsNet/naive | "
+          "InsNet l2r tok/s | InsNet l2r/AR |" + (" no offset term tok/s | no offset term/AR |" if extra else ""))
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|" if extra else ""))
     for setting, mean_len, tps in rows:
         naive = (f"{tps['naive']:.0f} | ", f"{tps['insnet'] / tps['naive']:.1f}x") if "naive" in tps else ("| ", "")
         print(f"| {setting} | {mean_len:.1f} | {tps['ar']:.0f} | {tps['insnet']:.0f} | {naive[0]}"
-              f"{tps['insnet'] / tps['ar']:.2f}x | {naive[1]} |" +
+              f"{tps['insnet'] / tps['ar']:.2f}x | {naive[1]} | {tps[L2R]:.0f} | {tps[L2R] / tps['ar']:.2f}x |" +
               (f" {tps[NO_OFFSETS]:.0f} | {tps[NO_OFFSETS] / tps['ar']:.2f}x |" if extra else ""))
 
 if __name__ == "__main__":

@@ -37,9 +37,9 @@ class OffsetSpy:
         self.seen = []
         original = OffsetSelfAttention._attend
 
-        def attend(module, q, k, v, offsets, rel_table, attn_mask):
+        def attend(module, q, k, v, offsets, rel_table, attn_mask, left_to_right=False):
             self.seen.append((offsets.detach().clone(), attn_mask))
-            return original(module, q, k, v, offsets, rel_table, attn_mask)
+            return original(module, q, k, v, offsets, rel_table, attn_mask, left_to_right)
 
         monkeypatch.setattr(OffsetSelfAttention, "_attend", attend)
 

@@ -72,3 +72,7 @@ def test_offset_term_cost_times_one_layer_with_and_without_only_the_offset_term(
             m.r_proj.weight.zero_()
             m.v.zero_()
         torch.testing.assert_close(plain(x, offsets, table, mask)[0], full(x, offsets, table, mask)[0])
+        # the l2r columns' term: the skewed view gives the gathered offsets' scores, -inf where they are
+        l2r_offsets = otc.layer_inputs(6, 24, policy="l2r")[1]
+        torch.testing.assert_close(full.offset_bias(q, l2r_offsets, table, mask, 6, True),
+                                   full.offset_bias(q, l2r_offsets, table, mask, 6))

@@ -3,7 +3,9 @@ import random
 import pytest
 import torch
 
-from insnet_fairseq.models.offsets import offset_matrix, rank_matrix, slot_neighbours, target_slots
+from insnet_fairseq.data.orders import make_order
+from insnet_fairseq.models.offsets import (is_left_to_right, left_to_right_offsets, offset_matrix, rank_matrix,
+                                         slot_neighbours, target_slots)
 from insnet_fairseq.reference import naive_offsets
 
 PAPER_ORDER = [0, 6, 2, 4, 1, 3, 5]  # "(BOS) (EOS) have pen I a ." for "(BOS) I have a pen . (EOS)"
@@ -72,3 +74,26 @@ def test_docstring_examples():
     assert target_slots(rank)[0].tolist() == [0, 0, 1, 0, 2, 4]
     left, right = slot_neighbours(rank_matrix(torch.tensor([[0, 6, 2, 4]])))
     assert left[0, 3, :3].tolist() == [0, 2, 3] and right[0, 3, :3].tolist() == [2, 3, 1]
+
+
+@pytest.mark.parametrize("n", range(2, 12))
+def test_left_to_right_offsets_are_the_l2r_orders_offset_matrix(n):
+    order = make_order("l2r", torch.tensor([n]), n)
+    below = torch.ones(n, n, dtype=torch.bool).tril()
+    assert torch.equal(left_to_right_offsets(n)[below], offset_matrix(order)[0][below])
+    naive = naive_offsets(order[0].tolist())  # the naive loop
+    assert all(left_to_right_offsets(n)[i, : i + 1].tolist() == naive[i][: i + 1] for i in range(n))
+
+
+def test_is_left_to_right_accepts_padded_l2r_batches_only():
+    lengths = torch.tensor([6, 4, 2])
+    pad = torch.arange(6).view(1, -1) >= lengths.view(-1, 1)
+    g = torch.Generator().manual_seed(1)
+    assert is_left_to_right(make_order("l2r", lengths, 6), pad)
+    assert not is_left_to_right(make_order("r2l", lengths, 6), pad)
+    assert not is_left_to_right(make_order("random", lengths, 6, g), pad)
+    mixed = make_order("l2r", lengths, 6)
+    mixed[0] = make_order("r2l", lengths[:1], 6)[0]  # one row in another order
+    assert not is_left_to_right(mixed, pad)
+    # a padded step holds anything: only the real steps count
+    assert is_left_to_right(make_order("l2r", lengths, 6).masked_fill(pad, 0), pad)

@@ -59,3 +59,79 @@ def test_padding_does_not_change_a_sentence():
     for i in range(3):
         mask = batched[3][i][0]
         torch.testing.assert_close(batched[i][0][mask], alone[i][0][alone[3][i][0]], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("slot_query", [False, True])
+def test_left_to_right_offset_term_equals_the_general_gather(slot_query, monkeypatch):
+    """A batch all in the l2r order takes OffsetSelfAttention.left_to_right_bias (no gather); the loss and every
+    parameter's gradient equal the general path's (the offsets gathered), on a padded batch."""
+    import insnet_fairseq.models.insnet as insnet
+    from insnet_fairseq.models.attention import OffsetSelfAttention
+
+    model, d = build_tiny_model(seed=6, slot_query_stream=slot_query)
+    model.train()  # (dropout 0: deterministic)
+    src, src_lengths, target = random_batch(d, [9, 3, 12, 6], seed=7)
+    order = make_order("l2r", target.ne(d.pad()).sum(1), target.size(1))
+    calls = []
+    fast = OffsetSelfAttention.left_to_right_bias
+    monkeypatch.setattr(OffsetSelfAttention, "left_to_right_bias",
+                        lambda self, *a: calls.append(1) or fast(self, *a))
+
+    def loss_and_grads():
+        model.zero_grad()
+        terms = term_losses(model(src, src_lengths, target, order))
+        loss = sum(v[0] for v in terms.values())
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    loss, grads = loss_and_grads()
+    assert len(calls) == len(model.decoder.context.layers)  # the token stream of every layer took it
+    monkeypatch.setattr(insnet, "is_left_to_right", lambda *a: False)
+    general_loss, general_grads = loss_and_grads()
+    assert len(calls) == len(model.decoder.context.layers)  # not taken again
+    torch.testing.assert_close(loss, general_loss, atol=1e-5, rtol=1e-6)
+    assert grads.keys() == general_grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], general_grads[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_left_to_right_path_is_not_taken_with_clipped_offsets(monkeypatch):
+    from insnet_fairseq.models.attention import OffsetSelfAttention
+
+    model, d = build_tiny_model(seed=6, offset_clip=1)
+    src, src_lengths, target = random_batch(d, [9, 5], seed=7)
+    order = make_order("l2r", target.ne(d.pad()).sum(1), target.size(1))
+    monkeypatch.setattr(OffsetSelfAttention, "left_to_right_bias", lambda *a: pytest.fail("taken with --offset-clip"))
+    with torch.no_grad():
+        model(src, src_lengths, target, order)
+
+
+@pytest.mark.parametrize("S", [1, 2, 3, 7])
+def test_left_to_right_bias_and_its_gradients_equal_the_gathered_offsets(S):
+    """OffsetSelfAttention.left_to_right_bias (the skewed view and its own backward) against offset_bias's general
+    gather on the l2r offsets, down to one and two tokens: the same scores, -inf where blocked, and the same gradients
+    of q, W_kR and v."""
+    from insnet_fairseq.models.attention import OffsetSelfAttention, sinusoidal_offset_table
+    from insnet_fairseq.models.offsets import left_to_right_offsets
+
+    torch.manual_seed(S)
+    att = OffsetSelfAttention(16, 2, 16).double()
+    torch.nn.init.normal_(att.v)
+    table = sinusoidal_offset_table(S + 2, 16).double()
+    mask = torch.ones(S, S, dtype=torch.bool).triu(1)
+    offsets = left_to_right_offsets(S).expand(3, S, S)
+    q = torch.randn(3, 2, S, 8, dtype=torch.float64, requires_grad=True)
+    grad = torch.randn(3, 2, S, S, dtype=torch.float64)  # (blocked entries too: their gradient must be dropped)
+
+    def bias_and_grads(l2r):
+        for t in (q, att.r_proj.weight, att.v):
+            t.grad = None
+        bias = att.left_to_right_bias(q, table, mask) if l2r else att.offset_bias(q, offsets, table, mask, S)
+        bias.backward(grad)
+        return bias.detach(), [t.grad.clone() for t in (q, att.r_proj.weight, att.v)]
+
+    fast, fast_grads = bias_and_grads(True)
+    general, general_grads = bias_and_grads(False)
+    torch.testing.assert_close(fast, general)
+    for a, b in zip(fast_grads, general_grads):
+        torch.testing.assert_close(a, b)

@@ -8,7 +8,8 @@ insertion *offsets*:
 ``offset[i, j]`` takes at most ``2S - 1`` distinct values for ``S`` keys, so ``P`` is projected
 once for that range and ``(q + v) P^T`` is gathered per (i, j): the cost is two ``T x S`` score
 matrices per head and nothing of size batch x T x S x d is built. Causality in insertion
-order (token i sees tokens 0..i) is the caller's mask.
+order (token i sees tokens 0..i) is the caller's mask. A one-pass over trajectories all in the
+``l2r`` order needs only ``S + 1`` offsets and no gather (:meth:`OffsetSelfAttention.left_to_right_bias`).
 """
 import math
 from typing import Optional, Tuple
@@ -31,6 +32,54 @@ def sinusoidal_offset_table(max_offset: int, dim: int) -> Tensor:
     if dim % 2:
         table = torch.cat([table, torch.zeros(len(r), 1)], dim=1)
     return table
+
+
+class _LeftToRightSkew(torch.autograd.Function):
+    """:meth:`OffsetSelfAttention.left_to_right_bias`'s placement of the scores: by_offset [B, H, T, S + 1] (column c:
+    offset c - (S - 1), T = S), mask [B or 1, 1, T, S] (True: blocked), scaling -> bias [B, H, T, S], the scores
+    times ``scaling`` (after the product, as the gather: the same values), -inf where blocked.
+    Row i's entry j is ``by_offset[i, S - 1 + j - i]`` (flat: ``S - 1 + i * S + j``: a view), except ``<s>``
+    (j = 0: offset ``1 - i`` from a word, i >= 2) and ``</s>`` (j = 1: offset +1 from a word). One copy forward and
+    one backward (autograd through the view and two in-place column writes made three)."""
+
+    @staticmethod
+    def _skewed(x: Tensor) -> Tensor:
+        """[B, H, T, S + 1] -> its [B, H, T, S] view with row i shifted left by i (T = S)."""
+        B, H, T, S1 = x.shape
+        S = S1 - 1
+        return x.view(B, H, T * S1)[:, :, S - 1 : S - 1 + T * S].view(B, H, T, S)
+
+    @staticmethod
+    def forward(ctx, by_offset: Tensor, mask: Tensor, scaling: float) -> Tensor:
+        S = by_offset.size(-1) - 1
+        skewed = _LeftToRightSkew._skewed(by_offset)  # [B, H, T, S]: offset j - i
+        bias = (skewed * scaling).contiguous()
+        if S > 1:
+            word = torch.arange(S, device=bias.device) >= 2  # [T]: rows of words (after <s> and </s>)
+            bias[..., 0] = torch.where(word, skewed[..., 1], skewed[..., 0]) * scaling  # <s>: 1 - i from a word
+            bias[..., 1] = torch.where(word, by_offset[..., S], skewed[..., 1]) * scaling  # </s>: +1 from a word
+        ctx.save_for_backward(mask)
+        ctx.scaling = scaling
+        return bias.masked_fill_(mask, float("-inf"))
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (mask,) = ctx.saved_tensors
+        B, H, T, S = grad.shape
+        out = grad.new_empty(B, H, T, S + 1)
+        flat = out.view(B, H, T * (S + 1))
+        flat[:, :, : S - 1].zero_()
+        flat[:, :, S - 1 + T * S :].zero_()
+        skewed = _LeftToRightSkew._skewed(out)  # where the forward read each entry
+        torch.mul(grad, ctx.scaling, out=skewed)
+        skewed.masked_fill_(mask, 0.0)  # (blocked: no gradient)
+        if S > 1:
+            word = torch.arange(S, device=grad.device) >= 2
+            g_bos, g_eos = skewed[..., 0].clone(), skewed[..., 1].clone()  # [B, H, T]
+            skewed[..., 0] = torch.where(word, 0.0, g_bos)
+            skewed[..., 1] = torch.where(word, g_bos, g_eos)
+            out[..., S] = torch.where(word, g_eos, 0.0)  # offset +1: </s> from a word; else only blocked entries
+        return out, None, None
 
 
 class OffsetSelfAttention(nn.Module):
@@ -100,6 +149,7 @@ class OffsetSelfAttention(nn.Module):
         rel_table: Tensor,
         attn_mask: Tensor,
         past: Optional[Tuple[Tensor, Tensor]] = None,
+        left_to_right: bool = False,
     ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         """
         Args:
@@ -111,6 +161,8 @@ class OffsetSelfAttention(nn.Module):
             past: optional (k, v), each [B, H, S - T, Dh], of the tokens inserted before, or a preallocated
                 cache slot whose ``extend(k, v)`` writes the new keys/values in place and returns all S
                 (:class:`insnet_fairseq.decoding.cache.KVWriter`).
+            left_to_right: the rows are whole ``l2r`` trajectories (one-pass training, no ``past``): ``offsets`` is
+                then known and not read (:meth:`left_to_right_bias`).
 
         Returns:
             out [B, T, D] and the (k, v) of all S keys, each [B, H, S, Dh], for caching.
@@ -125,7 +177,7 @@ class OffsetSelfAttention(nn.Module):
         elif past is not None:
             k = torch.cat([past[0], k], dim=2)  # [B, H, S, Dh]
             v = torch.cat([past[1], v], dim=2)  # [B, H, S, Dh]
-        return self._attend(q, k, v, offsets, rel_table, attn_mask), (k, v)
+        return self._attend(q, k, v, offsets, rel_table, attn_mask, left_to_right), (k, v)
 
     def query(self, x: Tensor, kv: Tuple[Tensor, Tensor], offsets: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
         """Queries that read the tokens' keys/values but add none of their own (the slot query stream).
@@ -165,16 +217,25 @@ class OffsetSelfAttention(nn.Module):
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # [B, H, S, Dh]
         return self._attend(q, k, v, offsets, rel_table, attn_mask), (k, v)
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
+                left_to_right: bool = False) -> Tensor:
         """q [B, H, T, Dh], k/v [B, H, S, Dh], offsets [B, T, S], mask [T, S] or [B, T, S] (or None) -> [B, T, D]."""
-        return self.content_attend(q, k, v, self.offset_bias(q, offsets, rel_table, attn_mask, k.size(2)))
+        bias = self.offset_bias(q, offsets, rel_table, attn_mask, k.size(2), left_to_right)
+        return self.content_attend(q, k, v, bias)
 
-    def offset_bias(self, q: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Optional[Tensor], S: int) -> Tensor:
+    def offset_bias(self, q: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Optional[Tensor], S: int,
+                    left_to_right: bool = False) -> Tensor:
         """The offset term of the scores, scaled, -inf where ``attn_mask`` blocks: (q + v) . p_offset[i, j] * scaling.
         q [B, H, T, Dh], offsets [B, T, S], mask [T, S] or [B, T, S] (or None) -> [B, H, T, S].
         Example: T = S = 3 (one pass over 3 tokens): P is projected for the 5 offsets -2..2, [B, H, 3, 5] scores are
-        gathered to [B, H, 3, 3]."""
+        gathered to [B, H, 3, 3].
+
+        ``left_to_right`` (a one-pass over trajectories all in the ``l2r`` order, T = S): the offsets are
+        :func:`~insnet_fairseq.models.offsets.left_to_right_offsets` and ``offsets`` is not read; see
+        :meth:`left_to_right_bias`."""
         B, H, T, Dh = q.shape
+        if left_to_right and T == S and attn_mask is not None and (rel_table.size(0) - 1) // 2 >= max(S - 1, 1):
+            return self.left_to_right_bias(q, rel_table, attn_mask)
         # offsets lie in [-(S-1), S-1]; the table bounds them only where S counts decoding holes
         M = min(S - 1, (rel_table.size(0) - 1) // 2)
         p = self.project_offsets(rel_table, M)  # [H, R, Dh], R = 2M + 1 <= 2S - 1
@@ -189,6 +250,23 @@ class OffsetSelfAttention(nn.Module):
             mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
             bias.masked_fill_(mask.unsqueeze(1), float("-inf"))
         return bias
+
+    def left_to_right_bias(self, q: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
+        """:meth:`offset_bias` of a one-pass over ``l2r`` trajectories, without the gather: a word's offset to the
+        words before it is ``j - i``, so the scores against the S + 1 offsets ``-(S-1)..+1`` ([B, H, T, S + 1],
+        half the general 2S - 1) are skewed into place by a view, Transformer-XL's relative shift: read row-major,
+        row i's entry j sits ``S - 1 + j - i`` into row i, i.e. at ``S - 1 + i * S + j`` of the flat rows. ``<s>``
+        (column 0) and ``</s>`` (column 1, at the right end: offset +1) are then written from the same scores.
+        q [B, H, T, Dh] with T = S, attn_mask [T, S] or [B, T, S] (True: blocked) -> [B, H, T, S].
+        Example: T = S = 4 (<s> </s> w1 w2): row 3 (w2) reads offsets [-3, -2, -1, 0] by the view, then <s> -> -2
+        and </s> -> +1, as :func:`~insnet_fairseq.models.offsets.left_to_right_offsets`' row [-2, 1, -1, 0]."""
+        B, H, T, Dh = q.shape
+        S = T
+        M = max(S - 1, 1)
+        p = self.project_offsets(rel_table, M)[:, M - (S - 1) : M + 2]  # [H, S + 1, Dh]: offsets -(S-1)..+1
+        by_offset = (q + self.v.view(1, H, 1, Dh)) @ p.transpose(-2, -1)  # [B, H, T, S + 1]; column c: offset c - (S-1)
+        mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
+        return _LeftToRightSkew.apply(by_offset, mask.unsqueeze(1), self.scaling)  # [B, H, T, S]
 
     def content_attend(self, q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor], is_causal: bool = False) -> Tensor:
         """softmax((q + u) k^T * scaling + bias) v, dropout on the weights, then the output projection: one fused

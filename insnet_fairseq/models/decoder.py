@@ -74,17 +74,20 @@ class InsNetDecoderLayer(nn.Module):
         source_kv: Tuple[Tensor, Tensor],
         source_padding_mask: Optional[Tensor],
         past: Optional[Tuple[Tensor, Tensor]] = None,
+        left_to_right: bool = False,
     ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
-        """x [B, T, D] -> ([B, T, D], self-attention (k, v) of all S keys for caching)."""
-        x, kv = self._token_self_attention(x, offsets, rel_table, attn_mask, past)
+        """x [B, T, D] -> ([B, T, D], self-attention (k, v) of all S keys for caching); ``left_to_right``: see
+        :meth:`OffsetSelfAttention.forward`."""
+        x, kv = self._token_self_attention(x, offsets, rel_table, attn_mask, past, left_to_right)
         return self._rest(x, source_kv, source_padding_mask), kv
 
-    def _token_self_attention(self, x: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor, past):
+    def _token_self_attention(self, x: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor, past,
+                              left_to_right: bool = False):
         """The self-attention sub-layer of the tokens' stream: x [B, T, D] -> ([B, T, D], (k, v) of all S keys)."""
         kv = []
 
         def self_attention(y):
-            out, new_kv = self.self_attn(y, offsets, rel_table, attn_mask, past)
+            out, new_kv = self.self_attn(y, offsets, rel_table, attn_mask, past, left_to_right)
             kv.append(new_kv)
             return out
 
@@ -170,6 +173,7 @@ class InsNetContextEncoder(nn.Module):
         source_kv: List[Tuple[Tensor, Tensor]],
         source_padding_mask: Optional[Tensor],
         past: Optional[List[Tuple[Tensor, Tensor]]] = None,
+        left_to_right: bool = False,
     ) -> Tuple[Tensor, List[Tuple[Tensor, Tensor]]]:
         """
         Args:
@@ -178,6 +182,9 @@ class InsNetContextEncoder(nn.Module):
             attn_mask: bool [T, S] or [B, T, S], True = blocked.
             source_kv: from :meth:`project_source`.
             past: optional per-layer (k, v) [B, H, S - T, Dh] of earlier tokens.
+            left_to_right: every row is a whole trajectory in the ``l2r`` order
+                (:func:`~insnet_fairseq.models.offsets.is_left_to_right`): the attention then computes the offset
+                term without reading ``offsets`` (the same values on real steps; unclipped offsets only).
 
         Returns:
             h [B, T, D] last-layer states, and per-layer (k, v) [B, H, S, Dh].
@@ -185,11 +192,12 @@ class InsNetContextEncoder(nn.Module):
         x = self.embed_scale * self.embed_tokens(tokens)
         x = dropout(x, self.dropout, self.training)
         offsets = self.clip(offsets)
+        left_to_right = left_to_right and past is None and self.offset_clip == 0
         new_past = []
         for i, layer in enumerate(self.layers):
             x, kv = layer(
                 x, offsets, self.offset_embed, attn_mask, source_kv[i], source_padding_mask,
-                None if past is None else past[i],
+                None if past is None else past[i], left_to_right,
             )
             new_past.append(kv)
         if self.layer_norm is not None:

@@ -30,7 +30,7 @@ from fairseq.models.transformer import base_architecture as transformer_base_arc
 from torch import Tensor
 
 from insnet_fairseq.models.decoder import InsNetContextEncoder
-from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix, slot_neighbours
+from insnet_fairseq.models.offsets import is_left_to_right, offsets_from_rank, rank_matrix, slot_neighbours
 from insnet_fairseq.models.slots import SlotHeads
 
 logger = logging.getLogger(__name__)
@@ -114,7 +114,8 @@ class InsNetDecoder(FairseqDecoder):
         rank = rank_matrix(order, step_pad)  # [B, n, n]
         tokens = target.gather(1, order)  # [B, n] tokens in insertion order
         source_kv, source_pad = self.encode_source(encoder_out)
-        h, kv = self.context(tokens, offsets_from_rank(rank), causal_mask(n, target.device), source_kv, source_pad)
+        h, kv = self.context(tokens, offsets_from_rank(rank), causal_mask(n, target.device), source_kv, source_pad,
+                             left_to_right=is_left_to_right(order, step_pad))
         return h, kv, rank, tokens, lengths, source_kv, source_pad
 
     def forward(

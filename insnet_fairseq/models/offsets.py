@@ -87,6 +87,38 @@ def offset_matrix(order: Tensor, pad_mask: Optional[Tensor] = None) -> Tensor:
     return offsets_from_rank(rank_matrix(order, pad_mask))
 
 
+def is_left_to_right(order: Tensor, pad_mask: Optional[Tensor] = None) -> bool:
+    """Whether every row of ``order`` is the ``l2r`` order (``<s>``, ``</s>``, then the words left to right),
+    over its real steps: the offsets then follow a fixed pattern (:func:`left_to_right_offsets`), which the
+    attention computes without the general gather (one host read of a flag per batch).
+
+    order [B, n], pad_mask [B, n] True at padded steps -> bool.
+    Example: [[0, 5, 1, 2, 3, 4], [0, 3, 1, 2, 4, 5]] with the last two steps of row 2 padded -> True.
+    """
+    B, n = order.shape
+    lengths = n - pad_mask.sum(1, keepdim=True) if pad_mask is not None else torch.full((B, 1), n, device=order.device)
+    steps = torch.arange(n, device=order.device).view(1, n)
+    expected = torch.where(steps == 1, lengths - 1, (steps - 1).clamp(min=0))  # [B, n]: 0, n_b - 1, 1, 2, ...
+    ok = order.eq(expected)
+    if pad_mask is not None:
+        ok = ok | pad_mask
+    return bool(ok.all())
+
+
+def left_to_right_offsets(n: int, device=None) -> Tensor:
+    """The offsets of the ``l2r`` order (:func:`offset_matrix` of ``[0, n-1, 1, ..., n-2]``): for ``j <= i``,
+    ``j - i`` for the words (``j >= 2``), ``-(i - 1)`` for ``<s>`` from a word (``i >= 2``; ``-i`` at ``i <= 1``)
+    and ``+1`` for ``</s>`` from a word (``0`` at ``i = 1``): ``</s>`` stays at the right end. [n, n]; entries ``j > i`` are unspecified.
+
+    Example (n = 4), lower triangle: [[0], [-1, 0], [-1, 1, 0], [-2, 1, -1, 0]] (steps <s> </s> w1 w2).
+    """
+    i = torch.arange(n, device=device).view(n, 1)
+    j = torch.arange(n, device=device).view(1, n)
+    off = j - i
+    off = torch.where((j == 0) & (i >= 2), 1 - i, off)
+    return torch.where((j == 1) & (i >= 2), torch.ones_like(off), off)
+
+
 def slot_neighbours(rank: Tensor) -> Tuple[Tensor, Tensor]:
     """Steps of the left and right neighbour of every slot after every step.
 
