@@ -192,7 +192,7 @@ class InsNetContextEncoder(nn.Module):
         x = self.embed_scale * self.embed_tokens(tokens)
         x = dropout(x, self.dropout, self.training)
         offsets = self.clip(offsets)
-        left_to_right = left_to_right and past is None and self.offset_clip == 0
+        left_to_right = left_to_right and self.offset_clip == 0  # (clipped offsets: the gather)
         new_past = []
         for i, layer in enumerate(self.layers):
             x, kv = layer(

@@ -25,6 +25,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from insnet_fairseq.data.orders import left_to_right
+
 
 def _effective_order(order: Tensor, pad_mask: Optional[Tensor]) -> Tensor:
     """Padding steps are treated as insertions to the right of every real token.
@@ -96,13 +98,10 @@ def is_left_to_right(order: Tensor, pad_mask: Optional[Tensor] = None) -> bool:
     Example: [[0, 5, 1, 2, 3, 4], [0, 3, 1, 2, 4, 5]] with the last two steps of row 2 padded -> True.
     """
     B, n = order.shape
-    lengths = n - pad_mask.sum(1, keepdim=True) if pad_mask is not None else torch.full((B, 1), n, device=order.device)
-    steps = torch.arange(n, device=order.device).view(1, n)
-    expected = torch.where(steps == 1, lengths - 1, (steps - 1).clamp(min=0))  # [B, n]: 0, n_b - 1, 1, 2, ...
-    ok = order.eq(expected)
-    if pad_mask is not None:
-        ok = ok | pad_mask
-    return bool(ok.all())
+    if pad_mask is None:
+        pad_mask = torch.zeros_like(order, dtype=torch.bool)
+    lengths = n - pad_mask.sum(1)  # [B]
+    return bool((order.eq(left_to_right(lengths, n)) | pad_mask).all())
 
 
 def left_to_right_offsets(n: int, device=None) -> Tensor:
