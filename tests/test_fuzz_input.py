@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import fuzz_input  # noqa: E402
 
 from insnet_fairseq.decoding import generator as generator_module  # noqa: E402
+from insnet_fairseq.decoding import step as step_module  # noqa: E402
 from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
 
 N_LINES = 4 * len(fuzz_input.CATEGORIES)  # every category 4 times
@@ -128,6 +129,6 @@ def test_long_constraints_decode_in_their_own_group(model_and_batch, monkeypatch
                              initial_tokens=given[b : b + 1])
         assert alone[0][0]["tokens"].tolist() == batched[b][0]["tokens"].tolist()
     assert batched[0][0]["steps"] == 4 and batched[0][0]["tokens"].tolist().count(9) >= 40
-    monkeypatch.setattr(generator_module, "ENCODE_CHUNK", 1)  # one row per encoding pass: the same output
+    monkeypatch.setattr(step_module, "ENCODE_CHUNK", 1)  # one row per encoding pass: the same output
     chunked = gen.generate([model], sample_of(src, src_lengths), initial_tokens=given)
     assert [h[0]["tokens"].tolist() for h in chunked] == [h[0]["tokens"].tolist() for h in batched]

@@ -148,7 +148,7 @@ def test_preallocated_cache_equals_uncached_with_constraints_and_growth(model_an
     """The in-place cache (its buffers made to start with room for 1 token, so they grow by doubling during
     decoding, and rows leave the batch as they stop) gives the uncached path's outputs token for token,
     from constrained starts; every step appends in place except when a buffer is full."""
-    import insnet_fairseq.decoding.generator as generator_module
+    import insnet_fairseq.decoding.step as step_module
     from insnet_fairseq.decoding.cache import ColumnStore
 
     grown = []  # per reserve(): did it need new buffers
@@ -169,7 +169,7 @@ def test_preallocated_cache_equals_uncached_with_constraints_and_growth(model_an
     given = [[5, 9, 7], [11], [6, 6, 8, 10], [], [12, 5], [9]]
     kw = dict(mode=mode, slot_top_p=0.9, max_steps=20)
     uncached = InsertionGenerator(d, use_cache=False, **kw).generate([model], sample_of(src, src_lengths), initial_tokens=given)
-    monkeypatch.setattr(generator_module, "ColumnStore", TinyStore)
+    monkeypatch.setattr(step_module, "ColumnStore", TinyStore)
     cached = InsertionGenerator(d, **kw).generate([model], sample_of(src, src_lengths), initial_tokens=given)
     for (a,), (b,) in zip(cached, uncached):
         assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]

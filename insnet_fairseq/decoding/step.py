@@ -1,0 +1,476 @@
+"""One insertion step of iterative insertion decoding (paper 3.2-3.3, 4.1), on an immutable :class:`DecoderState`.
+
+:class:`InsertionSteps` holds what a step does, for :class:`~insnet_fairseq.decoding.generator.InsertionGenerator`
+(the decoding loop, candidates, output) and :class:`~insnet_fairseq.decoding.beam.BeamSearch` to drive: encode the
+start (:meth:`~InsertionSteps.initial_state`), score every slot from the tokens' cached parts
+(:meth:`~InsertionSteps.slot_distribution`), choose slots and words (:meth:`~InsertionSteps.choose_slots`,
+:meth:`~InsertionSteps.token_logits`, :meth:`~InsertionSteps.choose_tokens`; parallel decoding's filters
+:meth:`~InsertionSteps.drop_repeats`, :meth:`~InsertionSteps.drop_unsure`, :meth:`~InsertionSteps.confident_slots`),
+and insert them (:meth:`~InsertionSteps.insert`: the new tokens' positions and offsets, one decoder pass over them
+with the cache written in place, or a full re-encoding without the cache). A step returns a new state. The settings
+it reads (``mode``, ``use_cache``, ``pad`` ...) are the generator's (see its ``__init__``).
+"""
+import math
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from insnet_fairseq.decoding.cache import ColumnStore, layer_names
+from insnet_fairseq.decoding.sampling import sample
+from insnet_fairseq.decoding.state import HOLE, DecoderState, Picks, compact, group_offsets
+from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
+
+ENCODE_CHUNK = 1 << 22  # rows x S x S elements per full encoding pass (see InsertionSteps._encode_all)
+
+
+class InsertionSteps:
+    """The step of :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` (its base class)."""
+
+    def context_pass(self, decoder, name: str):
+        """The context encoder's pass ``name`` (``forward``: new tokens; ``forward_with_queries``: new tokens and the
+        next step's slot queries) that a cached step runs: the module's own, or with ``--compile-decoder MODE`` the
+        same compiled by ``torch.compile(mode=MODE, dynamic=True)``, once per model (the first steps compile it: a
+        minute or more; later shapes reuse it). Its outputs equal the eager pass's within float rounding."""
+        fn = getattr(decoder.context, name)
+        if self.compile_decoder == "off":
+            return fn
+        key = (id(decoder.context), name)
+        if key not in self._compiled:
+            mode = None if self.compile_decoder == "default" else self.compile_decoder
+            self._compiled[key] = torch.compile(fn, mode=mode, dynamic=True, backend=self.compile_backend)
+        return self._compiled[key]
+
+    def banned_on(self, device) -> Tensor:
+        """:attr:`banned` on ``device``, copied there once (a copy to a GPU at every step waits for the device)."""
+        key = str(device)
+        if key not in self._banned_on:
+            self._banned_on[key] = self.banned.to(device)
+        return self._banned_on[key]
+
+    def initial_state(self, decoder, B, device, source_kv, source_pad, initial_tokens=None, initial_order=None,
+                      blanks=None, capacity: int = 16):
+        """Encode ``<s> </s>`` (+ given tokens, in their insertion order) as a trajectory; with ``blanks``
+        (see :meth:`generate`) only the blanks' slots are open. With the cache, its buffers have room for
+        ``capacity`` more tokens (they grow when full)."""
+        rows_tok, rows_pos, rows_open = [], [], []
+        for b in range(B):
+            given = list(initial_tokens[b]) if initial_tokens is not None else []
+            order = list(initial_order[b]) if initial_order is not None and given else list(range(len(given)))
+            if sorted(order) != list(range(len(given))):
+                raise ValueError(f"initial_order[{b}] must be a permutation of 0..{len(given) - 1}")
+            rows_tok.append([self.bos, self.eos] + [given[i] for i in order])
+            rows_pos.append([0, len(given) + 1] + [i + 1 for i in order])
+            if blanks is not None:  # token at position p (p template tokens before its right slot) opens it
+                blank_at = set(blanks[b])
+                rows_open.append([p in blank_at for p in rows_pos[-1]])
+        S = max(len(r) for r in rows_tok)
+        tokens = torch.full((B, S), self.pad, dtype=torch.long)
+        positions = torch.full((B, S), HOLE, dtype=torch.long)
+        for b in range(B):
+            tokens[b, : len(rows_tok[b])] = torch.tensor(rows_tok[b])
+            positions[b, : len(rows_pos[b])] = torch.tensor(rows_pos[b])
+        tokens, positions = tokens.to(device), positions.to(device)
+        real = tokens.ne(self.pad)
+        open_right = None
+        if blanks is not None:
+            open_right = torch.zeros(B, S, dtype=torch.bool)
+            for b, row in enumerate(rows_open):
+                open_right[b, : len(row)] = torch.tensor(row, dtype=torch.bool)
+            open_right = open_right.to(device)
+        hidden, cache = self._encode_all(decoder, tokens, positions, real, source_kv, source_pad)
+        state = DecoderState(
+            tokens=tokens, positions=positions, real=real, hidden=hidden, cache=cache,
+            last=real.sum(1) - 1, scores=torch.zeros(B, S, device=device),
+            steps=torch.zeros(B, dtype=torch.long, device=device), open_right=open_right,
+            parts=self.slot_parts(decoder, hidden),
+        )
+        if not self.use_cache:
+            return state
+        # room for as many insertions as the longest output may take (sequential decoding: exactly enough)
+        store = ColumnStore(state.columns(), S + capacity)
+        z = None
+        if self.fused(decoder):  # every slot's query, for the first step
+            z = decoder.context.query_stream(*self.query_geometry(positions, real, self.all_slots(positions)), cache,
+                                             source_kv, source_pad)
+        return DecoderState.from_store(store, S, positions, state.last, state.steps, z)
+
+    def fused(self, decoder) -> bool:
+        """Whether a step computes the next step's slot queries in its own pass (see ``fuse_slot_queries``)."""
+        return self.fuse_slot_queries and self.use_cache and decoder.context.slot_query is not None
+
+    @staticmethod
+    def all_slots(positions: Tensor) -> Tensor:
+        """[B, S - 1]: slot k of every sentence (k = 0 .. S - 2), those beyond its length included."""
+        B, S = positions.shape
+        return torch.arange(S - 1, device=positions.device).unsqueeze(0).expand(B, S - 1)
+
+    @staticmethod
+    def query_geometry(positions: Tensor, real: Tensor, slot_of: Tensor) -> Tuple[Tensor, Tensor]:
+        """Offsets and mask of slot queries (``--slot-query-stream``): the query of slot ``slot_of[b, g]`` reads
+        every token at the offset it will have from the word inserted there.
+
+        positions [B, S] (HOLE at holes), real bool [B, S], slot_of [B, G] -> (offsets [B, G, S], blocked bool
+        [B, G, S]). Example: "<s> a </s>" (positions [0, 2, 1]), slot 0 (between <s> and a): the word goes to
+        position 1, so offsets [-1, 2, 1] (a and </s> move one to the right).
+        """
+        S = positions.size(1)
+        p = (slot_of + 1).unsqueeze(2)  # [B, G, 1] the word's position once inserted
+        pos = positions.unsqueeze(1)  # [B, 1, S] (HOLE at holes)
+        offsets = (pos - p + (pos >= p).long()).clamp(-(S - 1), S - 1)  # [B, G, S], holes bounded
+        blocked = ~real.unsqueeze(1).expand(-1, slot_of.size(1), -1)  # [B, G, S]
+        return offsets, blocked
+
+    @staticmethod
+    def slot_parts(decoder, h: Tensor):
+        """The tokens' halves of the slot representation (f_l(h), f_r(h)), or None for heads without them."""
+        parts = getattr(decoder.heads, "parts", None)
+        return None if parts is None else parts(h)
+
+    def _encode_all(self, decoder, tokens, positions, real, source_kv, source_pad):
+        """Full pass over a partial sequence in insertion order: [B, S] -> states, cache.
+
+        Attention over S tokens builds several [rows, H, S, 2S] tensors, so long sequences (a long
+        constraint, uncached decoding of a long sentence) are encoded a few rows at a time: at most
+        ``ENCODE_CHUNK`` elements of rows x S x S per pass (all rows at once below S ~ 250 for 64 rows).
+        """
+        B, S = tokens.shape
+        rows = max(1, ENCODE_CHUNK // (S * S))
+        causal = torch.ones(S, S, dtype=torch.bool, device=tokens.device).triu(1)
+        parts = []
+        for i in range(0, B, rows):
+            r = slice(i, i + rows)
+            rank = rank_matrix(positions[r], ~real[r])
+            mask = causal | ~real[r].unsqueeze(1)  # [rows, S, S]
+            kv = [(k[r], v[r]) for k, v in source_kv]
+            parts.append(decoder.context(tokens[r], offsets_from_rank(rank), mask, kv,
+                                         None if source_pad is None else source_pad[r]))
+        if len(parts) == 1:
+            return parts[0]
+        hidden = torch.cat([h for h, _ in parts])
+        cache = [(torch.cat([c[l][0] for _, c in parts]), torch.cat([c[l][1] for _, c in parts]))
+                 for l in range(len(parts[0][1]))]
+        return hidden, cache
+
+    # -- one insertion step ------------------------------------------------------------------------
+    def choose_slots(self, pos_lprobs: Tensor, room: Tensor) -> Tensor:
+        """bool [B, K]: the slots to insert into (at least one, at most ``room`` per sentence)."""
+        if self.mode == "sequential":  # (not F.one_hot: it checks the classes' range with a host sync)
+            return torch.zeros_like(pos_lprobs, dtype=torch.bool).scatter_(1, pos_lprobs.argmax(-1, keepdim=True), True)
+        probs, idx = pos_lprobs.exp().sort(dim=-1, descending=True)  # [B, K]
+        mass_before = probs.cumsum(-1) - probs
+        rank = torch.arange(probs.size(1), device=probs.device).unsqueeze(0)
+        take = ((mass_before < self.slot_top_p) | (rank == 0)) & (rank < room.unsqueeze(1)) & (probs > 0)
+        return torch.zeros_like(take).scatter(1, idx, take)
+
+    def insertable_lprobs(self, logits: Tensor) -> Tensor:
+        """logits [N, V] -> log-probs [N, V] (float) over the words that may be inserted (not <s>, </s>, padding)."""
+        logits = logits.float()
+        logits[:, self.banned_on(logits.device)] = float("-inf")
+        return torch.log_softmax(logits, -1)
+
+    def best_words(self, decoder, state: DecoderState, source_kv, source_pad) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Every open slot's most probable word: (pos_lprobs [B, K], open bool [B, K] with N True, words [N],
+        their log-probs [N]), row-major like every ``chosen`` mask (for --stop-check-prob and explanations)."""
+        slots, pos_lprobs = self.slot_distribution(decoder, state)
+        open_slots = torch.isfinite(pos_lprobs)  # closed and beyond-the-end slots are -inf
+        logits = self.token_logits(decoder, state, slots, open_slots, source_kv, source_pad)  # [N, V]
+        word_lprobs, words = self.insertable_lprobs(logits).max(-1)
+        return pos_lprobs, open_slots, words, word_lprobs
+
+    @staticmethod
+    def neighbour_tokens(state: DecoderState, chosen: Tensor, picks: Optional[Picks] = None) -> Tuple[Tensor, Tensor]:
+        """The tokens left and right of each ``chosen`` slot (bool [B, K], N True; ``picks``: the same, :class:`Picks`,
+        made here when not given): ([N], [N])."""
+        picks = picks or Picks.of(chosen)
+        seq = state.tokens.gather(1, state.sequence_order())  # [B, S] tokens left to right
+        return picks.take(seq[:, :-1]), picks.take(seq[:, 1:])
+
+    def choose_tokens(self, logits: Tensor, rank: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """logits [N, V] -> (tokens [N], log-probs [N]); special symbols are never inserted. With ``rank``
+        ([N], greedy decoding), row n takes its ``rank[n]``-th most probable token (0: the best). Sampling draws
+        from softmax(log p / ``temperature``); the log-probs returned are the model's own."""
+        lprobs = self.insertable_lprobs(logits)
+        if rank is not None and not self.sampling:
+            tokens = lprobs.topk(int(rank.max()) + 1, dim=-1).indices.gather(1, rank.unsqueeze(1)).squeeze(1)
+        elif self.sampling:
+            tokens = sample(lprobs, self.sampling_topk, self.sampling_topp, temperature=self.temperature)
+        else:  # (max, not argmax + gather: on a CPU argmax over [N, V] costs about twice max's value-and-index pass)
+            best, tokens = lprobs.max(-1)
+            return tokens, best
+        return tokens, lprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
+
+    @staticmethod
+    def slot_distribution(decoder, state: DecoderState) -> Tuple[Tuple[Tensor, Tensor], Tensor]:
+        """Position log-probs of every slot of the partial sequences, and the slots' neighbours.
+
+        Returns ((left, right) [B, K] steps of each slot's neighbours, pos_lprobs [B, K]), K = S - 1
+        slots; slot k lies between the tokens of ranks k and k + 1 (left to right); slots beyond a
+        sentence's length, and closed slots (infilling: outside the blanks), get -inf. The slots are
+        scored from the tokens' cached parts (:meth:`~insnet_fairseq.models.slots.SlotHeads.step_position_logits`).
+        """
+        heads = decoder.heads
+        h = state.hidden
+        K = h.size(1) - 1
+        by_pos = state.sequence_order()  # [B, S]
+        left, right = by_pos[:, :-1], by_pos[:, 1:]  # [B, K] slot k between ranks k and k + 1
+        slot_ok = torch.arange(K, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
+        if state.open_right is not None:
+            slot_ok = slot_ok & state.open_right.gather(1, left)  # [B, K] the left token's slot is open
+        a, b = state.parts
+        logits = heads.step_position_logits(a, b, state.last_hidden, left, right)  # [B, K]
+        pos_lprobs = torch.log_softmax(logits.masked_fill(~slot_ok, float("-inf")), -1)
+        return (left, right), pos_lprobs
+
+    @staticmethod
+    def chosen_slot_repr(decoder, state: DecoderState, slots: Tuple[Tensor, Tensor], chosen: Tensor,
+                         picks: Optional[Picks] = None) -> Tensor:
+        """Slot representations [N, D] of the ``chosen`` slots (bool [B, K], N True, row-major; ``picks``: the same,
+        :class:`Picks`, made here when not given)."""
+        picks = picks or Picks.of(chosen)
+        left, right = slots
+        a, b = state.parts
+        return decoder.heads.slot_repr_from_parts(a[picks.rows, picks.take(left)], b[picks.rows, picks.take(right)],
+                                                  state.last_hidden[picks.rows])
+
+    @staticmethod
+    def termination_logit(decoder, state: DecoderState) -> Tensor:
+        """Logit [B] of q(stop | h_last): the global vector says the partial sequence is complete."""
+        return decoder.heads.termination_logit(state.last_hidden).float()
+
+    def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len,
+             one_word: Optional[Tensor] = None, word_rank: Optional[Tensor] = None,
+             forced: Optional[Tuple[Tensor, Tensor, Tensor]] = None) -> DecoderState:
+        """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>; the rows of
+        ``one_word`` (bool [B]) insert a single word, at their best slot; row b's words are its
+        ``word_rank[b]``-th most probable ones (LongTensor [B]; None: the best). ``forced``: (slots bool [B, K],
+        words [B, K], their log-probs [B, K]) from :meth:`confident_slots`; a row with a forced slot inserts
+        exactly those words there (as many as ``max_len`` leaves room for), which are not scored again."""
+        slots, pos_lprobs = self.slot_distribution(decoder, state)
+        room = (torch.as_tensor(max_len, device=pos_lprobs.device) - state.lengths).clamp_min(1)
+        if one_word is not None:
+            room = room.masked_fill(one_word, 1)
+        chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
+        f_rows = None
+        if forced is not None:
+            f_slots = forced[0] & (forced[0].long().cumsum(1) <= room.unsqueeze(1))  # [B, K]
+            f_rows = f_slots.any(1, keepdim=True)  # [B, 1]
+            chosen = chosen & ~f_rows  # those rows' words are known: the others are chosen and scored as usual
+        picks = self.picks_of(chosen, forced)  # the chosen slots by index: N read once (sequential: never)
+        if picks.n > 0:
+            logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad, picks)  # [N, V]
+            rank = None if word_rank is None else word_rank[picks.rows]  # [N]
+            tokens, tok_lprobs = self.choose_tokens(logits, rank)  # [N]
+            if self.skip_repeats or self.replace_repeats:
+                chosen, tokens, tok_lprobs, picks = self.drop_repeats(state, chosen, logits, tokens, tok_lprobs, picks)
+            if self.min_token_prob > 0 and self.mode == "parallel":
+                chosen, tokens, tok_lprobs, picks = self.drop_unsure(chosen, tokens, tok_lprobs, pos_lprobs, picks)
+        if f_rows is not None and bool(f_rows.any()):  # merge the forced rows' words, row-major like the others
+            words, lprobs = forced[1].clone(), forced[2].clone()  # [B, K] (rows disjoint from the chosen ones)
+            if bool(chosen.any()):
+                words.masked_scatter_(chosen, tokens)
+                lprobs.masked_scatter_(chosen, tok_lprobs)
+            chosen = chosen | f_slots
+            picks = Picks.of(chosen)
+            tokens, tok_lprobs = picks.take(words), picks.take(lprobs)
+        return self.insert(decoder, state, chosen, tokens, tok_lprobs + picks.take(pos_lprobs), source_kv, source_pad,
+                           picks)
+
+    def picks_of(self, chosen: Tensor, forced=None) -> Picks:
+        """The step's chosen slots (bool [B, K]) as :class:`Picks`, by which it selects where boolean indexing
+        (``x[chosen]``) would make the host wait for a GPU at every use: sequential decoding (one slot a row)
+        without any read of the device, otherwise with one read of the count. Example: chosen [[F, T, F], [T, F, F]]
+        -> rows [0, 1], cols [1, 0]."""
+        if self.mode == "sequential" and forced is None and not (self.skip_repeats or self.replace_repeats):
+            return Picks.one_per_row(chosen.byte().argmax(1), chosen.size(1))
+        return Picks.of(chosen)
+
+    def confident_slots(self, decoder, state: DecoderState, source_kv, source_pad,
+                        rows: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """(sure bool [B, K], words [B, K], their log-probs [B, K]): for the sentences ``rows`` (bool [B]) that the
+        termination head would stop, the open slots whose best word has probability >= ``stop_check_prob`` and
+        repeats neither neighbour (``--stop-check-prob``), with those words: a sentence with such a slot is not
+        finished, and inserts them (once; :meth:`step` takes the triple as ``forced``).
+
+        Why: q(stop | h_last) of a layered model is trained only at the ends of gold layers, and a partial
+        sequence that missed a word looks finished to it ("Eine Frau spielt ein Geige ." gets q(stop) = 1.00,
+        while the slot "ein _ Geige" wants "Lied" at 0.87). The position distribution is no judge there (it is
+        never trained on finished sequences: "._</s>" got 0.78), but the token head is.
+        Example: the slots of "<s> ein Geige . </s>" with best words (Eine 0.95, Lied 0.87, "." 0.60,
+        Im 0.08) and stop_check_prob 0.5 -> [True, True, False, False]: "." repeats its left neighbour.
+        """
+        B, K = rows.size(0), state.hidden.size(1) - 1
+        sure = torch.zeros(B, K, dtype=torch.bool, device=rows.device)
+        words = torch.full((B, K), self.pad, dtype=torch.long, device=rows.device)
+        word_lprobs = torch.zeros(B, K, device=rows.device)
+        idx = rows.nonzero().view(-1)  # [R] only those sentences are scored (a batch stops a few rows at a time)
+        if len(idx) == 0:
+            return sure, words, word_lprobs
+        if len(idx) < B:
+            state = state.select(idx)
+            source_kv = [(k[idx], v[idx]) for k, v in source_kv]
+            source_pad = None if source_pad is None else source_pad[idx]
+        _, open_slots, best, best_lprobs = self.best_words(decoder, state, source_kv, source_pad)  # [R, K], [N]
+        left, right = self.neighbour_tokens(state, open_slots)
+        ok = (best_lprobs >= math.log(self.stop_check_prob)) & (best != left) & (best != right)  # [N]
+        at = idx.unsqueeze(1).expand(-1, K)[open_slots]  # [N] batch row of each open slot
+        col = open_slots.nonzero()[:, 1]  # [N] its slot
+        sure[at, col], words[at, col], word_lprobs[at, col] = ok, best, best_lprobs
+        return sure, words, word_lprobs
+
+    @classmethod
+    def token_logits(cls, decoder, state: DecoderState, slots, chosen: Tensor, source_kv, source_pad,
+                     picks: Optional[Picks] = None) -> Tensor:
+        """Token logits [N, V] at the ``chosen`` slots (bool [B, K], N True, row-major; ``picks``: the same, as
+        :class:`Picks`, made here when not given); ``slots``: the neighbours from :meth:`slot_distribution`.
+
+        With ``--slot-query-stream`` each chosen slot's query reads the whole partial sequence
+        from the cache, at the offsets its word will have once inserted there.
+        """
+        picks = picks or Picks.of(chosen)
+        e = cls.chosen_slot_repr(decoder, state, slots, chosen, picks)  # [N, D]
+        if decoder.context.slot_query is None:
+            return decoder.heads.token_logits(e)
+        if state.slot_queries is not None:  # computed by the pass that made this state
+            return decoder.heads.token_logits(e, picks.take(state.slot_queries))
+        slot_of, _, _ = compact(chosen, picks)  # [B, G]
+        offsets, blocked = cls.query_geometry(state.positions, state.real, slot_of)  # [B, G, S]
+        z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, G, D]
+        within = picks.take(chosen.long().cumsum(1) - 1)  # [N] each chosen slot's rank in its row: its column of z
+        return decoder.heads.token_logits(e, z[picks.rows, within])
+
+    def drop_repeats(self, state: DecoderState, chosen: Tensor, logits: Tensor, tokens: Tensor, tok_lprobs: Tensor,
+                     picks: Optional[Picks] = None):
+        """Leave out the insertions that repeat a neighbour of their slot.
+
+        chosen bool [B, K] with N True; logits [N, V]; tokens, tok_lprobs [N].
+        Returns (chosen' [B, K], tokens' [N'], tok_lprobs' [N'], chosen' as Picks); ``picks``: chosen as Picks
+        (made here when not given). A sentence left with nothing keeps its slots, each with its best token that is neither neighbour;
+        with ``replace_repeats`` every repeating slot does (N' = N).
+        Example: "<s> die Kamera </s>" with "die" chosen for the slot between "die" and
+        "Kamera" inserts nothing there; if that is the sentence's only slot, it gets the best
+        token other than "die" and "Kamera".
+        """
+        picks = picks or Picks.of(chosen)
+        left, right = self.neighbour_tokens(state, chosen, picks)  # [N] neighbours of each chosen slot
+        repeat = (tokens == left) | (tokens == right)  # [N]
+        keep = chosen.clone()
+        keep[picks.rows, picks.cols] = ~repeat
+        if self.replace_repeats:
+            stuck = repeat  # [N] every repeat takes the slot's best other token
+        else:
+            stuck = (keep.sum(1) == 0)[picks.rows]  # [N] its sentence would insert nothing
+        if bool(stuck.any()):
+            logits = logits.float().scatter(1, left.unsqueeze(1), float("-inf")).scatter(1, right.unsqueeze(1), float("-inf"))
+            alt, alt_lprobs = self.choose_tokens(logits)
+            tokens, tok_lprobs = torch.where(stuck, alt, tokens), torch.where(stuck, alt_lprobs, tok_lprobs)
+            keep[picks.rows, picks.cols] = ~repeat | stuck
+        return self._kept(keep, tokens, tok_lprobs, picks)
+
+    @staticmethod
+    def _kept(keep: Tensor, tokens: Tensor, tok_lprobs: Tensor, picks: Picks):
+        """The words [N] at ``picks`` kept at the slots ``keep`` (bool [B, K], a subset): (keep, tokens' [N'],
+        tok_lprobs' [N'], the Picks of keep), with one read of N'."""
+        kept = Picks.of(keep)
+        return keep, kept.take(picks.place(tokens, 0)), kept.take(picks.place(tok_lprobs, 0.0)), kept
+
+    def drop_unsure(self, chosen: Tensor, tokens: Tensor, tok_lprobs: Tensor, pos_lprobs: Tensor,
+                    picks: Optional[Picks] = None):
+        """Leave the slots whose token has probability below ``min_token_prob`` open for a later step,
+        when the sentence has more context; a sentence always keeps its most likely insertion
+        (slot and token).
+
+        chosen bool [B, K] with N True; tokens, tok_lprobs [N]; pos_lprobs [B, K].
+        Returns (chosen' [B, K], tokens' [N'], tok_lprobs' [N'], chosen' as Picks); ``picks``: chosen as Picks
+        (made here when not given).
+        Example: chosen slots with token probabilities 0.9, 0.2, 0.6 and min_token_prob 0.5 insert
+        the first and third tokens; with probabilities 0.3 and 0.2 only the insertion of higher
+        slot x token probability.
+        """
+        picks = picks or Picks.of(chosen)
+        row = picks.rows  # [N] sentence of each insertion
+        joint = tok_lprobs + picks.take(pos_lprobs)  # [N]
+        best = torch.full((chosen.size(0),), float("-inf"), device=joint.device).scatter_reduce(
+            0, row, joint, reduce="amax")  # [B]
+        sure = (tok_lprobs >= math.log(self.min_token_prob)) | (joint == best[row])  # [N]
+        keep = chosen.clone()
+        keep[picks.rows, picks.cols] = sure
+        return self._kept(keep, tokens, tok_lprobs, picks)
+
+    def insert(self, decoder, state: DecoderState, chosen: Tensor, tokens: Tensor, scores: Tensor,
+               source_kv, source_pad, picks: Optional[Picks] = None) -> DecoderState:
+        """Insert ``tokens`` [N] (scores [N]) into the ``chosen`` slots (bool [B, K], N True, row-major)
+        and encode them, left to right within a sentence; ``picks``: the same slots as :class:`Picks` (made here when
+        not given), which spare the reads of the device that boolean indexing makes."""
+        h = state.hidden
+        B, S, D = h.shape
+        picks = picks or Picks.of(chosen)
+        slot_of, g_real, n_new = compact(chosen, picks)  # new tokens, left to right, [B, G]
+        G = slot_of.size(1)
+        if picks.n == B and picks.widest == 1:  # one new token a row: already in order
+            g_tok, g_score = tokens.unsqueeze(1), scores.unsqueeze(1)  # [B, 1]
+        else:
+            new_tok, new_score = picks.place(tokens, self.pad), picks.place(scores.float(), 0.0)  # [B, K]
+            g_tok = new_tok.gather(1, slot_of).masked_fill(~g_real, self.pad)
+            g_score = new_score.gather(1, slot_of).masked_fill(~g_real, 0.0)
+
+        # positions: an insertion at slot k shifts every token of rank > k by one
+        csum = chosen.long().cumsum(1)  # [B, K]
+        shift = torch.cat([csum.new_zeros(B, 1), csum], 1)  # [B, S] shift of rank r
+        old_pos = state.positions
+        moved = old_pos + shift.gather(1, old_pos.clamp(max=S - 1))
+        old_pos = torch.where(state.real, moved, old_pos)
+        g_pos = (slot_of + csum.gather(1, slot_of)).masked_fill(~g_real, HOLE)  # slot k -> k + #chosen <= k
+
+        pos_all = torch.cat([old_pos, g_pos], 1)
+        last, steps = S + n_new - 1, state.steps + 1
+        if self.use_cache:  # encode the new tokens only, appending their columns to the cache in place
+            store = state.store.reserve(S, G)
+            known = dict(tokens=g_tok, real=g_real, scores=g_score)
+            if state.open_right is not None:
+                known["open_right"] = g_real
+            store.write(S, known)  # before the pass, which needs the grown real mask
+            real_all = store.buffers["real"][:, : S + G]  # [B, S + G]
+            offsets = group_offsets(pos_all, g_pos, g_real)  # [B, G, S + G]
+            mask = ~real_all.unsqueeze(1)  # [B, 1, S + G] holes are blocked
+            fused = self.fused(decoder)
+            if B == 1 and G == 1 and not fused:  # one sentence has no holes, one new token sees every token: no mask
+                mask = None
+            elif G > 1:  # and a new token does not see the new tokens right of it: [B, G, S + G]
+                m = torch.arange(G, device=h.device)
+                later_new = m.view(1, G) > m.view(G, 1)  # new key m' > query m
+                mask = mask | torch.cat([torch.zeros(G, S, dtype=torch.bool, device=h.device), later_new], 1)
+            names = layer_names(len(state.cache))
+            # the pass writes each layer's new keys/values into the cache in place; for CUDA graphs (--compile-decoder
+            # reduce-overhead) a pass must write none of its inputs: it reads the cached columns and returns all S + G,
+            # whose new G columns are written here, after it
+            functional = self.compile_decoder == "reduce-overhead"
+            past = ([(store.buffers[kn][:, :, :S], store.buffers[vn][:, :, :S]) for kn, vn in names] if functional
+                    else [store.writer(kn, vn, S) for kn, vn in names])
+            z = None
+            if functional:  # each step is a new replay of the CUDA graph: the last one's outputs are no longer read
+                torch.compiler.cudagraph_mark_step_begin()
+            if fused:  # the new tokens and every slot's query for the next step, in one pass
+                q_geometry = self.query_geometry(pos_all, real_all, self.all_slots(pos_all))  # [B, S + G - 1, S + G]
+                h_new, kv, z = self.context_pass(decoder, "forward_with_queries")(
+                    g_tok, offsets, mask, source_kv, source_pad, past, *q_geometry)
+            else:
+                h_new, kv = self.context_pass(decoder, "forward")(g_tok, offsets, mask, source_kv, source_pad, past=past)
+            if functional:  # kv: per layer (k, v) [B, H, S + G, Dh]; z outlives the next replay (the next step reads it)
+                store.write(S, {name: t[:, :, S:] for (kn, vn), (k, v) in zip(names, kv) for name, t in ((kn, k), (vn, v))})
+                z = None if z is None else z.clone()
+            new = dict(hidden=h_new)
+            if state.parts is not None:
+                new["part_l"], new["part_r"] = self.slot_parts(decoder, h_new)
+            store = store.append(S, new)
+            return DecoderState.from_store(store, S + G, pos_all, last, steps, z)
+        tokens_all = torch.cat([state.tokens, g_tok], 1)
+        real_all = torch.cat([state.real, g_real], 1)
+        hidden, cache = self._encode_all(decoder, tokens_all, pos_all, real_all, source_kv, source_pad)
+        parts = self.slot_parts(decoder, hidden)
+        return DecoderState(
+            tokens=tokens_all, positions=pos_all, real=real_all, hidden=hidden, cache=cache,
+            last=last, scores=torch.cat([state.scores, g_score], 1), steps=steps,
+            open_right=None if state.open_right is None else torch.cat([state.open_right, g_real], 1),
+            parts=parts,
+        )
