@@ -15,7 +15,10 @@
   each along its left-to-right trajectory, ``insnet_fairseq/decoding/rerank.py``), no AR model in the decoding;
 * with ``--verify``: the parallel-trained model's drafts verified by the ``--ar`` model (``--insertion-verify``,
   ``--verify-tolerance B``), every verification pass in the time (the output is the AR model's greedy output at
-  B = 0, with the same length limit as the AR system here).
+  B = 0, with the same length limit as the AR system here);
+* with ``--vocabulary-layouts``: InsNet sequential with ``F.linear``'s vocabulary product (its decoding multiplies by a
+  kept contiguous W^T, ``SlotHeads.vocabulary``), and the AR model with that kept W^T: the per-step ratios are printed
+  against both AR systems, so that the layout's gain is not counted as InsNet's.
 
     .venv/bin/python benchmarks/decode_latency.py --insnet checkpoints/table_insnet/checkpoint_last.pt \
         --insnet-parallel checkpoints/dinic_tau1/checkpoint_last.pt \
@@ -53,6 +56,31 @@ def load(path, data, device="cpu"):
     model = models[0].eval().to(device)
     task.load_dataset("test")
     return model, task
+
+
+AR_TRANSPOSED = "AR transformer greedy, transposed vocabulary"
+
+
+def linear_vocabulary(model):
+    """``model`` (InsNet) with F.linear's vocabulary product instead of the kept W^T (SlotHeads.vocabulary)."""
+    model.decoder.heads.transposed_vocabulary = False
+    return model
+
+
+class TransposedVocabulary(torch.nn.Module):
+    """A fairseq decoder's output projection (``nn.Linear`` without bias, W [V, D]) multiplied by a kept contiguous
+    W^T [D, V], the layout of InsNet's decoding (SlotHeads.vocabulary): x [..., D] -> [..., V]."""
+
+    def __init__(self, linear):
+        super().__init__()
+        self.linear = linear
+        self.weight_t = linear.weight.detach().t().contiguous()  # [D, V] (the benchmark's weights do not change)
+
+    def forward(self, x):
+        out = x.reshape(-1, x.size(-1)) @ self.weight_t
+        if self.linear.bias is not None:
+            out += self.linear.bias
+        return out.view(*x.shape[:-1], self.weight_t.size(1))
 
 
 def src_sizes(ds):
@@ -143,6 +171,10 @@ def main(argv=None):
                    help="also decode InsNet sequentially, and the parallel-trained model (fused queries with --fused), "
                         "with --compile-decoder MODE, for each MODE; their warm-up decodes every batch once (the "
                         "compilation), the rounds are timed after it")
+    p.add_argument("--vocabulary-layouts", action="store_true",
+                   help="also decode InsNet sequentially with F.linear's vocabulary product (the layout before the kept "
+                        "W^T of SlotHeads.vocabulary), and the AR model with the kept W^T (TransposedVocabulary): "
+                        "each system's step in both layouts")
     p.add_argument("--cached-only", action="store_true",
                    help="leave out the uncached decodings and the length terciles (the latency comparison only)")
     args = p.parse_args(argv)
@@ -170,6 +202,8 @@ def main(argv=None):
                 for c in ([True] if cached_only else caches)]
 
     systems = (insnet_systems("InsNet seq", insnet, ins_task, mode="sequential")
+               + (insnet_systems("InsNet seq, F.linear vocabulary", linear_vocabulary(load(args.insnet, args.data, dev)[0]),
+                                 ins_task, cached_only=True, mode="sequential") if args.vocabulary_layouts else [])
                + insnet_systems("InsNet par", insnet, ins_task, mode="parallel", slot_top_p=args.slot_top_p))
     for mode in args.compile:  # --compile-decoder: cached only (the uncached path re-encodes and is not compiled)
         systems += insnet_systems(f"InsNet seq, compiled {mode}", insnet, ins_task, cached_only=True, mode="sequential",
@@ -222,6 +256,11 @@ def main(argv=None):
                                       fuse_slot_queries=args.fused)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
                                                                          max_len_a=2, max_len_b=10), ar_task, dev))
+    if args.vocabulary_layouts:  # the AR model with InsNet's vocabulary layout: a second copy, its projection swapped
+        ar_t = load(args.ar, args.data, dev)[0]
+        ar_t.decoder.output_projection = TransposedVocabulary(ar_t.decoder.output_projection)
+        systems.append(System(AR_TRANSPOSED, ar_t, SequenceGenerator([ar_t], ar_task.target_dictionary, beam_size=1,
+                                                                     max_len_a=2, max_len_b=10), ar_task, dev))
     if args.beam > 1:  # beam search side by side: InsNet sequential (--insertion-beam) and the AR model
         systems += insnet_systems(f"InsNet seq, beam {args.beam}", insnet, ins_task, mode="sequential", beam=args.beam)
         systems.append(System(f"AR transformer beam {args.beam}", ar, SequenceGenerator(
@@ -281,12 +320,15 @@ def main(argv=None):
                       "faster than uncached")
     if "batch 1" in [s for s, _, _, _ in plans]:
         ar_ms = ms("AR transformer greedy", "batch 1")
-        ar_step = ar_ms / results[("AR transformer greedy", "batch 1")][1]
-        for name in dict.fromkeys(n for n, _ in results):  # issue 13: an InsNet step costs at most an AR step
-            if name.startswith("InsNet") and not name.endswith("uncached") and (name, "batch 1") in results:
-                step = ms(name, "batch 1") / results[(name, "batch 1")][1]
-                print(f"batch 1, per step: {name} {step:.2f} ms, AR greedy {ar_step:.2f} ms: {step / ar_step:.2f}x "
-                      "the AR model's step")
+        for ar_name in ["AR transformer greedy", AR_TRANSPOSED]:  # issue 13: an InsNet step costs at most an AR step
+            if (ar_name, "batch 1") not in results:
+                continue
+            ar_step = ms(ar_name, "batch 1") / results[(ar_name, "batch 1")][1]
+            for name in dict.fromkeys(n for n, _ in results):
+                if name.startswith("InsNet") and not name.endswith("uncached") and (name, "batch 1") in results:
+                    step = ms(name, "batch 1") / results[(name, "batch 1")][1]
+                    print(f"batch 1, per step: {name} {step:.2f} ms, {ar_name} {ar_step:.2f} ms: {step / ar_step:.2f}x "
+                          "the AR model's step")
         for name in dict.fromkeys(n for n, _ in results):  # every system, once, in the order they ran
             if name != "AR transformer greedy" and not name.endswith("uncached") and (name, "batch 1") in results:
                 print(f"batch 1: {name} is {ar_ms / ms(name, 'batch 1'):.2f}x the speed of the AR transformer "
