@@ -16,7 +16,7 @@
 * with ``--verify``: the parallel-trained model's drafts verified by the ``--ar`` model (``--insertion-verify``,
   ``--verify-tolerance B``), every verification pass in the time (the output is the AR model's greedy output at
   B = 0, with the same length limit as the AR system here);
-* with ``--vocabulary-layouts``: InsNet sequential with ``F.linear``'s vocabulary product (its decoding multiplies by a
+* with ``--vocabulary-layouts``: InsNet sequential (and the ``--candidates`` system) with ``F.linear``'s vocabulary product (its decoding multiplies by a
   kept contiguous W^T, ``SlotHeads.vocabulary``), and the AR model with that kept W^T: the per-step ratios are printed
   against both AR systems, so that the layout's gain is not counted as InsNet's.
 
@@ -172,7 +172,7 @@ def main(argv=None):
                         "with --compile-decoder MODE, for each MODE; their warm-up decodes every batch once (the "
                         "compilation), the rounds are timed after it")
     p.add_argument("--vocabulary-layouts", action="store_true",
-                   help="also decode InsNet sequentially with F.linear's vocabulary product (the layout before the kept "
+                   help="also decode InsNet sequentially (and the --candidates system) with F.linear's vocabulary product (the layout before the kept "
                         "W^T of SlotHeads.vocabulary), and the AR model with the kept W^T (TransposedVocabulary): "
                         "each system's step in both layouts")
     p.add_argument("--cached-only", action="store_true",
@@ -224,11 +224,16 @@ def main(argv=None):
         mbr = args.mbr if args.candidates > 1 else 0.0  # the model's own pick among its candidates, or MBR's
         finish = args.candidates_finish if mbr else 0  # (the own-pick systems wait for all K, as before --mbr)
         picked = (f", first {finish} finished" if finish else "") + (f", MBR T={args.mbr:g}" if mbr else "")
-        if args.candidates > 1:  # the same model with --insertion-candidates
-            systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates{picked}{fused}", par,
-                                      par_task, mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
-                                      candidates=args.candidates, candidates_finish=finish, candidates_mbr=mbr,
-                                      fuse_slot_queries=args.fused)
+        if args.candidates > 1:  # the same model with --insertion-candidates (and with F.linear's vocabulary, if asked)
+            copies = [("", par)] + ([(", F.linear vocabulary", linear_vocabulary(load(args.insnet_parallel, args.data,
+                                                                                     dev)[0]))]
+                                    if args.vocabulary_layouts else [])
+            for layout, model in copies:
+                systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates{picked}{fused}"
+                                          f"{layout}", model, par_task, cached_only=bool(layout), mode="parallel",
+                                          slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
+                                          candidates=args.candidates, candidates_finish=finish, candidates_mbr=mbr,
+                                          fuse_slot_queries=args.fused)
         if args.stop_check_prob > 0:  # the same model with --stop-check-prob (and, if asked, the candidates)
             label = f"InsNet-parallel-trained par, stop check {args.stop_check_prob}" + (
                 f", {args.candidates} candidates{picked}" if args.candidates > 1 else "") + fused
