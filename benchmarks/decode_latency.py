@@ -16,9 +16,10 @@
 * with ``--verify``: the parallel-trained model's drafts verified by the ``--ar`` model (``--insertion-verify``,
   ``--verify-tolerance B``), every verification pass in the time (the output is the AR model's greedy output at
   B = 0, with the same length limit as the AR system here);
-* with ``--vocabulary-layouts``: InsNet sequential (and the ``--candidates`` system) with ``F.linear``'s vocabulary product (its decoding multiplies by a
-  kept contiguous W^T, ``SlotHeads.vocabulary``), and the AR model with that kept W^T: the per-step ratios are printed
-  against both AR systems, so that the layout's gain is not counted as InsNet's.
+* with ``--vocabulary-layouts``: InsNet sequential (and the ``--candidates`` system) with ``F.linear``'s vocabulary
+  product (its decoding multiplies by a kept contiguous W^T, ``SlotHeads.vocabulary``), and the AR model with that
+  kept W^T: the per-step ratios are printed against both AR systems, so that the layout's gain is not counted as
+  InsNet's.
 
     .venv/bin/python benchmarks/decode_latency.py --insnet checkpoints/table_insnet/checkpoint_last.pt \
         --insnet-parallel checkpoints/dinic_tau1/checkpoint_last.pt \
@@ -172,9 +173,9 @@ def main(argv=None):
                         "with --compile-decoder MODE, for each MODE; their warm-up decodes every batch once (the "
                         "compilation), the rounds are timed after it")
     p.add_argument("--vocabulary-layouts", action="store_true",
-                   help="also decode InsNet sequentially (and the --candidates system) with F.linear's vocabulary product (the layout before the kept "
-                        "W^T of SlotHeads.vocabulary), and the AR model with the kept W^T (TransposedVocabulary): "
-                        "each system's step in both layouts")
+                   help="also decode InsNet sequentially (and the --candidates system) with F.linear's vocabulary "
+                        "product (the layout before the kept W^T of SlotHeads.vocabulary), and the AR model with the "
+                        "kept W^T (TransposedVocabulary): each system's step in both layouts")
     p.add_argument("--cached-only", action="store_true",
                    help="leave out the uncached decodings and the length terciles (the latency comparison only)")
     args = p.parse_args(argv)

@@ -56,7 +56,6 @@ class SlotHeads(nn.Module):
         self.transposed_vocabulary = True  # CPU decoding multiplies by a kept W_p^T (False: F.linear), see vocabulary
         self._kept_transpose = None  # (key, W_p^T contiguous [D, V])
 
-
     # -- materialised slot representations (decoding, target slots, test oracle) ---------------
     def slot_repr(self, h_left: Tensor, h_right: Tensor, h_global: Tensor) -> Tensor:
         """e = LayerNorm(concat(f_l(h_left), f_r(h_right)) + h_global); all [..., D] -> [..., D].
@@ -77,9 +76,11 @@ class SlotHeads(nn.Module):
 
         Decoding on a CPU (no gradients, not training) multiplies by a kept contiguous copy of W_p^T ([D, V], made
         once and again whenever the weight changes: its data pointer, version counter, dtype) instead of ``F.linear``'s
-        transposed view of W_p [V, D]: MKL's product of one row by the [D, V] layout reads the 9,808 x 256 matrix
-        1.5x faster (``benchmarks/decode_latency.py --vocabulary-layouts`` times both layouts, and gives the
-        autoregressive model the same). The same values up to float rounding (tested). Costs a second copy of the matrix.
+        transposed view of W_p [V, D]: MKL multiplies 1-64 rows by the 9,808 x 256 matrix in that layout 1.2-1.7x
+        faster on session 37's CPU (``benchmarks/small_matmul.py --transposed``; ``benchmarks/decode_latency.py
+        --vocabulary-layouts`` times decoding in both layouts, and gives the autoregressive model the same). Training,
+        gradients and GPUs keep ``F.linear``. The same values up to float rounding (tested); costs a second copy of
+        the matrix.
         Example: e [3, 256] -> [3, 9808], as ``token_proj(e)``.
         """
         w = self.token_proj.weight
