@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from insnet_fairseq.models.kept import may_keep, weights_key
+
 
 def sinusoidal_offset_table(max_offset: int, dim: int) -> Tensor:
     """Sinusoidal embeddings of the offsets ``-max_offset..max_offset``.
@@ -127,10 +129,9 @@ class OffsetSelfAttention(nn.Module):
         which a compiled graph cannot compare.
         """
         center = (rel_table.size(0) - 1) // 2
-        if self.training or torch.is_grad_enabled() or torch.compiler.is_compiling():  # (a compiled pass: no cache)
+        if not may_keep(self):
             return self._project(rel_table[center - max_offset : center + max_offset + 1])
-        w = self.r_proj.weight
-        key = (rel_table.data_ptr(), rel_table._version, rel_table.dtype, w.data_ptr(), w._version, w.dtype)
+        key = weights_key(rel_table, self.r_proj.weight)
         kept = self._kept_offsets
         if kept is None or kept[0] != key or kept[1] < max_offset:
             m = min(center, max(max_offset, 32, 2 * kept[1] if kept is not None and kept[0] == key else 0))

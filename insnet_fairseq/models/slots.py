@@ -23,6 +23,8 @@ O(B n D) per step instead of the O(B n D^2) of projecting every slot's neighbour
 import torch
 from torch import Tensor, nn
 
+from insnet_fairseq.models.kept import may_keep, weights_key
+
 
 def gather_steps(x: Tensor, index: Tensor) -> Tensor:
     """Row-wise gather along the step axis.
@@ -84,10 +86,9 @@ class SlotHeads(nn.Module):
         Example: e [3, 256] -> [3, 9808], as ``token_proj(e)``.
         """
         w = self.token_proj.weight
-        if (self.training or torch.is_grad_enabled() or w.device.type != "cpu" or not self.transposed_vocabulary
-                or torch.compiler.is_compiling()):
+        if not (may_keep(self) and self.transposed_vocabulary and w.device.type == "cpu"):
             return self.token_proj(e)
-        key = (w.data_ptr(), w._version, w.dtype)
+        key = weights_key(w)
         if self._kept_transpose is None or self._kept_transpose[0] != key:
             self._kept_transpose = (key, w.t().contiguous())
         wt = self._kept_transpose[1]  # [D, V]
