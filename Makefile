@@ -11,7 +11,7 @@ MULTI30K_DIR ?= $(SHARED_MULTI30K)
 
 install: $(INSTALLED)
 
-$(INSTALLED): setup.py requirements.txt
+$(INSTALLED): setup.py requirements.txt insnet_fairseq/models/offset_scores.cpp
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip wheel setuptools
 	# the pinned version resolves to the local CPU wheel; never the CUDA build

@@ -2,9 +2,23 @@
 
 torch and fairseq are deliberately not in install_requires: fairseq-fixed's metadata asks for
 torchaudio and an unpinned torch, which on a CPU machine would pull the multi-GB CUDA build.
-`make install` installs torch==2.13.0 and fairseq-fixed==0.12.3.1 (--no-deps) first.
+`make install` installs torch==2.13.0 and fairseq-fixed==0.12.3.1 (--no-deps) first, then this
+package with --no-build-isolation, so that the C++ kernel below builds against that torch.
+
+C++ extension: insnet_fairseq.models._offset_scores, the offset term of one-pass training on the
+CPU for the unblocked pairs only (insnet_fairseq/models/offset_scores.py says where it is used;
+without it, training falls back to the dense gather).
 """
 from setuptools import find_packages, setup
+
+try:
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+except ImportError:  # no torch yet: the package installs without the kernel
+    extensions, commands = [], {}
+else:
+    extensions = [CppExtension("insnet_fairseq.models._offset_scores", ["insnet_fairseq/models/offset_scores.cpp"],
+                               extra_compile_args=["-O3"])]
+    commands = {"build_ext": BuildExtension}
 
 setup(
     name="insnet-fairseq",
@@ -13,4 +27,6 @@ setup(
     packages=find_packages(include=["insnet_fairseq", "insnet_fairseq.*"]),
     python_requires=">=3.9",
     install_requires=["sacremoses", "subword-nmt", "sacrebleu>=2.0"],
+    ext_modules=extensions,
+    cmdclass=commands,
 )

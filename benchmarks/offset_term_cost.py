@@ -13,9 +13,10 @@ tables' models), three ways, interleaved over rounds (median):
 * ``offset term``: :meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.offset_bias` alone (the [B, H, L, 2L - 1]
   offset scores, their gather to [B, H, L, L], the scaling and the mask), with the gradient it receives in the layer;
 
-and the same layer and term on the ``l2r`` order (the default ``--insertion-order``), where the term is
+and the same layer and term on the ``l2r`` order (the default ``--insertion-order``), where the dense term is
 :meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.left_to_right_bias`: [B, H, L, L + 1] scores skewed by a
-view, no gather.
+view, no gather. Each InsNet figure is given twice: the dense path (the gather, or the l2r view) and the C++ kernel
+that training takes on the CPU (:mod:`insnet_fairseq.models.offset_scores`: the unblocked pairs only).
 
 Prints milliseconds and the layer's cost against the layer without the term: the share of a training step that
 ``train_throughput.py --without-offset-term`` attributes to the offsets, located in one layer.
@@ -35,6 +36,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from train_throughput import drop_offset_term  # noqa: E402
 
 from insnet_fairseq.data.orders import make_order  # noqa: E402
+from insnet_fairseq.models import offset_scores  # noqa: E402
 from insnet_fairseq.models.attention import OffsetSelfAttention, sinusoidal_offset_table  # noqa: E402
 from insnet_fairseq.models.offsets import offset_matrix  # noqa: E402
 
@@ -76,10 +78,13 @@ def main(argv=None):
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     full, plain = layers()
+    if not offset_scores.available():
+        sys.exit("the offset-score kernel is not built: run `make install`")
     print(f"{torch.get_num_threads()} thread(s), torch {torch.__version__}, one self-attention layer (d {D}, {HEADS} "
           f"heads), forward + backward, median of {args.rounds} rounds\n")
-    print("| length | batch | InsNet ms | no offset term ms | offset term alone ms | InsNet / no offset term | "
-          "l2r: InsNet ms | l2r: offset term alone ms | l2r: InsNet / no offset term |")
+    print("| length | batch | no offset term ms | random order: layer ms, gather / kernel | offset term alone ms, "
+          "gather / kernel | layer / no offset term, gather / kernel | l2r order: layer ms, view / kernel | offset "
+          "term alone ms, view / kernel | layer / no offset term, view / kernel |")
     print("|---|---|---|---|---|---|---|---|---|")
     for length in args.lengths:
         x, offsets, mask, table = layer_inputs(length, args.max_tokens)
@@ -89,26 +94,34 @@ def main(argv=None):
         q = torch.randn(B, HEADS, length, D // HEADS).requires_grad_()
         grad_bias = torch.randn(B, HEADS, length, length).masked_fill(mask, 0.0)  # blocked scores get no gradient
 
-        def attention(att, offsets=offsets, l2r=False):
+        def attention(att, offsets=offsets, l2r=False, kernel=True):
+            att.offset_kernel = kernel
             out, _ = att(x, offsets, table, mask, left_to_right=l2r)
             out.backward(grad_out)
 
-        def term_alone(offsets=offsets, l2r=False):
+        def term_alone(offsets=offsets, l2r=False, kernel=True):
+            full.offset_kernel = kernel
             full.offset_bias(q, offsets, table, mask, length, l2r).backward(grad_bias)
 
-        runs = {"full": lambda: attention(full), "plain": lambda: attention(plain), "term": term_alone,
-                "full_l2r": lambda: attention(full, l2r_offsets, True), "term_l2r": lambda: term_alone(l2r_offsets, True)}
+        runs = {"plain": lambda: attention(plain),
+                "full": lambda: attention(full, kernel=False), "full_k": lambda: attention(full),
+                "term": lambda: term_alone(kernel=False), "term_k": term_alone,
+                "full_l2r": lambda: attention(full, l2r_offsets, True, kernel=False),
+                "full_l2r_k": lambda: attention(full, l2r_offsets, True),
+                "term_l2r": lambda: term_alone(l2r_offsets, True, kernel=False),
+                "term_l2r_k": lambda: term_alone(l2r_offsets, True)}
         times = {k: [] for k in runs}
         for fn in runs.values():  # warm-up
             fn()
         for _ in range(args.rounds):
-            for k, fn in runs.items():  # interleaved: the machine's load falls on all three alike
+            for k, fn in runs.items():  # interleaved: the machine's load falls on all of them alike
                 timed(fn, times[k])
         ms = {k: statistics.median(v) for k, v in times.items()}
-        print(f"| {length} | {B} | {ms['full']:.1f} | {ms['plain']:.1f} | {ms['term']:.1f} | "
-              f"{ms['full'] / ms['plain']:.2f}x | {ms['full_l2r']:.1f} | {ms['term_l2r']:.1f} | "
-              f"{ms['full_l2r'] / ms['plain']:.2f}x |", flush=True)
-
+        print(f"| {length} | {B} | {ms['plain']:.1f} | {ms['full']:.1f} / {ms['full_k']:.1f} | "
+              f"{ms['term']:.1f} / {ms['term_k']:.1f} | {ms['full'] / ms['plain']:.2f}x / "
+              f"{ms['full_k'] / ms['plain']:.2f}x | {ms['full_l2r']:.1f} / {ms['full_l2r_k']:.1f} | "
+              f"{ms['term_l2r']:.1f} / {ms['term_l2r_k']:.1f} | {ms['full_l2r'] / ms['plain']:.2f}x / "
+              f"{ms['full_l2r_k'] / ms['plain']:.2f}x |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -2,9 +2,9 @@
 """Training throughput: target tokens/s of InsNet (one pass per trajectory) vs fairseq's
 autoregressive ``transformer`` of the same size vs InsNet with naive per-prefix re-encoding,
 on the same batches, measured side by side in one run (rounds interleave the models).
-"InsNet" trains on random insertion orders (the general offset term: every offset gathered); "InsNet l2r" on the
-``l2r`` order, the default ``--insertion-order``, whose offset term is a skewed view
-(:meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.left_to_right_bias`).
+"InsNet" trains on random insertion orders; "InsNet l2r" on the ``l2r`` order, the default ``--insertion-order``.
+Both score their offset term as training does on the CPU, by the C++ kernel of the unblocked pairs
+(:mod:`insnet_fairseq.models.offset_scores`).
 
     python benchmarks/train_throughput.py [--data data-bin/multi30k_en_de] [--rounds 3]
 
@@ -18,6 +18,10 @@ re-encoding (one pass per prefix: O(n) passes) runs only up to ``--naive-max-len
 ``--without-offset-term`` adds "InsNet, no offset term": the same InsNet model whose self-attention drops the
 position term ``(q + v) . p_offset`` (plain causal attention, ``is_causal``). Not a model anyone trains: the cost
 of everything in InsNet but its offsets, so its ratio to the AR model, beside InsNet's, is the offsets' share.
+
+``--offset-kernels`` adds the same two InsNet models with the dense offset term that the kernel replaced: "InsNet,
+gather" (every query against all 2S - 1 offsets, gathered) and "InsNet l2r, view" (the l2r order's S + 1 offsets
+skewed into place by a view, :meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.left_to_right_bias`).
 """
 import argparse
 import os
@@ -34,6 +38,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_l
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel  # noqa: E402
 from insnet_fairseq.tasks.criterion import term_losses  # noqa: E402
+from insnet_fairseq.models import offset_scores  # noqa: E402
+from insnet_fairseq.models.attention import OffsetSelfAttention  # noqa: E402
 from insnet_fairseq.models.insnet import InsNetModel  # noqa: E402
 from insnet_fairseq.data.orders import make_order  # noqa: E402
 from insnet_fairseq.reference import reencode_prefixes  # noqa: E402
@@ -45,7 +51,9 @@ SIZE = dict(encoder_layers=3, decoder_layers=3, encoder_embed_dim=256, encoder_f
 
 
 NO_OFFSETS = "insnet-no-offsets"  # --without-offset-term's diagnostic system
-L2R = "insnet-l2r"  # InsNet trained in the l2r order (the default --insertion-order): the offset term's skewed view
+L2R = "insnet-l2r"  # InsNet trained in the l2r order (the default --insertion-order)
+GATHER = "insnet-gather"  # --offset-kernels: InsNet (random orders) with the dense gather instead of the C++ kernel
+L2R_VIEW = "insnet-l2r-view"  # --offset-kernels: InsNet l2r with the skewed view instead of the C++ kernel
 
 
 class Task(InsertionTranslationTask):
@@ -62,6 +70,10 @@ def build(kind, d):
         TransformerModel.add_args(argparse.ArgumentParser())
         return TransformerModel.build_model(args, Task(d))
     model = InsNetModel.build_model(args, Task(d))
+    if kind in (GATHER, L2R_VIEW):
+        for m in model.modules():
+            if isinstance(m, OffsetSelfAttention):
+                m.offset_kernel = False
     return without_offset_term(model) if kind == NO_OFFSETS else model
 
 
@@ -121,7 +133,7 @@ def step_fn(kind, model, batch, d, eps):
             return label_smoothed_nll_loss(lprobs, tgt.view(-1), eps, ignore_index=d.pad(), reduce=True)[0]
         return torch.nn.functional.nll_loss(lprobs, tgt.view(-1), ignore_index=d.pad(), reduction="sum")
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
-    policy = "l2r" if kind == L2R else "random"
+    policy = "l2r" if kind in (L2R, L2R_VIEW) else "random"
     order = make_order(policy, target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0))
     if kind == "naive":
         return reencode_prefixes(model, ni["src_tokens"], ni["src_lengths"], target, order)
@@ -154,6 +166,9 @@ def main():
     p.add_argument("--without-offset-term", action="store_true",
                    help="also time InsNet without the position term of its self-attention (a diagnostic: what the "
                         "offsets cost)")
+    p.add_argument("--offset-kernels", action="store_true",
+                   help="also time both InsNet models with the dense offset term the C++ kernel replaced (the gather; "
+                        "the l2r order's skewed view)")
     p.add_argument("--flush-denormal", action="store_true",
                    help="torch.set_flush_denormal(True): denormal floats (an untrained model's tiny probabilities) "
                         "computed as zero, a diagnostic of how much of a difference they make")
@@ -165,6 +180,9 @@ def main():
     if not os.path.exists(dict_path):
         sys.exit(f"{dict_path} not found: run `make multi30k` first")
     d = Dictionary.load(dict_path)
+    if not offset_scores.available():
+        print("warning: the offset-score kernel is not built (`make install`): InsNet takes the dense offset term",
+              file=sys.stderr)
     print(f"device: cpu x{torch.get_num_threads()} threads, torch {torch.__version__}, vocab {len(d)}, "
           f"model 3+3 layers d=256 h=4 ffn=1024, max-tokens {args.max_tokens}, label smoothing {args.label_smoothing}" +
           (", denormals flushed" if args.flush_denormal else ""))
@@ -178,6 +196,7 @@ def main():
         mean_len = ntok / sum(b["target"].size(0) for b in batches)
         kinds = ("ar", "insnet") + (("naive",) if mean_len <= args.naive_max_length else ())
         kinds += (L2R,) + ((NO_OFFSETS,) if args.without_offset_term else ())
+        kinds += (GATHER, L2R_VIEW) if args.offset_kernels else ()
         models = {k: build(k, d) for k in kinds}
         opts = {k: torch.optim.Adam(m.parameters(), lr=1e-4) for k, m in models.items()}
         # warm-up
@@ -191,19 +210,24 @@ def main():
         rows.append((setting, mean_len, tps))
         naive = (f"naive re-encoding {tps['naive']:6.0f} tok/s  |  " if "naive" in tps else "naive not timed  |  ")
         plain = f"  InsNet l2r/AR {tps[L2R] / tps['ar']:.2f}x" + (
-            f"  InsNet without offset term/AR {tps[NO_OFFSETS] / tps['ar']:.2f}x" if NO_OFFSETS in tps else "")
+            f"  InsNet without offset term/AR {tps[NO_OFFSETS] / tps['ar']:.2f}x" if NO_OFFSETS in tps else "") + (
+            f"  InsNet gather/AR {tps[GATHER] / tps['ar']:.2f}x  InsNet l2r view/AR {tps[L2R_VIEW] / tps['ar']:.2f}x"
+            if GATHER in tps else "")
         print(f"{setting:9s} mean target len {mean_len:5.1f}: AR {tps['ar']:7.0f} tok/s  InsNet {tps['insnet']:7.0f} tok/s  "
               f"{naive}InsNet/AR {tps['insnet'] / tps['ar']:.2f}x" +
               (f"  InsNet/naive {tps['insnet'] / tps['naive']:.1f}x" if "naive" in tps else "") + plain, flush=True)
-    extra = args.without_offset_term
+    extra, kernels = args.without_offset_term, args.offset_kernels
     print("\n| setting | target len | AR tok/s | InsNet tok/s | naive tok/s | InsNet/AR | InsNet/naive | "
-          "InsNet l2r tok/s | InsNet l2r/AR |" + (" no offset term tok/s | no offset term/AR |" if extra else ""))
-    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|" if extra else ""))
+          "InsNet l2r tok/s | InsNet l2r/AR |" + (" no offset term tok/s | no offset term/AR |" if extra else "") +
+          (" InsNet gather tok/s | InsNet gather/AR | InsNet l2r view tok/s | InsNet l2r view/AR |" if kernels else ""))
+    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|" if extra else "") + ("---|---|---|---|" if kernels else ""))
     for setting, mean_len, tps in rows:
         naive = (f"{tps['naive']:.0f} | ", f"{tps['insnet'] / tps['naive']:.1f}x") if "naive" in tps else ("| ", "")
         print(f"| {setting} | {mean_len:.1f} | {tps['ar']:.0f} | {tps['insnet']:.0f} | {naive[0]}"
               f"{tps['insnet'] / tps['ar']:.2f}x | {naive[1]} | {tps[L2R]:.0f} | {tps[L2R] / tps['ar']:.2f}x |" +
-              (f" {tps[NO_OFFSETS]:.0f} | {tps[NO_OFFSETS] / tps['ar']:.2f}x |" if extra else ""))
+              (f" {tps[NO_OFFSETS]:.0f} | {tps[NO_OFFSETS] / tps['ar']:.2f}x |" if extra else "") +
+              (f" {tps[GATHER]:.0f} | {tps[GATHER] / tps['ar']:.2f}x | {tps[L2R_VIEW]:.0f} | "
+               f"{tps[L2R_VIEW] / tps['ar']:.2f}x |" if kernels else ""))
 
 if __name__ == "__main__":
     main()

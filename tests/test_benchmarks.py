@@ -54,6 +54,34 @@ def test_without_offset_term_drops_exactly_the_position_term():
         torch.testing.assert_close(tt.step_fn("insnet", plain, batch, d, 0.1), tt.step_fn("insnet", full, batch, d, 0.1))
 
 
+def test_offset_kernels_times_the_same_models_with_the_dense_offset_term():
+    """--offset-kernels' systems ("InsNet gather", "InsNet l2r view") are the same models with the C++ kernel switched
+    off: the same weights and, in a training step (dropout on, the same seed), the same loss and gradients, so the
+    timing compares two ways of computing one thing."""
+    import train_throughput as tt
+    from fairseq.data import Dictionary
+    from insnet_fairseq.models.attention import OffsetSelfAttention
+
+    d = Dictionary()
+    for w in "abcdefgh":
+        d.add_symbol(w)
+    batch = tt.synthetic_batches(d, 6, 24, 1)[0]
+    for kernel_kind, dense_kind in (("insnet", tt.GATHER), (tt.L2R, tt.L2R_VIEW)):
+        models = {k: tt.build(k, d).train() for k in (kernel_kind, dense_kind)}
+        switches = {k: {m.offset_kernel for m in models[k].modules() if isinstance(m, OffsetSelfAttention)}
+                    for k in models}
+        assert switches == {kernel_kind: {True}, dense_kind: {False}}
+        losses, grads = {}, {}
+        for k, m in models.items():
+            torch.manual_seed(1)
+            losses[k] = tt.step_fn(k, m, batch, d, 0.1)
+            losses[k].backward()
+            grads[k] = [p.grad for p in m.parameters()]
+        torch.testing.assert_close(losses[kernel_kind], losses[dense_kind], rtol=1e-5, atol=1e-4)
+        for a, b in zip(grads[kernel_kind], grads[dense_kind]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
 def test_offset_term_cost_times_one_layer_with_and_without_only_the_offset_term():
     """benchmarks/offset_term_cost.py's two layers share their weights and differ by the offset term alone: equal
     where the term is zero (W_kR = 0, v = 0), not otherwise; the term alone is -inf exactly where the mask blocks."""

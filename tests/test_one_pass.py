@@ -70,6 +70,9 @@ def test_left_to_right_offset_term_equals_the_general_gather(slot_query, monkeyp
 
     model, d = build_tiny_model(seed=6, slot_query_stream=slot_query)
     model.train()  # (dropout 0: deterministic)
+    for m in model.modules():  # the dense paths (the C++ kernel, which would take both, is tested on its own)
+        if isinstance(m, OffsetSelfAttention):
+            m.offset_kernel = False
     src, src_lengths, target = random_batch(d, [9, 3, 12, 6], seed=7)
     order = make_order("l2r", target.ne(d.pad()).sum(1), target.size(1))
     calls = []
@@ -116,6 +119,7 @@ def test_left_to_right_bias_and_its_gradients_equal_the_gathered_offsets(S):
 
     torch.manual_seed(S)
     att = OffsetSelfAttention(16, 2, 16).double()
+    att.offset_kernel = False  # the dense gather (the kernel has its own tests: test_offset_scores.py)
     torch.nn.init.normal_(att.v)
     table = sinusoidal_offset_table(S + 2, 16).double()
     mask = torch.ones(S, S, dtype=torch.bool).triu(1)
@@ -126,7 +130,8 @@ def test_left_to_right_bias_and_its_gradients_equal_the_gathered_offsets(S):
     def bias_and_grads(l2r):
         for t in (q, att.r_proj.weight, att.v):
             t.grad = None
-        bias = att.left_to_right_bias(q, table, mask) if l2r else att.offset_bias(q, offsets, table, mask, S)
+        bias = (att.left_to_right_bias(q + att.v.view(1, 2, 1, 8), table, mask) if l2r
+                else att.offset_bias(q, offsets, table, mask, S))
         bias.backward(grad)
         return bias.detach(), [t.grad.clone() for t in (q, att.r_proj.weight, att.v)]
 

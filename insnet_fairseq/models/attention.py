@@ -8,8 +8,9 @@ insertion *offsets*:
 ``offset[i, j]`` takes at most ``2S - 1`` distinct values for ``S`` keys, so ``P`` is projected
 once for that range and ``(q + v) P^T`` is gathered per (i, j): the cost is two ``T x S`` score
 matrices per head and nothing of size batch x T x S x d is built. Causality in insertion
-order (token i sees tokens 0..i) is the caller's mask. A one-pass over trajectories all in the
-``l2r`` order needs only ``S + 1`` offsets and no gather (:meth:`OffsetSelfAttention.left_to_right_bias`).
+order (token i sees tokens 0..i) is the caller's mask. Training on the CPU scores only the unblocked pairs, in a C++
+kernel (:mod:`insnet_fairseq.models.offset_scores`); without it, a one-pass over trajectories all in the ``l2r`` order
+needs only ``S + 1`` offsets and no gather (:meth:`OffsetSelfAttention.left_to_right_bias`).
 """
 import math
 from typing import Optional, Tuple
@@ -18,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from insnet_fairseq.models import offset_scores
 from insnet_fairseq.models.kept import may_keep, weights_key
 
 
@@ -105,6 +107,7 @@ class OffsetSelfAttention(nn.Module):
         self.v = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # position bias
         self.dropout = dropout
         self.naive = False  # test oracle switch, see reference.naive_attention()
+        self.offset_kernel = True  # CPU training: the offset term of the unblocked pairs only (models/offset_scores.py)
         self._kept_offsets = None  # decoding: (key, M, P [H, 2M + 1, Dh]), see project_offsets
         self.reset_parameters()
 
@@ -233,17 +236,26 @@ class OffsetSelfAttention(nn.Module):
 
         ``left_to_right`` (a one-pass over trajectories all in the ``l2r`` order, T = S): the offsets are
         :func:`~insnet_fairseq.models.offsets.left_to_right_offsets` and ``offsets`` is not read; see
-        :meth:`left_to_right_bias`."""
+        :meth:`left_to_right_bias` (where the kernel does not apply).
+
+        Where gradients are taken on the CPU (training), only the unblocked pairs are scored, by
+        :func:`~insnet_fairseq.models.offset_scores.offset_scores` (C++; same values), unless ``offset_kernel`` is
+        False or the kernel is not built."""
         B, H, T, Dh = q.shape
-        if left_to_right and T == S and attn_mask is not None and (rel_table.size(0) - 1) // 2 >= max(S - 1, 1):
-            return self.left_to_right_bias(q, rel_table, attn_mask)
+        qv = q + self.v.view(1, H, 1, Dh)  # [B, H, T, Dh]
+        kernel = self.offset_kernel and offset_scores.applies(qv)
+        if (not kernel and left_to_right and T == S and attn_mask is not None
+                and (rel_table.size(0) - 1) // 2 >= max(S - 1, 1)):
+            return self.left_to_right_bias(qv, rel_table, attn_mask)
         # offsets lie in [-(S-1), S-1]; the table bounds them only where S counts decoding holes
         M = min(S - 1, (rel_table.size(0) - 1) // 2)
         p = self.project_offsets(rel_table, M)  # [H, R, Dh], R = 2M + 1 <= 2S - 1
-
-        by_offset = (q + self.v.view(1, H, 1, Dh)) @ p.transpose(-2, -1)  # [B, H, T, R]
         if M < S - 1:
             offsets = offsets.clamp(-M, M)
+        if kernel:  # only the unblocked pairs' products, no [B, H, T, R]
+            return offset_scores.offset_scores(qv, p, offsets + M, attn_mask, self.scaling)
+
+        by_offset = qv @ p.transpose(-2, -1)  # [B, H, T, R]
         index = (offsets + M).unsqueeze(1).expand(B, H, T, S)
         # gather's backward needs only the index and mul's only the scalar, so the product is masked in place
         bias = by_offset.gather(-1, index) * self.scaling  # [B, H, T, S]
@@ -252,20 +264,20 @@ class OffsetSelfAttention(nn.Module):
             bias.masked_fill_(mask.unsqueeze(1), float("-inf"))
         return bias
 
-    def left_to_right_bias(self, q: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
+    def left_to_right_bias(self, qv: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
         """:meth:`offset_bias` of a one-pass over ``l2r`` trajectories, without the gather: a word's offset to the
         words before it is ``j - i``, so the scores against the S + 1 offsets ``-(S-1)..+1`` ([B, H, T, S + 1],
         half the general 2S - 1) are skewed into place by a view, Transformer-XL's relative shift: read row-major,
         row i's entry j sits ``S - 1 + j - i`` into row i, i.e. at ``S - 1 + i * S + j`` of the flat rows. ``<s>``
         (column 0) and ``</s>`` (column 1, at the right end: offset +1) are then written from the same scores.
-        q [B, H, T, Dh] with T = S, attn_mask [T, S] or [B, T, S] (True: blocked) -> [B, H, T, S].
+        qv [B, H, T, Dh] (the queries plus ``v``) with T = S, attn_mask [T, S] or [B, T, S] (True: blocked)
+        -> [B, H, T, S].
         Example: T = S = 4 (<s> </s> w1 w2): row 3 (w2) reads offsets [-3, -2, -1, 0] by the view, then <s> -> -2
         and </s> -> +1, as :func:`~insnet_fairseq.models.offsets.left_to_right_offsets`' row [-2, 1, -1, 0]."""
-        B, H, T, Dh = q.shape
-        S = T
+        S = qv.size(2)
         M = max(S - 1, 1)
         p = self.project_offsets(rel_table, M)[:, M - (S - 1) : M + 2]  # [H, S + 1, Dh]: offsets -(S-1)..+1
-        by_offset = (q + self.v.view(1, H, 1, Dh)) @ p.transpose(-2, -1)  # [B, H, T, S + 1]; column c: offset c - (S-1)
+        by_offset = qv @ p.transpose(-2, -1)  # [B, H, T, S + 1]; column c: offset c - (S-1)
         mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
         return _LeftToRightSkew.apply(by_offset, mask.unsqueeze(1), self.scaling)  # [B, H, T, S]
 
