@@ -222,16 +222,19 @@ __attribute__((always_inline)) inline void backward_head(const Shapes& s, const 
 INSNET_KERNELS(float, float)
 INSNET_KERNELS(double, double)
 
-at::Tensor forward(at::Tensor qv, at::Tensor p, at::Tensor index, at::Tensor mask, double scaling) {
-  const Shapes s = check(qv, p, index, mask);
+// The inputs made contiguous in place; returns the mask's data, or nullptr where nothing is blocked.
+const bool* make_contiguous(const Shapes& s, at::Tensor& qv, at::Tensor& p, at::Tensor& index, at::Tensor& mask) {
   qv = qv.contiguous();
   p = p.contiguous();
   index = index.contiguous();
-  const bool* m = nullptr;
-  if (s.Bm) {
-    mask = mask.contiguous();
-    m = mask.data_ptr<bool>();
-  }
+  if (!s.Bm) return nullptr;
+  mask = mask.contiguous();
+  return mask.data_ptr<bool>();
+}
+
+at::Tensor forward(at::Tensor qv, at::Tensor p, at::Tensor index, at::Tensor mask, double scaling) {
+  const Shapes s = check(qv, p, index, mask);
+  const bool* m = make_contiguous(s, qv, p, index, mask);
   at::Tensor out = at::empty({s.B, s.H, s.T, s.S}, qv.options());
   const int64_t rows = s.B * s.H * s.T;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, s.S * s.Dh));
@@ -259,14 +262,7 @@ std::vector<at::Tensor> backward(at::Tensor grad, at::Tensor qv, at::Tensor p, a
   const Shapes s = check(qv, p, index, mask);
   TORCH_CHECK(grad.sizes() == at::IntArrayRef({s.B, s.H, s.T, s.S}), "offset_scores: grad must be [B, H, T, S]");
   grad = grad.contiguous().to(qv.scalar_type());
-  qv = qv.contiguous();
-  p = p.contiguous();
-  index = index.contiguous();
-  const bool* m = nullptr;
-  if (s.Bm) {
-    mask = mask.contiguous();
-    m = mask.data_ptr<bool>();
-  }
+  const bool* m = make_contiguous(s, qv, p, index, mask);
   at::Tensor grad_qv = at::zeros_like(qv);
   at::Tensor grad_p = at::zeros_like(p);
   const int64_t* idx = index.data_ptr<int64_t>();
