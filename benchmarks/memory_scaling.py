@@ -7,12 +7,18 @@ size (3+3 layers, d=256, the results table's), side by side in one run.
 For every length L and model, a fresh subprocess builds the model, warms up on a length-16 batch
 (thread pools, parameter gradients, Adam state), then runs one training step (forward + backward
 + Adam) on one sentence pair whose source and target both have L tokens, and reports the peak
-memory it added: on CPU the growth of the process's peak resident set (``ru_maxrss``), on a GPU
-``torch.cuda.max_memory_allocated``. InsNet trains with a random insertion order (the one-pass
-objective over all L steps). With ``--decode``, InsNet also decodes L words sequentially and in
-parallel (the termination head is switched off so the output reaches L words; the AR model is
-not decoded: fairseq's beam search is not this package's). The last columns give the growth
-exponent between consecutive lengths, log(mem ratio) / log(length ratio): 1 is linear, 2 quadratic.
+memory it added. On a GPU that is ``torch.cuda.max_memory_allocated``. On CPU it is measured twice:
+the peak of the bytes held by live tensors (the same step again under ``torch.profiler`` with
+``profile_memory``, its allocation and free events summed in time order: activations, gradients and
+the optimizer's temporaries; what ``max_memory_allocated`` counts on a GPU, and the same in every
+run), which gives the InsNet/AR ratio; and the growth of the process's peak resident set
+(``ru_maxrss``), which also counts the allocator's free lists and moves by 10-20% from run to run as
+glibc reuses memory freed by the warm-up (its InsNet/AR ratio is the last column). InsNet trains
+with a random insertion order (the one-pass objective over all L steps). With ``--decode``, InsNet
+also decodes L words sequentially and in parallel (the termination head is switched off so the
+output reaches L words; the AR model is not decoded: fairseq's beam search is not this package's).
+The growth columns give the exponent between consecutive lengths, log(mem ratio) / log(length
+ratio): 1 is linear, 2 quadratic.
 """
 import argparse
 import json
@@ -33,6 +39,24 @@ def peak_mb(device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
 
 
+def peak_tensor_mb(work) -> float:
+    """Peak bytes (MB) held by live CPU tensors during ``work()``, above what was held when it began: the
+    profiler's allocation (+) and free (-) events, summed in time order.
+    Example: allocate 4 MB, allocate 4 MB, free the first, allocate 1 MB -> 8 MB."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        work()
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                    if e.name() == "[memory]" and e.device_type() == DeviceType.CPU)
+    live = peak = 0
+    for _, nbytes in events:
+        live += nbytes
+        peak = max(peak, live)
+    return peak / 2**20
+
+
 def child(kind: str, length: int, data: str, device: str) -> dict:
     import torch
 
@@ -47,9 +71,10 @@ def child(kind: str, length: int, data: str, device: str) -> dict:
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     to = lambda b: {k: (to(v) if isinstance(v, dict) else v.to(device)) for k, v in b.items()}  # noqa: E731
 
-    def train_step(batch):
+    def train_step(batch, zero_grad=True):
         model.train()
-        opt.zero_grad()
+        if zero_grad:
+            opt.zero_grad(set_to_none=True)
         # plain NLL on both sides (label smoothing 0: fairseq's cross_entropy criterion for the AR model)
         tt.step_fn("ar" if kind == "ar" else "insnet", model, to(batch), d, 0.0).backward()
         opt.step()
@@ -76,7 +101,16 @@ def child(kind: str, length: int, data: str, device: str) -> dict:
     work(batch)
     if device == "cuda":
         torch.cuda.synchronize()
-    return {"kind": kind, "length": length, "added_mb": peak_mb(device) - before}
+        added = peak_mb(device) - before
+        return {"kind": kind, "length": length, "added_mb": added, "tensor_mb": added}
+    rss = peak_mb(device) - before
+    grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.grad is not None) / 2**20
+    if kind in ("ar", "insnet"):  # the profiler sees no free of a tensor made before it started: free the gradients
+        opt.zero_grad(set_to_none=True)  # first (the step makes them anew, and that is counted)
+        tensor_mb = peak_tensor_mb(lambda: train_step(batch, zero_grad=False))
+    else:
+        tensor_mb = peak_tensor_mb(lambda: work(batch))
+    return {"kind": kind, "length": length, "added_mb": rss, "tensor_mb": tensor_mb, "grad_mb": grads}
 
 
 def main():
@@ -98,7 +132,7 @@ def main():
     kinds = ["ar", "insnet"] + (["insnet-sequential", "insnet-parallel"] if args.decode else [])
     print(f"peak memory added by one training step (one sentence pair, source = target = L tokens), {device}, "
           f"torch threads {torch.get_num_threads()}\n")
-    table = {}
+    table, rss, grad_mb = {}, {}, {}
     for length in args.lengths:
         for kind in kinds:
             cmd = [sys.executable, os.path.abspath(__file__), "--child", kind, str(length), "--data", args.data,
@@ -106,20 +140,28 @@ def main():
             out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
             if out.returncode != 0:
                 sys.exit(f"{kind} at length {length} failed:\n{out.stderr[-3000:]}")
-            table[kind, length] = json.loads(out.stdout.strip().splitlines()[-1])["added_mb"]
-            print(f"L={length:5d} {kind:18s} +{table[kind, length]:8.1f} MB", flush=True)
+            res = json.loads(out.stdout.strip().splitlines()[-1])
+            table[kind, length], rss[kind, length] = res["tensor_mb"], res["added_mb"]
+            if kind in ("ar", "insnet"):
+                grad_mb[kind] = res["grad_mb"]
+            print(f"L={length:5d} {kind:18s} +{table[kind, length]:8.1f} MB tensors  +{rss[kind, length]:8.1f} MB "
+                  f"peak resident set", flush=True)
     head = " | ".join(f"{k} MB" for k in kinds)
-    print(f"\n| target length | {head} | InsNet/AR | growth AR | growth InsNet |")
-    print("|---" * (len(kinds) + 4) + "|")
+    print(f"\npeak tensor memory (MB; a training step's includes its gradients: AR {grad_mb['ar']:.1f} MB, "
+          f"InsNet {grad_mb['insnet']:.1f} MB)"
+          f"{'' if device == 'cuda' else '; last column: the same ratio of peak resident sets'}")
+    print(f"| target length | {head} | InsNet/AR | growth AR | growth InsNet |{'' if device == 'cuda' else ' InsNet/AR RSS |'}")
+    print("|---" * (len(kinds) + 4 + (device != "cuda")) + "|")
     prev = None
+    ratio = lambda t, n: t["insnet", n] / max(t["ar", n], 1e-3)  # noqa: E731
     for length in args.lengths:
         mems = " | ".join(f"{table[k, length]:.1f}" for k in kinds)
         growth = ["", ""]
         if prev is not None:
             growth = [f"{math.log(max(table[k, length], 1e-3) / max(table[k, prev], 1e-3)) / math.log(length / prev):.2f}"
                       for k in ("ar", "insnet")]
-        print(f"| {length} | {mems} | {table['insnet', length] / max(table['ar', length], 1e-3):.2f}x | "
-              f"{growth[0]} | {growth[1]} |")
+        print(f"| {length} | {mems} | {ratio(table, length):.2f}x | {growth[0]} | {growth[1]} |"
+              + ("" if device == "cuda" else f" {ratio(rss, length):.2f}x |"))
         prev = length
 
 

@@ -128,3 +128,26 @@ def test_decode_latency_gives_the_ar_model_the_same_vocabulary_product():
     model.decoder = type("D", (), {})()
     model.decoder.heads = Heads()
     assert decode_latency.linear_vocabulary(model) is model and model.decoder.heads.transposed_vocabulary is False
+
+
+def test_peak_tensor_memory_counts_live_tensors_in_time_order():
+    """memory_scaling.py's CPU measure: the most bytes live at once during the call, frees included."""
+    import memory_scaling
+
+    mb = 2**20
+
+    def work():
+        a = torch.empty(4 * mb, dtype=torch.uint8)
+        b = torch.empty(4 * mb, dtype=torch.uint8)
+        del a  # 8 MB live at the peak, then 4
+        c = torch.empty(1 * mb, dtype=torch.uint8)
+        return b, c
+
+    assert abs(memory_scaling.peak_tensor_mb(work) - 8.0) < 0.01
+
+    def sequential():  # the same bytes, never two blocks live at once
+        for _ in range(3):
+            t = torch.empty(4 * mb, dtype=torch.uint8)
+            del t
+
+    assert abs(memory_scaling.peak_tensor_mb(sequential) - 4.0) < 0.01
