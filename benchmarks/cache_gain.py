@@ -16,14 +16,21 @@ Beside the ratio it prints where the time goes: the decoder passes (the context 
 which is all the cache saves) and the rest (the source encoder, the vocabulary projection at each step's slot,
 the slot scores, the word choice, the state's bookkeeping), which both decodings spend alike. ``bound`` is the
 ratio a cache with passes of zero cost would reach, uncached / rest: no cache can beat it.
+
+``--profile-passes`` decodes each set once more, cached, under ``torch.profiler`` and splits the cached passes' time:
+the layers' matrix products (``addmm``/``mm``/``bmm``), the attention kernel, copies (the cache writes among them),
+the other ops, and the Python and dispatch outside any op; ``if products only`` is the gain the cache would reach if
+its passes cost their matrix products and nothing else (the rest of the decoding as measured).
 """
 import argparse
 import os
 import statistics
 import sys
 import time
+from typing import List, Tuple
 
 import torch
+from torch.profiler import ProfilerActivity, profile, record_function
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -35,14 +42,16 @@ from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
 
 
 class CallTimer:
-    """Wraps ``obj.method`` and adds the wall time of every call to ``seconds`` (one CPU thread: the call's work)."""
+    """Wraps ``obj.method`` and adds the wall time of every call to ``seconds`` (one CPU thread: the call's work);
+    each call is also a ``record_function(label)`` range for the profiler (``--profile-passes``)."""
 
-    def __init__(self, obj, method="forward", clock=time.perf_counter):
+    def __init__(self, obj, method="forward", clock=time.perf_counter, label="timed"):
         self.seconds, inner = 0.0, getattr(obj, method)
 
         def timed(*args, **kwargs):
             start = clock()
-            out = inner(*args, **kwargs)
+            with record_function(label):
+                out = inner(*args, **kwargs)
             self.seconds += clock() - start
             return out
 
@@ -60,6 +69,52 @@ def joined_items(ds, ids, k, eos):
     return items
 
 
+PASS = "cache_gain.pass"
+PRODUCTS = ("aten::addmm", "aten::mm", "aten::bmm")
+
+
+def pass_ops(events) -> Tuple[float, List[Tuple[str, float]]]:
+    """The profiled ``PASS`` ranges (a range inside another counted once, in the outer one): their inclusive seconds,
+    and every op (``aten::``) inside them with its self seconds. events: ``prof.events()`` (a tree)."""
+    ops = []
+
+    def walk(e):
+        for ch in e.cpu_children:
+            if ch.name.startswith("aten::"):
+                ops.append((ch.name, ch.self_cpu_time_total / 1e6))
+            walk(ch)
+
+    total = 0.0
+    for e in events:
+        if e.name == PASS and not _inside(e, PASS):
+            total += e.cpu_time_total / 1e6
+            walk(e)
+    return total, ops
+
+
+def pass_breakdown(events) -> dict:
+    """Seconds of the profiled passes (:func:`pass_ops`): ``total`` and its parts by the ops' self time: ``products``
+    (PRODUCTS), ``attention`` (scaled_dot_product kernels), ``copies`` (``aten::copy_``), ``other ops``, and
+    ``outside ops`` (the rest: Python, module calls, dispatch)."""
+    total, ops = pass_ops(events)
+    parts = dict.fromkeys(("products", "attention", "copies", "other ops"), 0.0)
+    for name, seconds in ops:
+        kind = ("products" if name in PRODUCTS else "attention" if "scaled_dot_product" in name
+                else "copies" if name == "aten::copy_" else "other ops")
+        parts[kind] += seconds
+    parts["outside ops"] = max(0.0, total - sum(parts.values()))
+    return {"total": total, **parts}
+
+
+def _inside(e, name) -> bool:
+    p = e.cpu_parent
+    while p is not None:
+        if p.name == name:
+            return True
+        p = p.cpu_parent
+    return False
+
+
 def pct(x, total):
     return f"{100 * x / total:.0f}%"
 
@@ -74,13 +129,15 @@ def main(argv=None):
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--profile-passes", action="store_true",
+                   help="also split the cached passes' time by kind of op (one more decoding, under the profiler)")
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     model, task = load(args.path, args.data)
     ds = task.dataset("test")
     tgt = task.target_dictionary
-    timers = {"passes": CallTimer(model.decoder.context), "source": CallTimer(model.encoder),
+    timers = {"passes": CallTimer(model.decoder.context, label=PASS), "source": CallTimer(model.encoder),
               "vocabulary": CallTimer(model.decoder.heads, "token_logits")}
     ids = list(range(min(args.sentences, len(ds))))
     print(f"{len(ids)} Multi30k test sentences, batch {args.batch_size}, {torch.get_num_threads()} threads, "
@@ -89,7 +146,7 @@ def main(argv=None):
           "uncached ms/sentence | cached gain | cached: passes / source encoder / vocabulary / other | "
           "uncached: passes / rest | bound |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    gains = []
+    gains, profiled = [], []
     for k in args.concat:
         # joined sources: outputs held to the source's length (--min-length-ratio 1), since a model trained on single
         # sentences stops after about one of them; the words past that point are the model's, and cost what any do
@@ -129,6 +186,18 @@ def main(argv=None):
               f"{pct(part[(True, 'vocabulary')], t[True])} / {pct(other, t[True])} "
               f"| {pct(part[(False, 'passes')], t[False])} / {pct(rest[False], t[False])} "
               f"| {t[False] / rest[True]:.2f}x |", flush=True)
+        if args.profile_passes:
+            with torch.no_grad(), profile(activities=[ProfilerActivity.CPU]) as prof:
+                for s in samples:
+                    generators[True].generate([model], s)
+            b = pass_breakdown(prof.events())
+            share = {key: b[key] / max(b["total"], 1e-12) for key in b if key != "total"}
+            products_only = t[False] / (t[True] - part[(True, "passes")] * (1 - share["products"]))
+            profiled.append(f"{k} joined: cached passes, profiler on, {1000 * b['total'] / n:.1f} ms/sentence: "
+                            + " / ".join(f"{key} {100 * v:.0f}%" for key, v in share.items())
+                            + f"; if products only: {products_only:.2f}x")
+    for line in profiled:
+        print(line)
     print()
     for k, src_med, gain in gains:
         print(f"sources of {k} joined sentence(s) (median {src_med:.0f} tokens): cached is {gain:.2f}x faster than uncached")

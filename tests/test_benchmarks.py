@@ -151,3 +151,29 @@ def test_peak_tensor_memory_counts_live_tensors_in_time_order():
             del t
 
     assert abs(memory_scaling.peak_tensor_mb(sequential) - 4.0) < 0.01
+
+
+def test_pass_breakdown_splits_the_labelled_passes_by_kind_of_op():
+    """cache_gain.py --profile-passes: only ops inside a pass count, each once (a pass inside a pass is not counted
+    again), sorted into products / attention / copies / other, the parts adding up to the passes' time."""
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    x, w, buf = torch.randn(8, 16), torch.randn(4, 16), torch.empty(8, 4)
+    q = torch.randn(1, 2, 3, 4)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.bmm(x.view(1, 8, 16), w.t().reshape(1, 16, 4))  # outside any pass: not counted
+        with record_function(cache_gain.PASS):
+            buf.copy_(x @ w.t())
+            F.scaled_dot_product_attention(q, q, q)
+            with record_function(cache_gain.PASS):  # nested: its ops count once, in the outer pass
+                torch.relu(x)
+    total, ops = cache_gain.pass_ops(prof.events())
+    names = [name for name, _ in ops]
+    assert "aten::bmm" not in names and names.count("aten::relu") == 1 and names.count("aten::copy_") >= 1
+    assert "aten::mm" in names and any("scaled_dot_product" in name for name in names)
+    outer = [e for e in prof.events() if e.name == cache_gain.PASS and e.cpu_parent is None]
+    assert len(outer) == 1 and total == outer[0].cpu_time_total / 1e6
+    b = cache_gain.pass_breakdown(prof.events())
+    assert b["total"] == total and min(b.values()) >= 0
+    assert abs(sum(v for key, v in b.items() if key != "total") - total) < 1e-9 or b["outside ops"] == 0
