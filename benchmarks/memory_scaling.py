@@ -5,7 +5,7 @@ size (3+3 layers, d=256, the results table's), side by side in one run.
     python benchmarks/memory_scaling.py [--lengths 64 128 256 512 1024] [--decode]
 
 For every length L and model, a fresh subprocess builds the model, warms up on a length-16 batch
-(thread pools, parameter gradients, Adam state), then runs one training step (forward + backward
+(thread pools, Adam state), then runs one training step (forward + backward
 + Adam) on one sentence pair whose source and target both have L tokens, and reports the peak
 memory it added. On a GPU that is ``torch.cuda.max_memory_allocated``. On CPU it is measured twice:
 the peak of the bytes held by live tensors (the same step again under ``torch.profiler`` with
@@ -71,10 +71,8 @@ def child(kind: str, length: int, data: str, device: str) -> dict:
     opt = torch.optim.Adam(model.parameters(), lr=1e-4)
     to = lambda b: {k: (to(v) if isinstance(v, dict) else v.to(device)) for k, v in b.items()}  # noqa: E731
 
-    def train_step(batch, zero_grad=True):
+    def train_step(batch):  # the gradients are made anew: see free_gradients
         model.train()
-        if zero_grad:
-            opt.zero_grad(set_to_none=True)
         # plain NLL on both sides (label smoothing 0: fairseq's cross_entropy criterion for the AR model)
         tt.step_fn("ar" if kind == "ar" else "insnet", model, to(batch), d, 0.0).backward()
         opt.step()
@@ -91,9 +89,18 @@ def child(kind: str, length: int, data: str, device: str) -> dict:
                 "src_tokens": ni["src_tokens"], "src_lengths": ni["src_lengths"]}})[0][0]
         assert len(hyp["tokens"]) >= min(words, 8), len(hyp["tokens"])
 
-    work = train_step if kind in ("ar", "insnet") else lambda b: decode(b, b["target"].size(1) - 1)
-    work(tt.synthetic_batches(d, 16, 16, 1)[0])  # warm-up: gradients and Adam state (training) exist
+    training = kind in ("ar", "insnet")
+    work = train_step if training else lambda b: decode(b, b["target"].size(1) - 1)
+
+    def free_gradients():
+        """Before each measured call: a step's gradients count in its peak (as they do after ``zero_grad``), and the
+        CPU profiler sees no free of a tensor made before it started."""
+        if training:
+            opt.zero_grad(set_to_none=True)
+
+    work(tt.synthetic_batches(d, 16, 16, 1)[0])  # warm-up: thread pools, Adam state (training) exist
     batch = tt.synthetic_batches(d, length, length, 1)[0]
+    free_gradients()
     if device == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -101,16 +108,13 @@ def child(kind: str, length: int, data: str, device: str) -> dict:
     work(batch)
     if device == "cuda":
         torch.cuda.synchronize()
-        added = peak_mb(device) - before
-        return {"kind": kind, "length": length, "added_mb": added, "tensor_mb": added}
-    rss = peak_mb(device) - before
+    added = peak_mb(device) - before
     grads = sum(p.numel() * p.element_size() for p in model.parameters() if p.grad is not None) / 2**20
-    if kind in ("ar", "insnet"):  # the profiler sees no free of a tensor made before it started: free the gradients
-        opt.zero_grad(set_to_none=True)  # first (the step makes them anew, and that is counted)
-        tensor_mb = peak_tensor_mb(lambda: train_step(batch, zero_grad=False))
-    else:
+    tensor_mb = added
+    if device != "cuda":  # the same call again, its tensors counted by the profiler
+        free_gradients()
         tensor_mb = peak_tensor_mb(lambda: work(batch))
-    return {"kind": kind, "length": length, "added_mb": rss, "tensor_mb": tensor_mb, "grad_mb": grads}
+    return {"kind": kind, "length": length, "added_mb": added, "tensor_mb": tensor_mb, "grad_mb": grads}
 
 
 def main():
