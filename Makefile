@@ -7,22 +7,47 @@ INSTALLED := $(VENV)/.installed
 SHARED_MULTI30K := $(abspath ../shared/data/multi30k)
 MULTI30K_DIR ?= $(SHARED_MULTI30K)
 
-.PHONY: install test demo multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom lm-parse-multi30k infill-multi30k infill-baseline-multi30k bench-train bench-memory kill-campaign fuzz clean
+.PHONY: install test demo frontier multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom lm-parse-multi30k infill-multi30k infill-baseline-multi30k bench-train bench-memory kill-campaign fuzz clean
+
+# make install: .venv with torch 2.13.0, fairseq-fixed 0.12.3.1 and this package (editable, with its C++ kernel).
+# TORCH_VARIANT picks the torch build: auto (default: cuda when `nvidia-smi -L` finds a GPU, else cpu), cpu or cuda.
+#   cpu   torch==2.13.0 as pip's configured sources offer it; the install fails if an nvidia- package came in (where
+#         pip's index offers only the CUDA build: TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu).
+#   cuda  torch==2.13.0 from TORCH_INDEX_URL (https://download.pytorch.org/whl/cu128; e.g. .../whl/cu126 for an older
+#         driver); prints whether torch sees the GPU. fairseq-train and fairseq-generate (so every recipe) then run on
+#         the GPU; CUDA_VISIBLE_DEVICES= keeps a run on the CPU.
+# To switch an installed .venv to the other build, remove .venv first.
+# PIP_OPTS: options added to every pip call of the install.
+# A machine without network: `bash recipes/offline_bundle.sh pack DIR` on a machine with network downloads every
+# wheel (and the Multi30k raw files when present) into DIR; `bash recipes/offline_bundle.sh install DIR` on the
+# offline machine runs this install with PIP_OPTS="--no-index --find-links DIR".
+TORCH_VERSION := 2.13.0
+TORCH_VARIANT ?= auto
+TORCH_BUILD = $(if $(filter auto,$(TORCH_VARIANT)),$(shell nvidia-smi -L >/dev/null 2>&1 && echo cuda || echo cpu),$(TORCH_VARIANT))
+TORCH_INDEX_URL ?= $(if $(filter cuda,$(TORCH_BUILD)),https://download.pytorch.org/whl/cu128)
+PIP_OPTS ?=
+PIP := $(BIN)/pip
 
 install: $(INSTALLED)
 
-$(INSTALLED): setup.py requirements.txt insnet_fairseq/models/offset_scores.cpp
+$(INSTALLED): setup.py requirements.txt insnet_fairseq/modules/offset_scores.cpp
+	@case "$(TORCH_BUILD)" in cpu|cuda) echo "make install: torch $(TORCH_VERSION), $(TORCH_BUILD) build" ;; \
+	  *) echo "make install: TORCH_VARIANT is auto, cpu or cuda, not '$(TORCH_VARIANT)'" >&2; exit 2 ;; esac
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip wheel setuptools
-	# the pinned version resolves to the local CPU wheel; never the CUDA build
-	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -r requirements.txt
-	# fairseq-fixed is an sdist whose build needs torch and whose metadata asks for torchaudio:
-	# build it against the torch above and take no dependencies from it
-	$(BIN)/pip install -q --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
-	$(BIN)/pip install -q --no-build-isolation --no-deps -e .
-	$(BIN)/python -c "import torch, fairseq, insnet_fairseq; assert torch.__version__.startswith('2.13.0'), torch.__version__; print('torch', torch.__version__, 'fairseq', fairseq.__version__)"
-	! $(BIN)/pip list 2>/dev/null | grep -qi '^nvidia-' || (echo 'a CUDA package was installed' >&2; exit 1)
+	$(PIP) install -q $(PIP_OPTS) --upgrade pip wheel setuptools
+	$(PIP) install -q $(PIP_OPTS) torch==$(TORCH_VERSION) $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
+	$(PIP) install -q $(PIP_OPTS) -r requirements.txt
+	# fairseq-fixed is an sdist whose build needs torch and whose metadata asks for torchaudio: build it against the
+	# torch above and take no dependencies from it. Without CUDA_HOME it leaves out its optional CUDA kernels (they
+	# need nvcc; nothing here uses them).
+	env -u CUDA_HOME $(PIP) install -q $(PIP_OPTS) --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
+	$(PIP) install -q $(PIP_OPTS) --no-build-isolation --no-deps -e .
+	$(BIN)/python -c "import torch, fairseq, insnet_fairseq; assert torch.__version__.startswith('$(TORCH_VERSION)'), torch.__version__; print('torch', torch.__version__, 'fairseq', fairseq.__version__)"
+	if [ "$(TORCH_BUILD)" = cuda ]; then \
+	  $(BIN)/python -c "import sys, torch; print('CUDA build', torch.version.cuda, '| GPU available:', torch.cuda.is_available()); torch.version.cuda or sys.exit('a CPU build of torch is installed in $(VENV): remove $(VENV) and run make install again')"; \
+	else \
+	  ! $(PIP) list 2>/dev/null | grep -qi '^nvidia-' || { echo 'a CUDA package was installed on the CPU variant: pass TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu, or TORCH_VARIANT=cuda' >&2; exit 1; }; \
+	fi
 	touch $@
 
 test: install
@@ -58,7 +83,8 @@ custom: install
 # make lm-multi30k: the English side of Multi30k -> data-bin/lm_multi30k (and lm_multi30k-ar).
 # make lm-custom NAME=yelp RAW_DIR=dir-with-{train,valid,test}.txt [EXT=txt] [LM_LANG=en] [TOKENIZED=auto|yes|no]
 #   [LOWERCASE=yes|no] [MIN_COUNT=2] [MAX_KEYWORDS=4] [MAX_LINES=0] [AR_BITEXT=yes|no]: any one-sentence-per-line corpus.
-# Train and score the rows of the paper's Table 2 / Table 6: bash recipes/lm_budget.sh rows|train ROW|eval.
+# Train: bash recipes/train.sh insnet-lm data-bin/NAME SAVE_DIR (InsNet), bash recipes/train.sh ar data-bin/NAME-ar SAVE_DIR
+# (the AR baseline); score: recipes/evaluate_lm.py. The paper's Table 2 / Table 6 rows: experiments/lm_budget.sh.
 LM_FLAGS = $(if $(TOKENIZED),--tokenized $(TOKENIZED)) $(if $(LOWERCASE),--lowercase $(LOWERCASE)) \
   $(if $(MIN_COUNT),--min-count $(MIN_COUNT)) $(if $(MAX_KEYWORDS),--max-keywords $(MAX_KEYWORDS)) \
   $(if $(MAX_LINES),--max-lines $(MAX_LINES)) $(if $(AR_BITEXT),--ar $(AR_BITEXT)) $(if $(WORK_DIR),--work-dir '$(WORK_DIR)') \
@@ -95,11 +121,19 @@ infill-baseline-multi30k: infill-multi30k
 distill-%: install
 	PATH=$(BIN):$$PATH $(BIN)/python recipes/distill.py $*
 
-# The main job: prepare Multi30k, train insnet_small for DEMO_MINUTES on CPU, decode the test
-# set sequentially and in parallel (sacreBLEU, steps, ms/sentence), show one trajectory.
+# The main job: prepare Multi30k, train insnet_small and the autoregressive transformer at once for DEMO_MINUTES (one
+# thread each; on the GPU when there is one), score the test set the same way for the three systems (AR greedy,
+# InsNet sequential and parallel: sacreBLEU, its paired-bootstrap interval against AR, decoder passes per token,
+# ms/sentence at batch 1 and 64: benchmarks/frontier.py), show one trajectory.
 DEMO_MINUTES ?= 15
 demo: multi30k
 	PATH=$(BIN):$$PATH DEMO_MINUTES=$(DEMO_MINUTES) MULTI30K_DIR=$(MULTI30K_DIR) bash recipes/demo.sh
+
+# The frontier: AR teacher, distilled corpus, AR+KD and InsNet(-Dinic)+KD at one update budget, chosen on valid,
+# scored on test by benchmarks/frontier.py -> results/frontier_multi30k_cpu.{csv,png} (recipes/frontier.sh: stages,
+# TEACHER_UPDATES, UPDATES, BASE_UPDATES, THREADS)
+frontier: multi30k
+	PATH=$(BIN):$$PATH MULTI30K_DIR=$(MULTI30K_DIR) bash recipes/frontier.sh
 
 bench-train: install
 	$(BIN)/python benchmarks/train_throughput.py

@@ -39,15 +39,12 @@ import time
 from argparse import Namespace
 
 import torch
+from fairseq import checkpoint_utils, utils
+from fairseq.sequence_generator import SequenceGenerator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-
-import insnet_fairseq  # noqa: E402,F401  (registers the task/model and the fairseq fixes)
-from fairseq import checkpoint_utils, utils  # noqa: E402
-from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
-
-from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
+import insnet_fairseq  # noqa: F401  (registers the task/model and the fairseq fixes)
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.decoding.options import DecodingOptions
 
 
 def load(path, data, device="cpu"):
@@ -197,8 +194,8 @@ def main(argv=None):
         its channel, or ``judge_models``) or the AR verifier (verify) after."""
         own = judge_models is None
         return [System(f"{name} {'cached' if c else 'uncached'}", model,
-                       InsertionGenerator(tgt, use_cache=c, reranking=judge,
-                                          channel_weight=channel_weight if judge and own else 0.0, verify=verify, **flags),
+                       InsertionGenerator(tgt, DecodingOptions(use_cache=c, reranking=judge,
+                                          channel_weight=channel_weight if judge and own else 0.0, verify=verify, **flags)),
                        task, dev, (judges if own else judge_models) if judge else [ar] if verify else ())
                 for c in ([True] if cached_only else caches)]
 
@@ -294,7 +291,7 @@ def main(argv=None):
                 and (not insnet_only or s.name.startswith("InsNet"))]
         prepared = {s.task: batches(s.task, sel, bsz, dev) for s in runs}
         for s in runs:  # warm-up (a compiled system: every batch, so that its compilations are not timed)
-            compiled = getattr(s.generator, "compile_decoder", "off") != "off"
+            compiled = getattr(getattr(s.generator, "options", None), "compile_decoder", "off") != "off"
             s.run(prepared[s.task] if compiled else prepared[s.task][:1])
         times = {s.name: [] for s in runs}
         for _ in range(args.rounds):
@@ -326,7 +323,7 @@ def main(argv=None):
                       "faster than uncached")
     if "batch 1" in [s for s, _, _, _ in plans]:
         ar_ms = ms("AR transformer greedy", "batch 1")
-        for ar_name in ["AR transformer greedy", AR_TRANSPOSED]:  # issue 13: an InsNet step costs at most an AR step
+        for ar_name in ["AR transformer greedy", AR_TRANSPOSED]:  # the per-step ratio: an InsNet step against an AR step
             if (ar_name, "batch 1") not in results:
                 continue
             ar_step = ms(ar_name, "batch 1") / results[(ar_name, "batch 1")][1]

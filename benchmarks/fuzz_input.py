@@ -238,7 +238,6 @@ class _Collect(logging.Handler):
 
 
 def load_hub(args):
-    sys.path.insert(0, ROOT)
     from insnet_fairseq.models.insnet import InsNetModel
 
     overrides = dict(max_insertion_steps=args.max_insertion_steps, batch_size=args.batch_size)

@@ -60,9 +60,7 @@ def peak_tensor_mb(work) -> float:
 def child(kind: str, length: int, data: str, device: str) -> dict:
     import torch
 
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    sys.path.insert(0, ROOT)
-    import train_throughput as tt
+    from benchmarks import train_throughput as tt
     from fairseq.data import Dictionary
 
     d = Dictionary.load(os.path.join(data, "dict.en.txt"))
@@ -79,10 +77,11 @@ def child(kind: str, length: int, data: str, device: str) -> dict:
 
     def decode(batch, words):  # insnet-sequential / insnet-parallel decoding of `words` words
         from insnet_fairseq.decoding.generator import InsertionGenerator
+        from insnet_fairseq.decoding.options import DecodingOptions
 
         model.eval()
         model.decoder.heads.termination_proj.bias.data.fill_(-1e4)  # never stop before the cap
-        gen = InsertionGenerator(d, mode=kind.split("-")[1], slot_top_p=0.9, max_steps=words)
+        gen = InsertionGenerator(d, DecodingOptions(mode=kind.split("-")[1], slot_top_p=0.9, max_steps=words))
         ni = to(batch)["net_input"]
         with torch.no_grad():
             hyp = gen.generate([model], {"id": torch.arange(1), "net_input": {

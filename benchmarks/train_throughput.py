@@ -4,7 +4,7 @@ autoregressive ``transformer`` of the same size vs InsNet with naive per-prefix 
 on the same batches, measured side by side in one run (rounds interleave the models).
 "InsNet" trains on random insertion orders; "InsNet l2r" on the ``l2r`` order, the default ``--insertion-order``.
 Both score their offset term as training does on the CPU, by the C++ kernel of the unblocked pairs
-(:mod:`insnet_fairseq.models.offset_scores`).
+(:mod:`insnet_fairseq.modules.offset_scores`).
 
     python benchmarks/train_throughput.py [--data data-bin/multi30k_en_de] [--rounds 3]
 
@@ -12,7 +12,10 @@ Settings: "multi30k" = real training batches of the binarised Multi30k (max-toke
 "len32" ... "len256" = synthetic batches whose source and target have exactly that many tokens.
 A training step is forward + backward + Adam step, each model with its criterion's loss at ``--label-smoothing``
 (0.1, the results tables'): the AR model as fairseq's ``label_smoothed_cross_entropy`` computes it (``cross_entropy``,
-plain NLL, at 0), InsNet as ``insnet_loss``. Prints tokens/s per model and the ratios. The naive
+plain NLL, at 0), InsNet as ``insnet_loss``. "AR, InsNet's token loss" is the same AR model with the token loss
+InsNet uses (:func:`~insnet_fairseq.tasks.token_loss.smoothed_nll`, the same values with a one-pass backward): the
+ratio of InsNet l2r to it compares the models with like losses (the "like with like" line), while the ratio to
+fairseq's AR criterion also measures the two loss implementations. Prints tokens/s per model and the ratios. The naive
 re-encoding (one pass per prefix: O(n) passes) runs only up to ``--naive-max-length`` (64) tokens.
 
 ``--without-offset-term`` adds "InsNet, no offset term": the same InsNet model whose self-attention drops the
@@ -21,7 +24,7 @@ of everything in InsNet but its offsets, so its ratio to the AR model, beside In
 
 ``--offset-kernels`` adds the same two InsNet models with the dense offset term that the kernel replaced: "InsNet,
 gather" (every query against all 2S - 1 offsets, gathered) and "InsNet l2r, view" (the l2r order's S + 1 offsets
-skewed into place by a view, :meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.left_to_right_bias`).
+skewed into place by a view, :meth:`~insnet_fairseq.modules.attention.OffsetSelfAttention.left_to_right_bias`).
 """
 import argparse
 import os
@@ -30,20 +33,19 @@ import sys
 import time
 
 import torch
+from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+from fairseq.data import Dictionary
+from fairseq.models.transformer import TransformerModel
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import insnet_fairseq  # noqa: E402,F401
-from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss  # noqa: E402
-from fairseq.data import Dictionary  # noqa: E402
-from fairseq.models.transformer import TransformerModel  # noqa: E402
-from insnet_fairseq.tasks.criterion import term_losses  # noqa: E402
-from insnet_fairseq.models import offset_scores  # noqa: E402
-from insnet_fairseq.models.attention import OffsetSelfAttention  # noqa: E402
-from insnet_fairseq.models.insnet import InsNetModel  # noqa: E402
-from insnet_fairseq.data.orders import make_order  # noqa: E402
-from insnet_fairseq.reference import reencode_prefixes  # noqa: E402
-from insnet_fairseq.tasks.translation import InsertionTranslationTask  # noqa: E402
+import insnet_fairseq  # noqa: F401  (registers the tasks and models)
+from insnet_fairseq.tasks.criterion import term_losses
+from insnet_fairseq.tasks.token_loss import smoothed_nll
+from insnet_fairseq.modules import offset_scores
+from insnet_fairseq.modules.attention import OffsetSelfAttention
+from insnet_fairseq.models.insnet import InsNetModel
+from insnet_fairseq.geometry.orders import make_order
+from insnet_fairseq.reference import reencode_prefixes
+from insnet_fairseq.tasks.translation import InsertionTranslationTask
 
 SIZE = dict(encoder_layers=3, decoder_layers=3, encoder_embed_dim=256, encoder_ffn_embed_dim=1024,
             encoder_attention_heads=4, decoder_attention_heads=4, dropout=0.1, share_all_embeddings=True,
@@ -54,6 +56,7 @@ NO_OFFSETS = "insnet-no-offsets"  # --without-offset-term's diagnostic system
 L2R = "insnet-l2r"  # InsNet trained in the l2r order (the default --insertion-order)
 GATHER = "insnet-gather"  # --offset-kernels: InsNet (random orders) with the dense gather instead of the C++ kernel
 L2R_VIEW = "insnet-l2r-view"  # --offset-kernels: InsNet l2r with the skewed view instead of the C++ kernel
+AR_FUSED = "ar-fused"  # the AR model with InsNet's token loss (smoothed_nll): the like-with-like baseline
 
 
 class Task(InsertionTranslationTask):
@@ -66,7 +69,7 @@ class Task(InsertionTranslationTask):
 def build(kind, d):
     torch.manual_seed(0)
     args = argparse.Namespace(**SIZE)
-    if kind == "ar":
+    if kind in ("ar", AR_FUSED):
         TransformerModel.add_args(argparse.ArgumentParser())
         return TransformerModel.build_model(args, Task(d))
     model = InsNetModel.build_model(args, Task(d))
@@ -78,9 +81,9 @@ def build(kind, d):
 
 
 def drop_offset_term(att):
-    """An :class:`~insnet_fairseq.models.attention.OffsetSelfAttention` whose scores leave out the offset term, in
+    """An :class:`~insnet_fairseq.modules.attention.OffsetSelfAttention` whose scores leave out the offset term, in
     place: ``softmax((q + u) k^T / sqrt(Dh)) v`` with the causal mask of insertion order (``is_causal``), through its
-    own :meth:`~insnet_fairseq.models.attention.OffsetSelfAttention.content_attend`. Returns ``att``."""
+    own :meth:`~insnet_fairseq.modules.attention.OffsetSelfAttention.content_attend`. Returns ``att``."""
     att._attend = lambda q, k, v, offsets, rel_table, attn_mask, left_to_right=False: att.content_attend(
         q, k, v, None, is_causal=True)
     return att
@@ -132,6 +135,10 @@ def step_fn(kind, model, batch, d, eps):
         if eps > 0:
             return label_smoothed_nll_loss(lprobs, tgt.view(-1), eps, ignore_index=d.pad(), reduce=True)[0]
         return torch.nn.functional.nll_loss(lprobs, tgt.view(-1), ignore_index=d.pad(), reduction="sum")
+    if kind == AR_FUSED:  # InsNet's token loss on the AR model's non-pad positions, as insnet_loss applies it
+        out, _ = model(ni["src_tokens"], ni["src_lengths"], ni["prev_output_tokens"])
+        real = tgt.ne(d.pad())  # [B, T]
+        return smoothed_nll(out[real], tgt[real], eps)[0]
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
     policy = "l2r" if kind in (L2R, L2R_VIEW) else "random"
     order = make_order(policy, target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0))
@@ -194,7 +201,7 @@ def main():
             batches = synthetic_batches(d, int(setting[3:]), args.max_tokens, args.batches)
         ntok = sum(int(b["target"].ne(d.pad()).sum()) for b in batches)
         mean_len = ntok / sum(b["target"].size(0) for b in batches)
-        kinds = ("ar", "insnet") + (("naive",) if mean_len <= args.naive_max_length else ())
+        kinds = ("ar", AR_FUSED, "insnet") + (("naive",) if mean_len <= args.naive_max_length else ())
         kinds += (L2R,) + ((NO_OFFSETS,) if args.without_offset_term else ())
         kinds += (GATHER, L2R_VIEW) if args.offset_kernels else ()
         models = {k: build(k, d) for k in kinds}
@@ -210,6 +217,8 @@ def main():
         rows.append((setting, mean_len, tps))
         naive = (f"naive re-encoding {tps['naive']:6.0f} tok/s  |  " if "naive" in tps else "naive not timed  |  ")
         plain = f"  InsNet l2r/AR {tps[L2R] / tps['ar']:.2f}x" + (
+            f"  like with like (same token loss): InsNet l2r/AR {tps[L2R] / tps[AR_FUSED]:.2f}x, "
+            f"InsNet/AR {tps['insnet'] / tps[AR_FUSED]:.2f}x") + (
             f"  InsNet without offset term/AR {tps[NO_OFFSETS] / tps['ar']:.2f}x" if NO_OFFSETS in tps else "") + (
             f"  InsNet gather/AR {tps[GATHER] / tps['ar']:.2f}x  InsNet l2r view/AR {tps[L2R_VIEW] / tps['ar']:.2f}x"
             if GATHER in tps else "")
@@ -218,13 +227,14 @@ def main():
               (f"  InsNet/naive {tps['insnet'] / tps['naive']:.1f}x" if "naive" in tps else "") + plain, flush=True)
     extra, kernels = args.without_offset_term, args.offset_kernels
     print("\n| setting | target len | AR tok/s | InsNet tok/s | naive tok/s | InsNet/AR | InsNet/naive | "
-          "InsNet l2r tok/s | InsNet l2r/AR |" + (" no offset term tok/s | no offset term/AR |" if extra else "") +
+          "InsNet l2r tok/s | InsNet l2r/AR | AR, InsNet's token loss, tok/s | InsNet l2r/AR, same loss |" + (" no offset term tok/s | no offset term/AR |" if extra else "") +
           (" InsNet gather tok/s | InsNet gather/AR | InsNet l2r view tok/s | InsNet l2r view/AR |" if kernels else ""))
-    print("|---|---|---|---|---|---|---|---|---|" + ("---|---|" if extra else "") + ("---|---|---|---|" if kernels else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if extra else "") + ("---|---|---|---|" if kernels else ""))
     for setting, mean_len, tps in rows:
         naive = (f"{tps['naive']:.0f} | ", f"{tps['insnet'] / tps['naive']:.1f}x") if "naive" in tps else ("| ", "")
         print(f"| {setting} | {mean_len:.1f} | {tps['ar']:.0f} | {tps['insnet']:.0f} | {naive[0]}"
-              f"{tps['insnet'] / tps['ar']:.2f}x | {naive[1]} | {tps[L2R]:.0f} | {tps[L2R] / tps['ar']:.2f}x |" +
+              f"{tps['insnet'] / tps['ar']:.2f}x | {naive[1]} | {tps[L2R]:.0f} | {tps[L2R] / tps['ar']:.2f}x | "
+              f"{tps[AR_FUSED]:.0f} | {tps[L2R] / tps[AR_FUSED]:.2f}x |" +
               (f" {tps[NO_OFFSETS]:.0f} | {tps[NO_OFFSETS] / tps['ar']:.2f}x |" if extra else "") +
               (f" {tps[GATHER]:.0f} | {tps[GATHER] / tps['ar']:.2f}x | {tps[L2R_VIEW]:.0f} | "
                f"{tps[L2R_VIEW] / tps['ar']:.2f}x |" if kernels else ""))

@@ -15,8 +15,8 @@ from typing import Dict, List
 import torch
 import torch.nn.functional as F
 
-from insnet_fairseq.models.insnet import causal_mask
-from insnet_fairseq.models.offsets import offset_matrix
+from insnet_fairseq.geometry.masks import causal_mask
+from insnet_fairseq.geometry.offsets import offset_matrix
 
 
 def naive_offsets(order: List[int]) -> List[List[int]]:
@@ -121,7 +121,7 @@ def naive_trajectory_logprobs(model, src_tokens, src_lengths, target, order) -> 
 def naive_layered_logprobs(model, src_tokens, src_lengths, target, layers) -> List[Dict[str, List[float]]]:
     """The layered (InsNet-Dinic) objective by its definition, one sentence and layer at a time.
 
-    ``layers`` [B, n] by position (see :mod:`insnet_fairseq.data.layerization`). For layer l, the context is every
+    ``layers`` [B, n] by position (see :mod:`insnet_fairseq.geometry.layers`). For layer l, the context is every
     token of the earlier layers, encoded from scratch in the layering's order (naive attention,
     loop-built offsets); each token of the layer is scored at its slot in that context, whose last
     token is the global vector. Returns per sentence ``token`` and ``position`` (one entry per

@@ -15,8 +15,8 @@ Floating-point parameters are averaged in float32 and stored in their own dtype.
 configuration, the optimizer history and the training state are the newest input's (by update, so a resumed run
 continues from it), and parameters tied in it (``--share-all-embeddings``) stay one tensor, also where a GPU run
 saved them as equal copies (:func:`retie`). ``--transfer`` writes a
-copy to carry to another machine (``recipes/gpu_pack.sh``): floating-point parameters in float16 (fairseq loads them
-into the model's float32 parameters), without the optimizer state (so it decodes, but cannot resume training). Checkpoints of different
+small copy to move to another machine: floating-point parameters in float16 (fairseq loads them into the model's
+float32 parameters), without the optimizer state (so it decodes, but cannot resume training). Checkpoints of different
 models are refused, naming the file and the parameter. The average is written atomically (fairseq's
 ``torch_persistent_save``).
 

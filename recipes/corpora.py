@@ -70,8 +70,7 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass, field
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import prepare_bitext  # noqa: E402
+from recipes import prepare_bitext
 
 SPLITS = ("train", "valid", "test")
 

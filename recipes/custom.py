@@ -27,17 +27,16 @@ import shlex
 import subprocess
 import sys
 
+from recipes import evaluate, prepare_bitext
+from recipes.common import ROOT, tool_env
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-import evaluate  # noqa: E402
-import prepare_bitext  # noqa: E402
 
 STAGES = ("prepare", "train", "evaluate")
 
 
 def decode_flags(kind, mode):
-    """fairseq-generate flags that decode a model of KIND (as recipes/results_table.sh does)."""
+    """fairseq-generate flags that decode a model of KIND (as experiments/results_table.sh does)."""
     common = ["--user-dir", os.path.join(ROOT, "insnet_fairseq")]  # also lets fairseq load its checkpoints under torch >= 2.6
     if kind == "insnet":
         return common + ["--task", "insertion_translation", "--insertion-mode", mode]
@@ -76,7 +75,7 @@ def main(argv=None):
     work = os.path.abspath(os.path.join(args.work_dir, args.name))
     save = os.path.abspath(args.save_dir or os.path.join("checkpoints", f"{args.name}-{args.kind}"))
     # the tools of the interpreter running this (the project's .venv) come first
-    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    env = tool_env()
 
     if "prepare" in stages:
         print(f"== custom {args.name}: prepare {args.raw_dir} -> {data}", flush=True)

@@ -38,8 +38,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.dirname(sys.executable)
+from recipes.common import ROOT, fairseq_tool, tool_env
 
 
 def log(message):
@@ -48,18 +47,6 @@ def log(message):
 
 def fail(message):
     sys.exit(f"distill: {message}")
-
-
-def env():
-    return dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
-
-
-def fairseq_tool(name):
-    """The command that runs fairseq's ``fairseq-NAME``: the console script beside this Python (a virtual
-    environment), else ``python -m fairseq_cli.NAME`` (fairseq importable without its scripts, as on a lent GPU
-    machine that has it on PYTHONPATH: recipes/gpu_env.sh)."""
-    script = os.path.join(BIN, f"fairseq-{name}")
-    return [script] if os.path.exists(script) else [sys.executable, "-m", f"fairseq_cli.{name}"]
 
 
 def languages(data):
@@ -81,7 +68,7 @@ def train_teacher(data, save):
     else:
         log(f"training the teacher (fairseq transformer) into {save}")
         extra = shlex.split(os.environ.get("TEACHER_ARGS", ""))
-        code = subprocess.run(["bash", "recipes/train.sh", "ar", data, save, *extra], cwd=ROOT, env=env()).returncode
+        code = subprocess.run(["bash", "recipes/train.sh", "ar", data, save, *extra], cwd=ROOT, env=tool_env()).returncode
         if code != 0:
             fail(f"teacher training failed (recipes/train.sh exit {code}); run again to resume it")
         open(done, "w").close()
@@ -97,7 +84,6 @@ def checkpoint_task(ckpt) -> str:
     ``a.pt:b.pt``, :func:`ensemble_paths`) must have been trained with the same task."""
     import torch
 
-    sys.path.insert(0, ROOT)
     from insnet_fairseq.tasks.checkpoint_checks import checkpoint_arch
 
     tasks = {}
@@ -148,7 +134,7 @@ def decode_train(data, ckpt, src, tgt, out, gen_args="--max-len-a 1.2 --max-len-
            *shlex.split(os.environ.get("GEN_ARGS", gen_args))]
     log("decoding the training set: " + " ".join(cmd))
     hyps, last = 0, time.time()
-    with subprocess.Popen(cmd, cwd=ROOT, env=env(), stdout=subprocess.PIPE, text=True, encoding="utf-8") as proc, \
+    with subprocess.Popen(cmd, cwd=ROOT, env=tool_env(), stdout=subprocess.PIPE, text=True, encoding="utf-8") as proc, \
             open(out + ".tmp", "w", encoding="utf-8") as f:
         for line in proc.stdout:
             f.write(line)
@@ -228,7 +214,7 @@ def binarize(data, text_prefix, dest, src, tgt):
     code = subprocess.run([*fairseq_tool("preprocess"), "--source-lang", src, "--target-lang", tgt,
                            "--trainpref", text_prefix, "--destdir", dest, "--joined-dictionary",
                            "--srcdict", os.path.join(data, f"dict.{src}.txt"),
-                           "--workers", str(min(4, os.cpu_count() or 1))], cwd=ROOT, env=env()).returncode
+                           "--workers", str(min(4, os.cpu_count() or 1))], cwd=ROOT, env=tool_env()).returncode
     if code != 0:
         fail(f"fairseq-preprocess failed (exit {code})")
     for p in copies:

@@ -3,10 +3,11 @@
 
     python recipes/distill_lm.py lm_multi30k --teacher checkpoints/lm_ar/checkpoint_best.pt
     # data-bin/lm_multi30k -> data-bin/lm_multi30k-distill; then, e.g.:
-    LM_DATA=data-bin/lm_multi30k-distill CKPT_DIR=checkpoints/lm_kd bash recipes/lm_budget.sh train seq-keywords
+    bash recipes/train.sh insnet-lm data-bin/lm_multi30k-distill checkpoints/lm_kd --insertion-order keywords
 
-1. The teacher, the autoregressive keywords -> sentence model (``bash recipes/lm_budget.sh train ar``), beam-decodes
-   the keywords of every training sentence: recipes/distill.py's decoding over data-bin/NAME-ar (BEAM, GEN_BATCH;
+1. The teacher, the autoregressive keywords -> sentence model (``bash recipes/train.sh ar data-bin/lm_multi30k-ar
+   checkpoints/lm_ar``), beam-decodes the keywords of every training sentence: recipes/distill.py's decoding over
+   data-bin/NAME-ar (BEAM, GEN_BATCH;
    GEN_ARGS, default ``--max-len-a 0 --max-len-b 50``: the source is a few keywords, not the sentence), saved as
    work/NAME-SUFFIX/generate-train.txt.
 2. A training sentence is replaced by the teacher's when that keeps the sentence's keywords in their order (a
@@ -25,11 +26,9 @@ import glob
 import os
 import shutil
 import subprocess
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from distill import ROOT, decode_train, ensemble_paths, env, fail, fairseq_tool, languages, log  # noqa: E402
+from recipes.common import ROOT, fairseq_tool, tool_env
+from recipes.distill import decode_train, ensemble_paths, fail, languages, log
 
 
 def keeps_keywords(keywords, words) -> bool:
@@ -93,7 +92,7 @@ def main(argv=None):
     if not args.suffix or "/" in args.suffix:
         fail(f"--suffix must be a non-empty name without '/', got '{args.suffix}'")
     if not args.teacher:
-        fail("--teacher: no checkpoint given (train one: bash recipes/lm_budget.sh train ar)")
+        fail("--teacher: no checkpoint given (train one: bash recipes/train.sh ar data-bin/NAME-ar SAVE_DIR)")
     teacher = ":".join(os.path.abspath(p) for p in ensemble_paths(args.teacher))
     data = os.path.abspath(os.path.join(args.data_dir, args.name))
     ar_data = data + "-ar"
@@ -132,7 +131,7 @@ def main(argv=None):
         return
     code = subprocess.run([*fairseq_tool("preprocess"), "--only-source", "--trainpref", text,
                            "--destdir", dest, "--srcdict", os.path.join(data, "dict.txt"),
-                           "--workers", str(min(4, os.cpu_count() or 1))], cwd=ROOT, env=env()).returncode
+                           "--workers", str(min(4, os.cpu_count() or 1))], cwd=ROOT, env=tool_env()).returncode
     if code != 0:
         fail(f"fairseq-preprocess failed (exit {code})")
     for path in glob.glob(os.path.join(data, "*")):  # the held-out sets, keyword and reference files, unchanged

@@ -14,11 +14,9 @@ which prints none, output length + 1), steps per output token ("sequential ratio
 Figure 6), and ms per sentence from fairseq-generate's own timing, at ``--batch-size`` (64) and,
 with ``--batch1``, also at batch 1 (a second decoding of the test set, one sentence at a time).
 ``--nll`` adds the split's held-out NLL terms (InsNet: ``token_nll``, ``position_nll``,
-``termination_nll``; recipes/validate_nll.py), as the ablation table reports them (recipes/lm_budget.sh).
+``termination_nll``; recipes/validate_nll.py), as the ablation table reports them (experiments/lm_budget.sh).
 """
 import argparse
-import csv
-import os
 import re
 import subprocess
 import sys
@@ -26,20 +24,8 @@ import time
 
 import sacrebleu
 
-
-def parse_generate(stdout: str):
-    """fairseq-generate output -> {id: detokenised hyp}, {id: tokenised hyp}, {id: steps}, {id: length}."""
-    detok, tok, steps, ntok = {}, {}, {}, {}
-    for line in stdout.splitlines():
-        tag, _, rest = line.partition("\t")
-        if tag.startswith(("D-", "H-")):
-            text = rest.split("\t", 1)[1] if "\t" in rest else ""
-            (detok if tag[0] == "D" else tok)[int(tag[2:])] = text
-        elif tag.startswith("I-"):
-            steps[int(tag[2:])] = int(rest)
-        elif tag.startswith("P-"):
-            ntok[int(tag[2:])] = len(rest.split()) - 1  # one score per output token, plus </s>
-    return detok, tok, steps, ntok
+from recipes.common import append_row, ms_per_sentence, parse_generate, split_extra
+from recipes.validate_nll import validate_nll
 
 
 def main(argv=None):
@@ -68,8 +54,6 @@ def main(argv=None):
         out1, _ = generate(args, 1, extra)
         row["ms_per_sentence_b1"] = ms_per_sentence(out1.stderr)
     if args.nll:
-        from validate_nll import validate_nll
-
         keep = [a for flag in ("--user-dir", "--task") if flag in extra for a in (flag, extra[extra.index(flag) + 1])]
         row.update({k: round(v, 3) for k, v in validate_nll(args.data, args.path, args.gen_subset, keep).items()})
     row["wall_s"] = round(wall, 1)
@@ -79,37 +63,6 @@ def main(argv=None):
           + (f", of the steps/token {passes[-1]} verification passes" if passes else ""))
     append_row(row, args.csv, args.markdown, [k for k in row if k not in ("signature", "wall_s")])
     return row
-
-
-def append_row(row: dict, csv_path=None, markdown_path=None, cols=None):
-    """Append ``row`` to a CSV file and/or a Markdown table (``cols`` of it; header when the file is new)."""
-    if csv_path:
-        new = not os.path.exists(csv_path)
-        with open(csv_path, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(row))
-            if new:
-                w.writeheader()
-            w.writerow(row)
-    if markdown_path:
-        cols = list(row) if cols is None else cols
-        new = not os.path.exists(markdown_path)
-        with open(markdown_path, "a", encoding="utf-8") as f:
-            if new:
-                f.write("| " + " | ".join(cols) + " |\n|" + "---|" * len(cols) + "\n")
-            f.write("| " + " | ".join(str(row[c]) for c in cols) + " |\n")
-
-
-def split_extra(argv):
-    """``[own args] -- [fairseq args]`` -> (own args, fairseq args)."""
-    if "--" not in argv:
-        return argv, []
-    i = argv.index("--")
-    return argv[:i], argv[i + 1 :]
-
-
-def ms_per_sentence(stderr: str):
-    m = re.search(r"Translated ([\d,]+) sentences .* in ([\d.]+)s", stderr)
-    return round(1000 * float(m.group(2)) / int(m.group(1).replace(",", "")), 1) if m else None
 
 
 def generate(args, batch_size, extra):

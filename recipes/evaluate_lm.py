@@ -40,9 +40,8 @@ import sys
 import time
 import warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from evaluate import append_row, ms_per_sentence, parse_generate, split_extra  # noqa: E402
-from validate_nll import validate_nll  # noqa: E402
+from recipes.common import append_row, ms_per_sentence, parse_generate, read_lines, split_extra
+from recipes.validate_nll import validate_nll
 
 PAPER_TOPK = {10.0: 1, 3.0: 1, 1.0: 3, 0.3: 3, -math.inf: 5}  # paper 4.1: top-{1,1,3,3,5} for tau {10,3,1,0.3,-inf}
 PAPER_SLOT_MASS = 0.7
@@ -96,11 +95,6 @@ def keyword_coverage(hyps, keywords):
     found = [lcs(k, h) for k, h in zip(keywords, hyps)]
     full = sum(f == len(k) for f, k in zip(found, keywords))
     return (100.0 * sum(found) / total if total else 100.0), 100.0 * full / max(1, len(keywords))
-
-
-def read_lines(path):
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
 
 
 def score(hyp_text, steps, refs, keywords, ref_path="references", keyword_path="keywords"):

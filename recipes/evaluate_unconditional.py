@@ -27,9 +27,8 @@ from collections import Counter
 from fractions import Fraction
 from math import exp, log
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from evaluate import append_row, parse_generate, split_extra  # noqa: E402
-from evaluate_lm import generate, read_lines  # noqa: E402
+from recipes.common import append_row, parse_generate, read_lines, split_extra
+from recipes.evaluate_lm import generate
 
 ORDER = 5
 

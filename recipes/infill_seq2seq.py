@@ -35,15 +35,10 @@ from typing import List, Sequence, Tuple
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from evaluate import append_row  # noqa: E402
-from evaluate_infill import ROUND, reference_blanks, score  # noqa: E402
-from evaluate_lm import read_lines  # noqa: E402
-from prepare_infill_seq2seq import examples, source  # noqa: E402
-
-from insnet_fairseq.models.infill_transformer import BLANK, BOUNDARY  # noqa: E402
+from insnet_fairseq.models.infill_transformer import BLANK, BOUNDARY
+from recipes.common import append_row, read_lines
+from recipes.evaluate_infill import ROUND, reference_blanks, score
+from recipes.prepare_infill_seq2seq import examples, source
 
 
 def make_generator(models, dictionary, beam: int = 1, max_len: int = 40):

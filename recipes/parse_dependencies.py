@@ -39,11 +39,11 @@ import threading
 import time
 from collections import Counter
 
+from recipes import prepare_bitext as pb
+from recipes import prepare_lm
+from recipes.common import ROOT
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-import prepare_bitext as pb  # noqa: E402
-import prepare_lm  # noqa: E402
 
 SPLITS = pb.SPLITS
 VENV = os.path.join(ROOT, ".venv-parse")

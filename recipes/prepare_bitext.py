@@ -180,8 +180,7 @@ def make_line_tokenizer(lang: str, hook: str = "moses"):
 
         norm, tok = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
         return lambda line: tok.tokenize(norm.normalize(line), escape=False, return_str=True)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    return importlib.import_module(hook).make_tokenizer(lang)
+    return importlib.import_module(f"recipes.{hook}").make_tokenizer(lang)
 
 
 def _tokenize_line(line):

@@ -37,12 +37,8 @@ import sys
 from collections import Counter
 from typing import List, Sequence, Tuple
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
-from prepare_infill import BLANKS, RATES, anchor_template, random_template  # noqa: E402
-
-from insnet_fairseq.models.infill_transformer import BLANK, BOUNDARY  # noqa: E402
+from insnet_fairseq.models.infill_transformer import BLANK, BOUNDARY
+from recipes.prepare_infill import BLANKS, RATES, anchor_template, random_template
 
 SPLITS = ("train", "valid", "test")
 RANDOM_SETTINGS = [f"r{round(r * 100)}b{b}" for r in RATES for b in BLANKS]

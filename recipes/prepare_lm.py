@@ -43,8 +43,7 @@ import subprocess
 import sys
 from collections import Counter
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import prepare_bitext as pb  # noqa: E402
+from recipes import prepare_bitext as pb
 
 SPLITS = pb.SPLITS
 HELD_OUT = ("valid", "test")

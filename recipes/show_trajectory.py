@@ -12,16 +12,13 @@ best word (and that word's probability): why the model stopped, and what it woul
 ``--stop-check-prob P`` decodes with that flag.
 """
 import argparse
-import os
-import sys
 
 import torch
+from fairseq import checkpoint_utils
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import insnet_fairseq  # noqa: E402,F401
-from fairseq import checkpoint_utils  # noqa: E402
-from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
+import insnet_fairseq  # noqa: F401  (registers the tasks and models)
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.decoding.options import DecodingOptions
 
 
 class ExplainingGenerator(InsertionGenerator):
@@ -29,8 +26,8 @@ class ExplainingGenerator(InsertionGenerator):
     most probable slots with their best words; ``notes[k]`` belongs to the history's k-th state. One sentence
     at a time."""
 
-    def __init__(self, tgt_dict, top: int = 4, **kw):
-        super().__init__(tgt_dict, **kw)
+    def __init__(self, tgt_dict, options: DecodingOptions, top: int = 4):
+        super().__init__(tgt_dict, options)
         self.top, self.notes, self.q_stops, self.source = top, [], [], None
 
     def initial_state(self, decoder, batch_size, device, source_kv, source_pad, *args, **kwargs):
@@ -47,7 +44,7 @@ class ExplainingGenerator(InsertionGenerator):
         q_stop = torch.sigmoid(self.termination_logit(decoder, state))[0].item()
         self.q_stops.append(q_stop)
         pos_lprobs, open_slots, words, word_lprobs = self.best_words(decoder, state, source_kv, source_pad)
-        left, right = self.neighbour_tokens(state, open_slots)  # [N] each open slot's neighbours
+        left, right = state.neighbour_tokens(open_slots)  # [N] each open slot's neighbours
         mass = pos_lprobs[open_slots].exp()  # [N]
         d = self.tgt_dict
         cells = [f"{d[left[i]]} _ {d[right[i]]}: {mass[i]:.2f} -> {d[words[i]]} {word_lprobs[i].exp():.2f}"
@@ -75,6 +72,7 @@ def main():
 
     with open(args.bpe_codes, encoding="utf-8") as f:
         bpe = BPE(f)
+    # one sentence, decoded on the CPU also where there is a GPU: starting CUDA would cost more than the decoding
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides={"data": args.data})
 
     def encode(text, lang, dictionary, eos):
@@ -85,8 +83,9 @@ def main():
     keywords = [encode(args.keywords, args.tgt, task.target_dictionary, False).tolist()] if args.keywords else None
     sample = {"id": torch.tensor([0]), "net_input": {"src_tokens": src, "src_lengths": torch.tensor([src.size(1)])}}
     generator = ExplainingGenerator if args.explain else InsertionGenerator
-    gen = generator(task.target_dictionary, mode=args.mode, slot_top_p=args.slot_top_p, retain_history=True,
-                    skip_repeats=args.skip_repeats, stop_check_prob=args.stop_check_prob)
+    gen = generator(task.target_dictionary, DecodingOptions(mode=args.mode, slot_top_p=args.slot_top_p, retain_history=True,
+                                                            skip_repeats=args.skip_repeats,
+                                                            stop_check_prob=args.stop_check_prob))
     hypo = gen.generate(models, sample, initial_tokens=keywords)[0][0]
     detok = MosesDetokenizer(lang=args.tgt)
     for step, h in enumerate(hypo["history"]):

@@ -11,13 +11,11 @@ checkpoint), as in training. Other models report what their criterion logs (``nl
 Everything after ``--`` goes to fairseq-validate (the task and its flags).
 """
 import argparse
-import os
 import re
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from evaluate import split_extra  # noqa: E402
+from recipes.common import split_extra
 
 KEYS = ("loss", "nll_loss", "token_nll", "position_nll", "termination_nll")
 

@@ -1,5 +1,7 @@
 import argparse
 import os
+import random
+import shutil
 import subprocess
 import sys
 
@@ -13,11 +15,12 @@ sys.path.insert(0, ROOT)
 import insnet_fairseq  # noqa: E402,F401
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel, base_architecture  # noqa: E402
-from insnet_fairseq.tasks.lm import InsertionLMTask  # noqa: E402
+from insnet_fairseq.tasks.lm import InsertionLMConfig, InsertionLMTask  # noqa: E402
 from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel, insnet_small  # noqa: E402
 from insnet_fairseq.tasks.translation import InsertionTranslationTask  # noqa: E402
+from insnet_fairseq.data.dependency import ROOT as TREE_ROOT  # noqa: E402
 
-SHARED_DATA = os.path.join(os.path.dirname(ROOT), "shared", "data", "multi30k")
+import synthetic_corpus  # noqa: E402  (tests/synthetic_corpus.py: the generated corpus every corpus fixture uses)
 
 # ---------------------------------------------------------------- command-line runs (fairseq-* of the venv)
 BIN = os.path.dirname(sys.executable)
@@ -44,35 +47,64 @@ def generate_cmd(data, ckpt, *extra):
             "--path", ckpt, "--gen-subset", "test", "--batch-size", "16", "--max-insertion-steps", "5", *extra]
 
 
-@pytest.fixture(scope="session")
-def small_data(tmp_path_factory):
-    """data-bin of the first 300 lines of every Multi30k split (BPE 300 merges), built once per session."""
-    if not os.path.isdir(SHARED_DATA):
-        pytest.skip("../shared/data/multi30k not present")
-    tmp = tmp_path_factory.mktemp("m30k")
-    out = run([sys.executable, "recipes/prepare_bitext.py", "--name", "m30k_small", "--raw-dir", SHARED_DATA,
-               "--src", "en", "--tgt", "de", "--bpe-merges", "300", "--max-lines", "300",
-               "--work-dir", str(tmp / "work"), "--dest-dir", str(tmp / "bin")])
-    assert out.returncode == 0, out.stderr[-2000:]
-    return str(tmp / "bin" / "m30k_small")
-
-
-LM_LINES = 300  # lines of every split in lm_data
+# ---------------------------------------------------------------- corpora: generated, then prepared by the recipes
+N_LINES = synthetic_corpus.N_LINES  # sentence pairs of every split
 
 
 @pytest.fixture(scope="session")
-def lm_data(tmp_path_factory):
-    """data-bin of the first 300 English lines of every Multi30k split, with keywords and the AR bitext (the LM
-    task's data, recipes/prepare_lm.py), built once per session."""
-    if not os.path.isdir(SHARED_DATA):
-        pytest.skip("../shared/data/multi30k not present")
+def raw_corpus(tmp_path_factory):
+    """A raw parallel corpus written by tests/synthetic_corpus.py: {train,valid,test}.{en,de}, N_LINES generated
+    caption-like sentence pairs per split (untokenised text with punctuation), the same for every seed-1 run."""
+    return synthetic_corpus.write_corpus(str(tmp_path_factory.mktemp("raw_corpus")))
+
+
+@pytest.fixture(scope="session")
+def small_data(raw_corpus, tmp_path_factory):
+    """data-bin of raw_corpus, en-de (Moses tokenisation, joint BPE of 300 merges: recipes/prepare_bitext.py),
+    built once per test run."""
+    tmp = tmp_path_factory.mktemp("bitext")
+    out = run([sys.executable, "recipes/prepare_bitext.py", "--name", "small", "--raw-dir", raw_corpus,
+               "--src", "en", "--tgt", "de", "--bpe-merges", "300", "--workers", "1",
+               "--work-dir", str(tmp / "work"), "--dest-dir", str(tmp / "bin")], timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    return str(tmp / "bin" / "small")
+
+
+LM_LINES = N_LINES  # lines of every split in lm_data
+
+
+@pytest.fixture(scope="session")
+def lm_data(raw_corpus, tmp_path_factory):
+    """data-bin of raw_corpus's English side, with keywords and the AR bitext (the LM task's data,
+    recipes/prepare_lm.py), built once per test run."""
     tmp = tmp_path_factory.mktemp("lm")
-    out = run([sys.executable, "recipes/prepare_lm.py", "--name", "lm_small", "--raw-dir", SHARED_DATA, "--ext", "en",
+    out = run([sys.executable, "recipes/prepare_lm.py", "--name", "lm_small", "--raw-dir", raw_corpus, "--ext", "en",
                "--max-lines", str(LM_LINES), "--work-dir", str(tmp / "work"), "--dest-dir", str(tmp / "bin"),
                "--workers", "1"], timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     assert "keywords per sentence" in out.stdout
     return str(tmp / "bin" / "lm_small")
+
+
+# the LM task's command-line flags and a tiny insnet_lm
+LM = ["--user-dir", "insnet_fairseq", "--task", "insertion_lm"]
+TINY_LM = ["--arch", "insnet_lm_small", "--decoder-layers", "1", "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim",
+           "128", "--decoder-attention-heads", "2"]
+
+
+def copy_data(lm_data, dest):
+    """A copy of lm_data's dictionary and test split (with its keywords) in ``dest``, for tests that alter it."""
+    os.makedirs(dest)
+    for f in ("dict.txt", "test.bin", "test.idx", "test.keywords"):
+        shutil.copy(os.path.join(lm_data, f), dest)
+    return dest
+
+
+def lm_task(data, **cfg):
+    """InsertionLMTask over the data-bin ``data``, its config fields set by ``cfg``."""
+    # the interpolations fairseq resolves from its other config groups, given here
+    return InsertionLMTask.setup_task(InsertionLMConfig(data=str(data), seed=1, dataset_impl=None, train_subset="train",
+                                                        required_seq_len_multiple=1, **cfg))
 
 
 @pytest.fixture(scope="session")
@@ -218,3 +250,57 @@ def insnet_and_ar():
     model.decoder.heads.termination_proj.bias.data.fill_(-1.5)  # random weights stop after a while
     src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
     return model, build_tiny_ar(d), d, src, src_lengths
+
+
+# ---------------------------------------------------------------- dependency trees and a tiny parsed corpus
+def random_projective(n, rng):
+    """A random projective tree over n words (heads, ROOT for the root): a random root per span, its dependents random
+    sub-spans."""
+    heads = [None] * n
+
+    def build(lo, hi, parent):  # span [lo, hi) becomes one subtree under parent
+        root = rng.randrange(lo, hi)
+        heads[root] = parent
+        for a, b in ((lo, root), (root + 1, hi)):
+            cuts = sorted(rng.sample(range(a + 1, b), rng.randint(0, max(0, min(3, b - a - 1))))) if b - a > 1 else []
+            for x, y in zip([a] + cuts, cuts + [b]):
+                if y > x:
+                    build(x, y, root)
+
+    build(0, n, TREE_ROOT)
+    return heads
+
+
+DEP_RELS = ["root", "det", "nsubj", "dobj", "amod", "prep", "pobj", "punct"]
+DEP_SENTENCES = ["a man in a red hat plays the guitar .", "two dogs run", "a woman is sitting on a bench near the park .",
+                 "children play", "the boy jumps into the water", "people", "a man rides a bike down a long hill ."]
+
+
+def deps_line(heads, rels):
+    """A line of a .deps file: HEAD:REL per word, heads 1-based (0: the root)."""
+    return " ".join(f"{h + 1}:{r}" for h, r in zip(heads, rels))
+
+
+def write_dependency_corpus(tmp_path, sentences, seed=0):
+    """A data dir with dict.txt, train/valid/test .bin/.idx and random projective parses (.deps) of the sentences."""
+    from fairseq.data import indexed_dataset
+
+    rng = random.Random(seed)
+    data = tmp_path / "bin"
+    data.mkdir()
+    d = Dictionary()
+    for s in sentences:
+        for w in s.split():
+            d.add_symbol(w)
+    d.finalize(padding_factor=1)
+    d.save(str(data / "dict.txt"))
+    for split in ("train", "valid", "test"):
+        builder = indexed_dataset.make_builder(str(data / f"{split}.bin"), impl="mmap", vocab_size=len(d))
+        lines = []
+        for s in sentences:
+            builder.add_item(d.encode_line(s, add_if_not_exist=False))
+            heads = random_projective(len(s.split()), rng)
+            lines.append(deps_line(heads, ["root" if h == TREE_ROOT else rng.choice(DEP_RELS[1:]) for h in heads]))
+        builder.finalize(str(data / f"{split}.idx"))
+        (data / f"{split}.deps").write_text("".join(x + "\n" for x in lines))
+    return str(data)

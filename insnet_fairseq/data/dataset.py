@@ -10,7 +10,8 @@ from the dataset's per-sentence levels). Random orders are seeded by
 import torch
 from fairseq.data import BaseWrapperDataset
 
-from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, TREE_POLICIES, given_positions, make_order
+from insnet_fairseq.geometry.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, TREE_POLICIES, given_positions,
+                                            make_order)
 
 
 def padded_levels(flat: torch.Tensor, offsets: torch.Tensor, ids: torch.Tensor, lengths: torch.Tensor, n: int):

@@ -1,5 +1,5 @@
 """Dependency trees of target sentences: the InsNet *syntactic order* (``--insertion-order dependency``)
-and the iterative expansion LM (``../shared/papers/iterative-expansion-lm.txt``) both generate a
+and the iterative expansion LM (Casas et al. 2020, :mod:`insnet_fairseq.models.expansion_lm`) both generate a
 sentence along its parse, level by level from the root.
 
 A tree is ``heads``: one entry per word, the 0-based index of its head word, -1 for the root, with
@@ -22,13 +22,13 @@ preparation), never on a training or decoding step.
 """
 from typing import List, Optional, Sequence, Tuple
 
+import torch
+
+from insnet_fairseq.errors import TreeError
+
 ROOT = -1
 HEAD = "HEAD"
 PAD = "[pad]"
-
-
-class TreeError(ValueError):
-    """A ``.deps`` line that is not one tree over its sentence."""
 
 
 def parse_deps_line(line: str, n_words: int) -> Tuple[List[int], List[str]]:
@@ -252,8 +252,6 @@ def levels_of_file(path: str, word_counts: Sequence[int]):
     """The ``dependency`` order's levels of a split: (flat LongTensor [words], offsets LongTensor [N + 1]) for
     :func:`insnet_fairseq.data.dataset.padded_levels`, the number of sentences whose parse had to be made
     projective, and the total number of levels (parallel insertion steps) over the split."""
-    import torch
-
     flat, offsets, lifted, steps = [], [0], 0, 0
     for heads, _ in read_deps(path, word_counts):
         lifted += not is_projective(heads)

@@ -1,5 +1,5 @@
-"""Data of the iterative expansion LM (``../shared/papers/iterative-expansion-lm.txt``, section 3): every
-sentence's level transitions along its binarised dependency tree (:mod:`insnet_fairseq.data.dependency`).
+"""Data of the iterative expansion LM (Casas et al. 2020, section 3): every sentence's level transitions along
+its binarised dependency tree (:mod:`insnet_fairseq.data.dependency`).
 
 Vocabularies (built from the training parses by :func:`build_vocabularies`, written next to the data):
 - the *token* dictionary is the LM's ``dict.txt`` plus one dependency placeholder per relation, ``[nsubj]``,

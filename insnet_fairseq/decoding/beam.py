@@ -97,12 +97,12 @@ class BeamSearch:
         cum = cum.view(-1)  # [R]
         finished: List[List[dict]] = [[] for _ in range(n_sent)]
         n_done = torch.zeros(n_sent, dtype=torch.long, device=device)  # [n_sent] finished hypotheses
-        history = [[] for _ in range(R)] if gen.retain_history else None
+        history = [[] for _ in range(R)] if gen.options.retain_history else None
         self.record(history, state)
         while True:
             R = state.tokens.size(0)
             n = R // W
-            t = gen.termination_logit(decoder, state) - gen.stop_logit  # [R]; --stop-threshold shifts the log-odds
+            t = gen.termination_logit(decoder, state) - gen.options.stop_logit  # [R]; --stop-threshold shifts the log-odds
             log_stop, log_go = F.logsigmoid(t), F.logsigmoid(-t)
             alive = torch.isfinite(cum)
             must_stop = (state.steps >= cap) | (state.lengths >= max_len)  # [R]

@@ -98,7 +98,7 @@ class ColumnStore:
 
 
 class KVWriter:
-    """A layer's cache slot for :class:`~insnet_fairseq.models.attention.OffsetSelfAttention`:
+    """A layer's cache slot for :class:`~insnet_fairseq.modules.attention.OffsetSelfAttention`:
     ``extend(k, v)`` ([B, H, G, Dh] new keys/values) writes them after the ``size`` cached columns of the
     store's buffers (which :meth:`ColumnStore.reserve` made room for) and returns the views of all
     ``size + G`` columns [B, H, size + G, Dh], as ``torch.cat([past, new], 2)`` would."""

@@ -5,41 +5,27 @@ inserts:
 
 * ``sequential``: one token at the most probable slot;
 * ``parallel``: a token into every slot whose probability lies in the top ``slot_top_p`` of the
-  position distribution mass (paper 4.1: 70%); tokens inserted in one step are encoded as if
-  inserted left to right.
+  position distribution mass (paper 4.1: 70%; the command line's default is 90%, the best on valid); tokens
+  inserted in one step are encoded as if inserted left to right.
 
-Tokens are greedy (or top-k sampled). With ``skip_repeats``, a token equal to a neighbour of its
-slot is not inserted (the slot stays open for a later step), the usual cure for the duplicated
-words of parallel decoding; a sentence whose every choice repeats a neighbour takes, at those
-slots, its best token that does not. With ``replace_repeats`` every such slot takes that token.
-With ``min_token_prob``, a parallel step also leaves open the slots whose token is less likely than
-that (each sentence keeps its best insertion): unsure words wait for more context, at the cost of
-more steps. A sentence stops when the termination head says stop (q(stop | h_last) >
-``stop_threshold``, 0.5 by default; with ``min_length_ratio``, not before that many words per source
-word, one word per step while held back) or at its step cap, and leaves the batch. With
-``stop_check_prob``, a sentence that the termination head stops first gets one more step that inserts
-only the words of probability >= ``stop_check_prob`` that repeat neither neighbour (if it has any):
-q(stop) of a layered model stops with words missing (:meth:`InsertionGenerator.confident_slots`).
+Tokens are greedy (or sampled). The options (:class:`~insnet_fairseq.decoding.options.DecodingOptions`, whose
+fields are the flag reference) switch on the decoding rules, each a unit of its own that the loop calls:
 
-Candidates (``candidates`` K > 1, the length beam of mask-predict and the noisy parallel decoding of
-Gu et al. 2018, with the model as its own judge): each sentence is decoded K times side by side,
-candidate j taking the j-th most probable word(s) at the first step (with sampling: K samples), and
-the candidates are output best first by mean log-probability per insertion (``--nbest``: the first N). The first word is
-the hardest guess of a layered model (a binary or anchored order starts from a sentence's middle
-word), and every later step builds on it. The K candidates cost one batch K times as wide, not more
-steps: a sentence reports the most steps any of its candidates took. With ``candidates_finish`` M < K a sentence
-stops once M of its candidates have finished; the others are dropped unfinished (a candidate that needs far more steps
-than its siblings is mostly one gone astray), so it reports the step its M-th candidate finished. With ``reranking`` (fairseq's
-``--iter-decode-with-external-reranker``, ``--path INSNET.pt:AR.pt``) an autoregressive model is the judge, as
-in Gu et al.: one teacher-forced pass scores every candidate of the batch (:mod:`insnet_fairseq.decoding.rerank`).
-With ``candidates_mbr`` T the candidates are ranked by minimum Bayes risk instead, their expected BLEU+1 against each
-other weighted by softmax(score / T) (:mod:`insnet_fairseq.decoding.mbr`).
+* the word rules of a step, ``--skip-repeats`` and ``--min-token-prob`` (:mod:`insnet_fairseq.decoding.word_rules`);
+* when a sentence stops: q(stop | h_last) > ``--stop-threshold``, not before ``--min-length-ratio`` words per source
+  word, and the stop check ``--stop-check-prob`` (:mod:`insnet_fairseq.decoding.stopping`); a sentence also stops at
+  its step or length cap, and leaves the batch;
+* ``--insertion-candidates K`` decoded side by side (:mod:`insnet_fairseq.decoding.candidates`), ranked by the model's
+  own score, by a judge (``--iter-decode-with-external-reranker``, :class:`insnet_fairseq.decoding.rerank.Judge`) or
+  by minimum Bayes risk (``--insertion-candidates-mbr``, :func:`insnet_fairseq.decoding.mbr.mbr_ranks`);
+* ``--insertion-beam`` (:mod:`insnet_fairseq.decoding.beam`) and ``--insertion-verify``
+  (:mod:`insnet_fairseq.decoding.verify`), which drive the same steps their own way.
 
 Cached context: a token's states never change once inserted, so every layer's keys/values
 are kept and a step encodes only the new tokens; their offset rows are computed directly from
 the current positions (O(new x all) per step). So are the token's halves of the slot
 representation, f_l(h) and f_r(h): a step scores its slots from them
-(:meth:`insnet_fairseq.models.slots.SlotHeads.step_position_logits`), O(B S D) with no projection, and
+(:meth:`insnet_fairseq.modules.slots.SlotHeads.step_position_logits`), O(B S D) with no projection, and
 projects to the vocabulary only the slots it inserts into. ``use_cache=False`` re-encodes the whole
 partial sequence every step with the full offset matrix (for checking and timing).
 
@@ -63,21 +49,23 @@ fill its output cap. Long constrained starts are decoded apart from the rest of 
 so that one long constraint phrase neither slows its batch nor exhausts memory.
 """
 import logging
-import math
+from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
 
 import torch
+from fairseq.token_generation_constraints import unpack_constraints
 from torch import Tensor
 
-from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH
 from insnet_fairseq.decoding.beam import BeamSearch
-from insnet_fairseq.decoding.flags import (COMPILE_MODES, check_beam_flags, check_blanks, check_decoding_flags,
-                                          check_verify_flags, split_template)
-from insnet_fairseq.decoding.mbr import mbr_order
-from insnet_fairseq.decoding.rerank import Judge, pad_hypotheses
-from insnet_fairseq.decoding.sampling import check_temperature
+from insnet_fairseq.decoding.candidates import Candidates
+from insnet_fairseq.decoding.mbr import mbr_ranks
+from insnet_fairseq.decoding.options import DecodingOptions
+from insnet_fairseq.decoding.rerank import Judge
 from insnet_fairseq.decoding.state import DecoderState
 from insnet_fairseq.decoding.step import InsertionSteps
+from insnet_fairseq.decoding.stopping import StopCheck, Stopping
+from insnet_fairseq.decoding.templates import check_blanks, split_template
+from insnet_fairseq.decoding.verify import verified
 
 logger = logging.getLogger(__name__)
 
@@ -88,120 +76,9 @@ class InsertionGenerator(InsertionSteps):
     """fairseq's generator for InsNet: the decoding loop over :class:`~insnet_fairseq.decoding.step.InsertionSteps`' steps,
     candidates and beam rows, and the hypotheses it outputs (see the module docstring)."""
 
-    def __init__(
-        self,
-        tgt_dict,
-        mode: str = "sequential",
-        slot_top_p: float = 0.7,
-        max_steps: int = 0,
-        max_steps_a: float = 2.0,
-        max_steps_b: int = 10,
-        use_cache: bool = True,
-        sampling: bool = False,
-        sampling_topk: int = -1,
-        sampling_topp: float = -1.0,
-        temperature: float = 1.0,
-        retain_history: bool = False,
-        skip_repeats: bool = False,
-        replace_repeats: bool = False,
-        min_token_prob: float = 0.0,
-        stop_threshold: float = 0.5,
-        stop_check_prob: float = 0.0,
-        min_length_ratio: float = 0.0,
-        dedupe: bool = False,
-        conditional: bool = True,
-        keywords_from_source: bool = False,
-        blank_id: Optional[int] = None,
-        candidates: int = 1,
-        candidates_finish: int = 0,
-        fuse_slot_queries: bool = False,
-        reranking: bool = False,
-        channel_weight: float = 0.0,
-        judge_order: str = "l2r",
-        anchor_depth: int = DEFAULT_ANCHOR_DEPTH,
-        beam: int = 1,
-        lenpen: float = 1.0,
-        candidates_mbr: float = 0.0,
-        verify: bool = False,
-        verify_tolerance: float = 0.0,
-        verify_max_len: Tuple[float, int] = (0.0, 200),
-        verify_redraft: str = "suffix",
-        compile_decoder: str = "off",
-        compile_backend: str = "inductor",
-    ):
-        check_decoding_flags(mode, slot_top_p, max_steps, min_token_prob, stop_threshold, stop_check_prob)
-        check_beam_flags(beam, mode, candidates=candidates, sampling=sampling, skip_repeats=skip_repeats,
-                         replace_repeats=replace_repeats, stop_check_prob=stop_check_prob, min_token_prob=min_token_prob)
-        self.beam, self.lenpen = beam, lenpen  # --insertion-beam (sequential beam search, decoding/beam.py), --lenpen
-        if candidates < 1:
-            raise ValueError(f"--insertion-candidates must be >= 1, got {candidates}")
-        self.candidates = candidates
-        if not 0 <= candidates_finish <= candidates:
-            raise ValueError(f"--insertion-candidates-finish M stops a sentence once M of its --insertion-candidates K "
-                             f"have finished: 0 (all) or 1..K (got M {candidates_finish}, K {candidates})")
-        self.candidates_finish = candidates_finish if 0 < candidates_finish < candidates else 0  # 0: wait for all K
-        # fairseq's --iter-decode-with-external-reranker: the last model is an autoregressive judge of the candidates
-        if reranking and candidates < 2:
-            raise ValueError("--iter-decode-with-external-reranker chooses among candidates: add --insertion-candidates K "
-                             "(K >= 2)")
-        self.reranking = reranking
-        # --channel-weight W: the judge adds W x log p(source | candidate) of a target -> source AR model (rerank.py)
-        if channel_weight < 0 or (channel_weight > 0 and not reranking):
-            raise ValueError("--channel-weight weighs the channel model of the autoregressive judge: a weight >= 0, "
-                             "with --iter-decode-with-external-reranker and --path INSNET.pt:AR.pt:REV.pt "
-                             f"(got {channel_weight})")
-        self.channel_weight = channel_weight
-        if judge_order != "l2r" and not reranking:
-            raise ValueError(f"--judge-order {judge_order} is the trajectory an InsNet judge scores along: it needs "
-                             "--iter-decode-with-external-reranker and --path INSNET.pt:JUDGE.pt")
-        self.judge_order, self.anchor_depth = judge_order, anchor_depth
-        # --insertion-candidates-mbr T: the candidates ranked by expected BLEU+1 against each other (decoding/mbr.py)
-        if candidates_mbr < 0 or (candidates_mbr > 0 and candidates < 2):
-            raise ValueError("--insertion-candidates-mbr T ranks the candidates of --insertion-candidates K (K >= 2) by "
-                             "their expected BLEU against each other, weighted by softmax(score / T): T > 0 (inf: "
-                             f"uniform), 0: off (got T {candidates_mbr}, K {candidates})")
-        self.candidates_mbr = candidates_mbr
-        # --insertion-verify: the drafts of this generator verified by an autoregressive model (decoding/verify.py),
-        # whose greedy length limit is fairseq's --max-len-a x source width + --max-len-b
-        check_verify_flags(verify, verify_tolerance, candidates, beam, reranking, verify_redraft)
-        self.verifying, self.verify_tolerance, self.verify_max_len = verify, verify_tolerance, verify_max_len
-        self.verify_redraft = verify_redraft
-        # --slot-query-stream models, cached decoding: a step's pass also computes every slot's query for the next
-        # step (one pass per step instead of two; the same outputs). Off by default: the queries of every slot cost
-        # more than the saved pass at large batches (CPU: 1.1x faster at batch 1, 0.8x at batch 64)
-        self.fuse_slot_queries = fuse_slot_queries
-        # --compile-decoder: each cached step's decoder pass through torch.compile (dynamic shapes), made on first use
-        if compile_decoder not in COMPILE_MODES:
-            raise ValueError(f"--compile-decoder must be one of {', '.join(COMPILE_MODES)}, got '{compile_decoder}'")
-        self.compile_decoder, self.compile_backend = compile_decoder, compile_backend
-        self._compiled = {}  # (id(context), pass name) -> the compiled pass
-        self.tgt_dict = tgt_dict
-        self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
-        self.mode = mode
-        self.slot_top_p = slot_top_p
-        self.max_steps, self.max_steps_a, self.max_steps_b = max_steps, max_steps_a, max_steps_b
-        self.use_cache = use_cache
-        check_temperature(temperature, sampling)
-        self.sampling, self.sampling_topk, self.sampling_topp = sampling, sampling_topk, sampling_topp
-        self.temperature = temperature  # --temperature: the words are sampled from softmax(log p / T); scores stay log p
-        self.retain_history = retain_history
-        if skip_repeats and replace_repeats:
-            raise ValueError("--skip-repeats and --replace-repeats exclude each other: choose one")
-        self.skip_repeats = skip_repeats
-        self.replace_repeats = replace_repeats
-        self.min_token_prob = min_token_prob
-        self.stop_logit = math.log(stop_threshold / (1 - stop_threshold))  # q(stop) > threshold
-        self.stop_check_prob = stop_check_prob  # q(stop) is overruled by a word this sure (see confident_slots)
-        if min_length_ratio < 0:
-            raise ValueError(f"--min-length-ratio must be >= 0, got {min_length_ratio}")
-        self.min_length_ratio = min_length_ratio  # the termination head is not heard below this x source words
-        self.dedupe = dedupe
-        self.conditional = conditional  # False: no source (insertion_lm), no empty-source rule
-        self.keywords_from_source = keywords_from_source
-        self.blank_id = blank_id  # with keywords_from_source: the source is a template, blank_id its blanks
-        self.symbols_to_strip_from_output = {self.bos, self.eos}
-        self.banned = torch.tensor(sorted({self.bos, self.eos, self.pad}))
-        self._banned_on = {}  # device -> self.banned there
+    def __init__(self, tgt_dict, options: DecodingOptions = DecodingOptions()):
+        super().__init__(tgt_dict, options)
+        self.symbols_to_strip_from_output = {self.bos, self.eos}  # fairseq-generate strips them from the output
 
     # -- entry point ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -211,21 +88,11 @@ class InsertionGenerator(InsertionSteps):
                  blanks: Optional[Sequence[Sequence[int]]] = None):
         """fairseq's entry point: :meth:`decode`, or with ``--insertion-verify`` (``models``: the InsNet model, then
         the autoregressive verifier) InsNet drafts verified by the autoregressive model (decoding/verify.py)."""
-        if not self.verifying:
+        if not self.options.verify:
             return self.decode(models, sample, prefix_tokens, constraints, initial_tokens, initial_order, blanks)
-        if len(models) != 2:
-            raise ValueError("--insertion-verify needs two checkpoints, the InsNet model and the autoregressive "
-                             f"verifier: --path INSNET.pt:AR.pt (got {len(models)})")
-        given = [("--prefix-size", prefix_tokens), ("--constraints", constraints), ("initial_tokens", initial_tokens),
-                 ("blanks", blanks)]
-        for name, value in given:
-            if value is not None:
-                raise ValueError(f"--insertion-verify outputs what the autoregressive verifier accepts and does not "
-                                 f"take {name}: decode without --insertion-verify")
-        from insnet_fairseq.decoding.verify import Speculation
-
-        return Speculation(self, models[0], models[1], self.verify_tolerance, *self.verify_max_len,
-                           redraft=self.verify_redraft).generate(sample)
+        given = {"--prefix-size": prefix_tokens, "--constraints": constraints, "initial_tokens": initial_tokens,
+                 "blanks": blanks}
+        return verified(self, models, sample, given)
 
     @torch.no_grad()
     def decode(self, models, sample, prefix_tokens=None, constraints=None,
@@ -245,17 +112,10 @@ class InsertionGenerator(InsertionSteps):
         are inserted there only. With ``blank_id`` set (task ``insertion_lm --infill``), the source
         holds the template, ``blank_id`` marking each blank.
         """
-        reranker = None
-        if self.reranking:  # --path INSNET.pt:AR.pt[:REV.pt]: the judge of the candidates (decoding/rerank.py)
-            if self.channel_weight > 0 and len(models) != 3:
-                raise ValueError("--channel-weight needs three checkpoints, the InsNet model, the autoregressive judge "
-                                 f"and its channel model (target -> source): --path INSNET.pt:AR.pt:REV.pt (got {len(models)})")
-            if self.channel_weight == 0 and len(models) != 2:
-                raise ValueError("--iter-decode-with-external-reranker needs two checkpoints, the InsNet model and "
-                                 f"the autoregressive judge: --path INSNET.pt:AR.pt (got {len(models)}; a third, the "
-                                 "channel model, needs --channel-weight)")
-            models, reranker = models[:1], Judge.from_models(models[1:], self.channel_weight, self.tgt_dict,
-                                                                  self.judge_order, self.anchor_depth)
+        o = self.options
+        judge = None
+        if o.reranking:  # --path INSNET.pt:AR.pt[:REV.pt]: the judge of the candidates (decoding/rerank.py)
+            models, judge = Judge.split(models, o, self.tgt_dict)
         if len(models) != 1:
             raise ValueError("InsNet decoding does not ensemble: pass one checkpoint to --path")
         if prefix_tokens is not None:
@@ -267,14 +127,12 @@ class InsertionGenerator(InsertionSteps):
         src_tokens, src_lengths = net_input["src_tokens"], net_input["src_lengths"]
         B = src_tokens.size(0)
         if constraints is not None and initial_tokens is None:
-            from fairseq.token_generation_constraints import unpack_constraints
-
             initial_tokens = [[int(t) for c in unpack_constraints(row) for t in c] for row in constraints.cpu()]
-        if self.keywords_from_source and initial_tokens is None:  # insertion_lm: the source holds the keywords
+        if o.keywords_from_source and initial_tokens is None:  # insertion_lm: the source holds the keywords
             words = (src_tokens != self.pad) & (src_tokens != self.eos)
             initial_tokens = [row[keep].tolist() for row, keep in zip(src_tokens.cpu(), words.cpu())]
-            if self.blank_id is not None:  # ... or a template: split off its blanks
-                initial_tokens, blanks = zip(*(split_template(row, self.blank_id) for row in initial_tokens))
+            if o.blank_id is not None:  # ... or a template: split off its blanks
+                initial_tokens, blanks = zip(*(split_template(row, o.blank_id) for row in initial_tokens))
         if initial_tokens is not None:
             initial_tokens = self.check_initial_tokens(initial_tokens, B)
             for b, row in enumerate(initial_tokens if initial_order is not None else []):
@@ -286,14 +144,14 @@ class InsertionGenerator(InsertionSteps):
         decoder = model.decoder
         # caps: steps (--max-insertion-steps, default a * source length + b) and output length
         # (the same a * source length + b words, and the model's --max-target-positions)
-        auto = (src_lengths.float() * self.max_steps_a + self.max_steps_b).long()
-        cap = torch.full_like(auto, self.max_steps) if self.max_steps > 0 else auto
+        auto = (src_lengths.float() * o.max_steps_a + o.max_steps_b).long()
+        cap = torch.full_like(auto, o.max_steps) if o.max_steps > 0 else auto
         max_len = (auto + 2).clamp(max=decoder.max_target_positions)  # [B], with <s> and </s>
         # --min-length-ratio: at least ratio x source words (without </s>) before q(stop) is heard
-        min_len = torch.minimum(((src_lengths - 1).float() * self.min_length_ratio).ceil().long() + 2, max_len)
+        min_len = torch.minimum(((src_lengths - 1).float() * o.min_length_ratio).ceil().long() + 2, max_len)
         finalized: List[Optional[dict]] = [None] * B
         for b in self.settled_rows(sample, src_lengths, given, max_len, decoder.max_target_positions,
-                                   conditional=self.conditional):
+                                   conditional=o.conditional):
             finalized[b] = self.fixed_hypothesis(given[b])
         for b in range(B):  # a template without blanks is its own output
             if blanks is not None and not blanks[b] and finalized[b] is None:
@@ -303,7 +161,7 @@ class InsertionGenerator(InsertionSteps):
         todo = [b for b in range(B) if finalized[b] is None]
         for rows in self.length_groups([len(given[b]) for b in todo]):
             self._decode_rows(model, sample, [todo[r] for r in rows], cap, max_len, min_len, initial_tokens,
-                              initial_order, finalized, blanks, reranker)
+                              initial_order, finalized, blanks, judge)
         return [h if isinstance(h, list) else [h] for h in finalized]
 
     @staticmethod
@@ -318,12 +176,13 @@ class InsertionGenerator(InsertionSteps):
         return [groups[k] for k in sorted(groups)]
 
     def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, min_len: Tensor, initial_tokens,
-                     initial_order, finalized: List[Optional[dict]], blanks=None, reranker=None) -> None:
-        """Decode the batch rows ``todo`` together; fills ``finalized[b]`` for each (of its K candidates, the best
-        by the model's own score, or by the autoregressive ``reranker``'s when there is one)."""
+                     initial_order, finalized: List[Optional[dict]], blanks=None, judge: Optional[Judge] = None) -> None:
+        """Decode the batch rows ``todo`` together; fills ``finalized[b]`` for each: its beam's hypotheses, or its
+        candidates best first (by the model's own score, the ``judge``'s, or minimum Bayes risk)."""
+        o = self.options
         decoder = model.decoder
         src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
-        K = self.beam if self.beam > 1 else self.candidates
+        K = o.rows_per_sentence
         owner = [b for b in todo for _ in range(K)]  # decoded row -> batch row (K candidates / beam rows each)
         if owner != list(range(src_tokens.size(0))):
             rows = torch.tensor(owner, device=src_tokens.device)
@@ -339,73 +198,70 @@ class InsertionGenerator(InsertionSteps):
             source_pad = None
         state = self.initial_state(decoder, len(owner), src_tokens.device, source_kv, source_pad, initial_tokens,
                                    initial_order, blanks, capacity=int(max_len.max()))
-        ids = torch.arange(len(owner), device=src_tokens.device)  # decoded row of each sentence left
-        if self.beam > 1:  # --insertion-beam: every finished hypothesis, best first
-            found = BeamSearch(self, self.beam, self.lenpen).search(
-                decoder, state, source_kv, source_pad, cap, max_len, min_len if self.min_length_ratio > 0 else None)
+        if o.beam > 1:  # --insertion-beam: every finished hypothesis, best first
+            found = BeamSearch(self, o.beam, o.lenpen).search(
+                decoder, state, source_kv, source_pad, cap, max_len, min_len if o.min_length_ratio > 0 else None)
             for b, hyps in zip(todo, found):
                 finalized[b] = hyps
             return
-        # with candidates, the first step's words are each candidate's own rank (0: the best) of the word
-        first_rank = ids % K if K > 1 and not self.sampling else None
+        ids = torch.arange(len(owner), device=src_tokens.device)
+        hyps = self._decode_greedy(decoder, sample, state, Rows(ids, cap, max_len, min_len, source_kv, source_pad),
+                                   owner, len(todo))
+        if judge is not None:
+            judge.rescore(hyps, src_tokens, src_lengths, self.pad, self.eos)
+        ranks = mbr_ranks(hyps, len(todo), K, o.candidates_mbr, self.pad, self.eos) if o.candidates_mbr > 0 else None
+        for j, b in enumerate(todo):
+            finalized[b] = Candidates.ranked([h for h in hyps[j * K: (j + 1) * K] if h is not None],
+                                             None if ranks is None else ranks[j])
+
+    def _decode_greedy(self, decoder, sample, state: DecoderState, rows: "Rows", owner: List[int],
+                       sentences: int) -> List[Optional[dict]]:
+        """Step the decoded ``rows`` (of batch rows ``owner``, ``sentences`` sentences) until each stops: the
+        hypothesis of each decoded row (None: dropped unfinished by ``--insertion-candidates-finish``)."""
+        device = state.tokens.device
+        stopping = Stopping(self.options)  # --stop-threshold, --min-length-ratio
+        stop_check = StopCheck(self.options.stop_check_prob, len(owner), device)  # --stop-check-prob
+        candidates = Candidates(self.options, sentences, device)  # --insertion-candidates(-finish)
+        first_rank = candidates.first_ranks(rows.ids)  # the first step's word of each candidate
         history = {i: [] for i in range(len(owner))}
         hyps: List[Optional[dict]] = [None] * len(owner)
-        self._record(history, state, ids)
-        finishing = torch.zeros(len(owner), dtype=torch.bool, device=src_tokens.device)  # [B] --stop-check-prob's step
-        n_finished = torch.zeros(len(todo), dtype=torch.long, device=src_tokens.device)  # [G] per sentence, M of K
+        self._record(history, state, rows.ids)
         while True:
-            wants_stop = self.termination_logit(decoder, state) > self.stop_logit  # q(stop) > stop_threshold
-            held = wants_stop & (state.lengths < min_len) if self.min_length_ratio > 0 else None  # [B] or off
-            done = wants_stop if held is None else wants_stop & ~held
-            # --stop-check-prob: a sentence that q(stop) stops gets one more step, which inserts only its sure words
-            # (resume: their slots, words and log-probs, [B, K] each); after that step it stops, whatever q(stop) says
-            resume = None
-            if self.stop_check_prob > 0 and bool((done | finishing).any()):
-                resume = self.confident_slots(decoder, state, source_kv, source_pad, done & ~finishing)
-                done = (done | finishing) & ~resume[0].any(1)
-                finishing = resume[0].any(1)
-            stop = done | (state.steps >= cap) | (state.lengths >= max_len)
-            cut = torch.zeros_like(stop)  # --insertion-candidates-finish: rows dropped unfinished
-            if self.candidates_finish and bool(stop.any()):
-                group = ids // K  # [B] each row's sentence
-                n_finished.index_add_(0, group[stop], torch.ones_like(group[stop]))
-                cut = ~stop & (n_finished[group] >= self.candidates_finish)
+            done, held = stopping(self.termination_logit(decoder, state), state.lengths, rows.min_len)
+            done, forced = stop_check(self, decoder, state, rows.source_kv, rows.source_pad, done)
+            stop = done | (state.steps >= rows.cap) | (state.lengths >= rows.max_len)
+            cut = candidates.cut(stop, rows.ids)  # rows dropped unfinished
             if bool(stop.any()):
-                at_limit = ~done & (state.lengths >= decoder.max_target_positions)  # [B]
-                for row in stop.nonzero().view(-1).tolist():
-                    i = int(ids[row])
-                    b = owner[i]
-                    hyps[i] = self._finalize(state, row, history[i])
-                    if at_limit[row]:  # cut by the model's limit, not by the model: say so
-                        sid = int(sample["id"][b]) if sample.get("id") is not None else b
-                        logger.warning(f"sample id {sid}: output reached the model's limit of "
-                                       f"{decoder.max_target_positions - 2} words before the model stopped "
-                                       "(train with a larger --max-target-positions for longer outputs)")
+                self._finish_rows(sample, decoder, state, stop, done, rows.ids, owner, hyps, history)
                 keep = (~stop & ~cut).nonzero().view(-1)
                 if len(keep) == 0:
                     break
-                state, ids, cap, max_len, min_len = state.select(keep), ids[keep], cap[keep], max_len[keep], min_len[keep]
+                state, rows = state.select(keep), rows.select(keep)
                 held = None if held is None else held[keep]
-                resume = None if resume is None else tuple(x[keep] for x in resume)
-                finishing = finishing[keep]
+                forced = None if forced is None else forced.select(keep)
                 first_rank = None if first_rank is None else first_rank[keep]
-                source_kv = [(k[keep], v[keep]) for k, v in source_kv]
-                source_pad = None if source_pad is None else source_pad[keep]
+                stop_check.select(keep)
             # a sentence held back by --min-length-ratio inserts one word per step (its best slot)
-            state = self.step(decoder, state, source_kv, source_pad, max_len, one_word=held, word_rank=first_rank,
-                              forced=resume)
+            state = self.step(decoder, state, rows.source_kv, rows.source_pad, rows.max_len, one_word=held,
+                              word_rank=first_rank, forced=forced)
             first_rank = None
-            self._record(history, state, ids)
-        if reranker is not None:  # every candidate's score becomes the judge's (fairseq's rerank), one pass for all
-            rows = [i for i, h in enumerate(hyps) if h is not None]  # (dropped unfinished: None)
-            judged = reranker.score(src_tokens[rows], src_lengths[rows], [hyps[i]["tokens"] for i in rows], self.pad,
-                                    self.eos)
-            for i, s in zip(rows, judged.tolist()):
-                hyps[i]["score"] = s
-        ranks = self.mbr_ranks(hyps, len(todo), K) if self.candidates_mbr > 0 else None
-        for j, b in enumerate(todo):
-            finalized[b] = self.ranked_candidates([h for h in hyps[j * K: (j + 1) * K] if h is not None],
-                                                  None if ranks is None else ranks[j])
+            self._record(history, state, rows.ids)
+        return hyps
+
+    def _finish_rows(self, sample, decoder, state: DecoderState, stop: Tensor, done: Tensor, ids: Tensor,
+                     owner: List[int], hyps: List[Optional[dict]], history) -> None:
+        """The hypotheses of the rows ``stop`` (bool [B]; ``done``: those the model stopped, the others at a cap),
+        with a warning for a row cut by the model's length limit."""
+        at_limit = ~done & (state.lengths >= decoder.max_target_positions)  # [B]
+        for row in stop.nonzero().view(-1).tolist():
+            i = int(ids[row])
+            b = owner[i]
+            hyps[i] = self._finalize(state, row, history[i])
+            if at_limit[row]:  # cut by the model's limit, not by the model: say so
+                sid = int(sample["id"][b]) if sample.get("id") is not None else b
+                logger.warning(f"sample id {sid}: output reached the model's limit of "
+                               f"{decoder.max_target_positions - 2} words before the model stopped "
+                               "(train with a larger --max-target-positions for longer outputs)")
 
     def encode_sources(self, model, sample, todo: List[int], K: int):
         """The cross-attention keys/values and padding mask of the decoded rows (each of the batch rows ``todo`` K
@@ -432,30 +288,6 @@ class InsertionGenerator(InsertionSteps):
             source_kv = [(k[index], v[index]) for k, v in source_kv]
             source_pad = None if source_pad is None else source_pad[index]
         return source_kv, source_pad
-
-    def mbr_ranks(self, hyps: List[Optional[dict]], G: int, K: int) -> List[List[int]]:
-        """--insertion-candidates-mbr: for each of the G sentences, its candidates' places (among those finished,
-        in their order) by expected BLEU+1 against the sentence's candidates, best first (:mod:`.mbr`)."""
-        ended = [torch.tensor([self.eos]) if h is None else h["tokens"] for h in hyps]  # each ends with </s>
-        tokens = pad_hypotheses(ended, self.pad, self.eos)[:, 1:].view(G, K, -1)  # </s> and padding past each length
-        lengths = torch.tensor([len(t) - 1 for t in ended]).view(G, K)  # words, without </s>
-        valid = torch.tensor([h is not None for h in hyps]).view(G, K)
-        scores = torch.tensor([0.0 if h is None else h["score"] for h in hyps]).view(G, K)
-        order = mbr_order(tokens, lengths, scores, valid, self.candidates_mbr).tolist()  # [G, K] candidate indices
-        place = (valid.long().cumsum(1) - 1).tolist()  # a finished candidate's index among its sentence's finished ones
-        ok = valid.tolist()
-        return [[place[g][k] for k in order[g] if ok[g][k]] for g in range(G)]
-
-    @staticmethod
-    def ranked_candidates(hyps: List[dict], order: Optional[List[int]] = None) -> List[dict]:
-        """A sentence's candidates, best first by score (the model's mean log-probability per insertion, or the
-        judge's with ``--iter-decode-with-external-reranker``; ``--nbest`` prints the first N), or in ``order``
-        (--insertion-candidates-mbr); each reports the most steps any candidate took, as they decode side by side,
-        and its own as ``candidate_steps``.
-        Example: scores -0.9 (5 steps) and -0.4 (7 steps) -> [(-0.4, 7 steps), (-0.9, 7 steps, candidate_steps 5)]."""
-        steps = max(h["steps"] for h in hyps)
-        ranked = sorted(hyps, key=lambda h: -h["score"]) if order is None else [hyps[i] for i in order]
-        return [dict(h, steps=steps, candidate_steps=h["steps"]) for h in ranked]
 
     @staticmethod
     def settled_rows(sample, src_lengths: Tensor, given: Sequence[Sequence[int]], max_len: Tensor,
@@ -522,7 +354,7 @@ class InsertionGenerator(InsertionSteps):
     def _record(self, history, state, ids):
         """--retain-iter-history: every sentence's partial output after this step, with one device-to-host
         copy for the batch (not one per sentence)."""
-        if not self.retain_history:
+        if not self.options.retain_history:
             return
         order = state.sequence_order()  # [B, S] insertion index of each token, left to right, holes last
         seq, order = state.tokens.gather(1, order).cpu(), order.cpu()
@@ -543,8 +375,25 @@ class InsertionGenerator(InsertionSteps):
 
     def _finalize_sequence(self, tokens: Tensor, scores: Tensor, steps: int, history) -> dict:
         """The hypothesis of ``tokens`` [n] (``<s>`` ... ``</s>``, left to right) and their ``scores`` [n]."""
-        if self.dedupe:  # a token equal to its left neighbour is dropped (<s>, </s> never repeat)
-            keep = torch.ones_like(tokens, dtype=torch.bool)
-            keep[1:] = tokens[1:] != tokens[:-1]
-            tokens, scores = tokens[keep], scores[keep]
         return self._hypothesis(tokens[1:].cpu(), scores[1:].cpu(), steps, history)
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The rows of a decoding group still decoding, and what leaves the batch with them: ``ids`` [B] (each row's
+    index among the group's decoded rows), its step cap ``cap`` [B], length cap ``max_len`` [B] and minimum length
+    ``min_len`` [B] (tokens, ``<s>`` and ``</s>`` included), its source's keys/values ``source_kv`` (per layer (k, v)
+    [B, H, L, Dh]) and padding ``source_pad`` [B, L] (or None)."""
+
+    ids: Tensor
+    cap: Tensor
+    max_len: Tensor
+    min_len: Tensor
+    source_kv: List[Tuple[Tensor, Tensor]]
+    source_pad: Optional[Tensor]
+
+    def select(self, keep: Tensor) -> "Rows":
+        """Keep the rows ``keep`` (LongTensor)."""
+        return Rows(self.ids[keep], self.cap[keep], self.max_len[keep], self.min_len[keep],
+                    [(k[keep], v[keep]) for k, v in self.source_kv],
+                    None if self.source_pad is None else self.source_pad[keep])

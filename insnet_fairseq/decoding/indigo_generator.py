@@ -11,25 +11,27 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.state import DecoderState, Picks
+from insnet_fairseq.errors import FlagError
 
 
 class IndigoGenerator(InsertionGenerator):
-    def __init__(self, tgt_dict, **kwargs):
-        if kwargs.get("mode", "sequential") != "sequential":
-            raise ValueError("InDIGO inserts one word per step: decode --arch indigo_* with --insertion-mode sequential")
-        if kwargs.get("sampling"):
-            raise ValueError("InDIGO decoding is greedy here: --sampling is not supported for --arch indigo_*")
-        for flag, name in (("skip_repeats", "--skip-repeats"), ("replace_repeats", "--replace-repeats"),
-                           ("min_token_prob", "--min-token-prob"), ("stop_threshold", "--stop-threshold"),
-                           ("stop_check_prob", "--stop-check-prob")):
-            if kwargs.get(flag) and (flag != "stop_threshold" or kwargs[flag] != 0.5):
-                raise ValueError(f"{name} applies to InsNet's parallel decoding, not to --arch indigo_*")
-        if kwargs.get("candidates", 1) != 1:
-            raise ValueError("--insertion-candidates applies to InsNet decoding, not to --arch indigo_*")
-        if kwargs.get("beam", 1) != 1:
-            raise ValueError("--insertion-beam applies to InsNet decoding (its factorisation), not to --arch indigo_*")
-        super().__init__(tgt_dict, **kwargs)
+    def __init__(self, tgt_dict, options: DecodingOptions = DecodingOptions()):
+        o = options
+        if o.mode != "sequential":
+            raise FlagError("InDIGO inserts one word per step: decode --arch indigo_* with --insertion-mode sequential")
+        if o.sampling:
+            raise FlagError("InDIGO decoding is greedy here: --sampling is not supported for --arch indigo_*")
+        for name, on in (("--skip-repeats", o.skip_repeats), ("--min-token-prob", o.min_token_prob > 0),
+                         ("--stop-threshold", o.stop_threshold != 0.5), ("--stop-check-prob", o.stop_check_prob > 0)):
+            if on:
+                raise FlagError(f"{name} applies to InsNet's parallel decoding, not to --arch indigo_*")
+        if o.candidates != 1:
+            raise FlagError("--insertion-candidates applies to InsNet decoding, not to --arch indigo_*")
+        if o.beam != 1:
+            raise FlagError("--insertion-beam applies to InsNet decoding (its factorisation), not to --arch indigo_*")
+        super().__init__(tgt_dict, options)
 
     @staticmethod
     def word_lprobs(decoder, state: DecoderState) -> Tensor:

@@ -8,9 +8,12 @@ smoothed 2-, 3- and 4-gram precisions, brevity penalty) on the model's tokens, c
 batch of sentences in a few tensor operations, with no loop over tokens or sentences.
 """
 import math
+from typing import List, Optional
 
 import torch
 from torch import Tensor
+
+from insnet_fairseq.decoding.rerank import pad_hypotheses
 
 MAX_ORDER = 4
 
@@ -88,3 +91,22 @@ def mbr_order(tokens: Tensor, lengths: Tensor, scores: Tensor, valid: Tensor, te
     utility = pairwise_bleu(tokens, lengths)  # [G, a, b]
     expected = (utility * weights.unsqueeze(1)).sum(2).masked_fill(~valid, float("-inf"))  # [G, a]
     return expected.argsort(dim=1, descending=True, stable=True)
+
+
+def mbr_ranks(hyps: List[Optional[dict]], G: int, K: int, temperature: float, pad: int, eos: int) -> List[List[int]]:
+    """The ranking of ``--insertion-candidates-mbr T``: ``hyps``, the K candidates of each of G sentences in turn (None:
+    dropped unfinished) -> for each sentence, its finished candidates' places (among its finished ones, in their
+    order) by expected BLEU+1 against the sentence's candidates, best first (:func:`mbr_order`).
+
+    Example: a sentence's candidates "a b c d", None, "a b c e", "x y z w" (equal scores) -> [0, 1, 2] or [1, 0, 2]:
+    the third finished one last.
+    """
+    ended = [torch.tensor([eos]) if h is None else h["tokens"] for h in hyps]  # each ends with </s>
+    tokens = pad_hypotheses(ended, pad, eos)[:, 1:].view(G, K, -1)  # </s> and padding past each length
+    lengths = torch.tensor([len(t) - 1 for t in ended]).view(G, K)  # words, without </s>
+    valid = torch.tensor([h is not None for h in hyps]).view(G, K)
+    scores = torch.tensor([0.0 if h is None else h["score"] for h in hyps]).view(G, K)
+    order = mbr_order(tokens, lengths, scores, valid, temperature).tolist()  # [G, K] candidate indices
+    place = (valid.long().cumsum(1) - 1).tolist()  # a finished candidate's index among its sentence's finished ones
+    ok = valid.tolist()
+    return [[place[g][k] for k in order[g] if ok[g][k]] for g in range(G)]

@@ -14,21 +14,22 @@ trained left to right): it scores a candidate along the left-to-right trajectory
 :meth:`~insnet_fairseq.models.insnet.InsNetDecoder.forward`, by the mean log-probability of its named terms (token,
 position and termination) per inserted token, ``</s>`` counted: the same normalisation as the autoregressive score.
 """
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from fairseq import utils
+from fairseq.models import FairseqEncoderDecoderModel
+from fairseq.models.nat import FairseqNATModel
 from torch import Tensor
 
-from insnet_fairseq.data.orders import DEFAULT_ANCHOR_DEPTH
+from insnet_fairseq.geometry.layers import trajectory, uniform_layers
+from insnet_fairseq.geometry.orders import DEFAULT_ANCHOR_DEPTH, left_to_right
 
 
 def is_insnet_judge(model) -> bool:
     """Whether a judge is an InsNet model (scored by :func:`insnet_scores`), not an autoregressive one."""
-    from insnet_fairseq.models.insnet import InsNetModel
-
-    return isinstance(model, InsNetModel)
+    return getattr(model, "judge_kind", None) == "insnet"
 
 
 def check_reranker(reranker, tgt_dict, insnet_allowed: bool = True,
@@ -36,16 +37,11 @@ def check_reranker(reranker, tgt_dict, insnet_allowed: bool = True,
     """The judge must be an autoregressive encoder-decoder (fairseq's ``transformer`` family) or, where
     ``insnet_allowed``, an InsNet translation model (not InDIGO's, not the LM's), over the same target dictionary;
     anything else is refused with ``flag`` named."""
-    from fairseq.models import FairseqEncoderDecoderModel
-    from fairseq.models.nat import FairseqNATModel
-
-    from insnet_fairseq.models.indigo import IndigoModel
-    from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel
-
     name = type(reranker).__name__
-    insnet = isinstance(reranker, InsNetModel) and not isinstance(reranker, (IndigoModel, InsNetLMModel))
-    autoregressive = isinstance(reranker, FairseqEncoderDecoderModel) and \
-        not isinstance(reranker, (InsNetModel, FairseqNATModel))
+    kind = getattr(reranker, "judge_kind", "autoregressive")  # the insertion models say theirs (models/insnet.py)
+    insnet = kind == "insnet"
+    autoregressive = kind == "autoregressive" and isinstance(reranker, FairseqEncoderDecoderModel) and \
+        not isinstance(reranker, FairseqNATModel)
     if not (autoregressive or (insnet and insnet_allowed)):
         what = "an autoregressive encoder-decoder (e.g. --arch transformer)" + \
             (" or an InsNet translation model (--arch insnet_*)" if insnet_allowed else "")
@@ -125,9 +121,6 @@ def insnet_scores(model, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence
     score's count, ``</s>`` included). Example: a hypothesis [a, </s>] scores (log p(a | slot 0) + log o(slot 0) +
     log (1 - q(stop | <s> </s>)) + log q(stop | <s> </s> a)) / 2.
     """
-    from insnet_fairseq.data.layerization import trajectory, uniform_layers
-    from insnet_fairseq.data.orders import left_to_right
-
     check_judge_order(order)
     if any(m.training for m in model.modules()):
         model.eval()
@@ -180,18 +173,35 @@ class Judge:
         self.order, self.anchor_depth = order, anchor_depth  # an InsNet judge's trajectory (insnet_scores)
 
     @classmethod
-    def from_models(cls, models, channel_weight: float, tgt_dict, order: str = "l2r",
-                    anchor_depth: int = DEFAULT_ANCHOR_DEPTH) -> "Judge":
-        """The judge models at the end of ``--path``: the forward AR model, then the channel model when
-        ``channel_weight`` > 0; each checked (:func:`check_reranker`). ``order`` (``--judge-order``): the
-        trajectory an InsNet judge scores along; an autoregressive judge takes only "l2r"."""
-        for i, m in enumerate(models):
+    def split(cls, models, options, tgt_dict):
+        """``--path INSNET.pt:JUDGE.pt[:REV.pt]`` -> ([the InsNet model], the judge): the forward model, then the channel
+        model when ``--channel-weight`` > 0, each checked (:func:`check_reranker`); ``options``: the generator's
+        :class:`~insnet_fairseq.decoding.options.DecodingOptions` (``judge_order``: the trajectory an InsNet judge
+        scores along; an autoregressive judge takes only "l2r")."""
+        weight, order = options.channel_weight, options.judge_order
+        if weight > 0 and len(models) != 3:
+            raise ValueError("--channel-weight needs three checkpoints, the InsNet model, the autoregressive judge "
+                             f"and its channel model (target -> source): --path INSNET.pt:AR.pt:REV.pt (got {len(models)})")
+        if weight == 0 and len(models) != 2:
+            raise ValueError("--iter-decode-with-external-reranker needs two checkpoints, the InsNet model and "
+                             f"the autoregressive judge: --path INSNET.pt:AR.pt (got {len(models)}; a third, the "
+                             "channel model, needs --channel-weight)")
+        judges = models[1:]
+        for i, m in enumerate(judges):
             check_reranker(m, tgt_dict, insnet_allowed=i == 0)  # the channel reads the candidate as its source
         check_judge_order(order)
-        if order != "l2r" and not is_insnet_judge(models[0]):
+        if order != "l2r" and not is_insnet_judge(judges[0]):
             raise ValueError(f"--judge-order {order}: only an InsNet judge scores along an insertion order; an "
                              "autoregressive judge reads left to right (--judge-order l2r)")
-        return cls(models[0], models[1] if channel_weight > 0 else None, channel_weight, order, anchor_depth)
+        return models[:1], cls(judges[0], judges[1] if weight > 0 else None, weight, order, options.anchor_depth)
+
+    def rescore(self, hyps: List[Optional[dict]], src_tokens: Tensor, src_lengths: Tensor, pad: int, eos: int) -> None:
+        """Every candidate's score becomes the judge's (fairseq's rerank), one pass for all: ``hyps[i]`` is the
+        candidate of source row i (None: dropped unfinished, skipped)."""
+        rows = [i for i, h in enumerate(hyps) if h is not None]
+        judged = self.score(src_tokens[rows], src_lengths[rows], [hyps[i]["tokens"] for i in rows], pad, eos)
+        for i, s in zip(rows, judged.tolist()):
+            hyps[i]["score"] = s
 
     def score(self, src_tokens: Tensor, src_lengths: Tensor, hyps: Sequence[Tensor], pad: int, eos: int) -> Tensor:
         if is_insnet_judge(self.forward):

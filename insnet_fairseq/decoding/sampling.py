@@ -7,14 +7,16 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from insnet_fairseq.errors import FlagError
+
 
 def check_temperature(temperature: float, sampling: bool) -> None:
     """Refuse a ``--temperature`` decoding cannot use, naming the flag: T <= 0, or T != 1 without ``--sampling``
     (greedy words do not depend on T, and the reported scores are the model's own log-probabilities)."""
     if not temperature > 0:
-        raise ValueError(f"--temperature must be > 0, got {temperature}")
+        raise FlagError(f"--temperature must be > 0, got {temperature}")
     if temperature != 1.0 and not sampling:
-        raise ValueError(f"--temperature {temperature} shapes --sampling only (greedy decoding picks the same words "
+        raise FlagError(f"--temperature {temperature} shapes --sampling only (greedy decoding picks the same words "
                          "whatever the temperature): add --sampling, or leave --temperature at 1")
 
 

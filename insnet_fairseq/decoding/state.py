@@ -3,7 +3,7 @@
 :class:`DecoderState` is immutable: a step makes a new one (whose per-token tensors are views of a
 :class:`~insnet_fairseq.decoding.cache.ColumnStore`'s buffers in cached decoding). :func:`group_offsets`
 gives the offset rows of the tokens one parallel step inserts, encoded left to right (the rule training
-follows, :func:`insnet_fairseq.data.layerization.encoding_order`); :func:`compact` packs each sentence's
+follows, :func:`insnet_fairseq.geometry.layers.encoding_order`); :func:`compact` packs each sentence's
 chosen slots left to right, holes where a sentence inserts fewer tokens than the widest.
 """
 import dataclasses
@@ -93,6 +93,13 @@ class DecoderState:
     def sequence_order(self) -> Tensor:
         """[B, S] insertion indices sorted by position (real tokens first, left to right); computed once per state."""
         return self._order
+
+    def neighbour_tokens(self, chosen) -> Tuple[Tensor, Tensor]:
+        """The tokens left and right of each chosen slot: ``chosen`` bool [B, K] with N True, or its :class:`Picks`
+        -> ([N], [N]), row-major. Example: "<s> a b </s>", slots 0 and 2 -> ([<s>, b], [a, </s>])."""
+        picks = chosen if isinstance(chosen, Picks) else Picks.of(chosen)
+        seq = self.tokens.gather(1, self.sequence_order())  # [B, S] tokens left to right
+        return picks.take(seq[:, :-1]), picks.take(seq[:, 1:])
 
 
 def group_offsets(positions: Tensor, group_positions: Tensor, group_real: Tensor) -> Tensor:

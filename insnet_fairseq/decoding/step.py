@@ -4,28 +4,39 @@
 (the decoding loop, candidates, output) and :class:`~insnet_fairseq.decoding.beam.BeamSearch` to drive: encode the
 start (:meth:`~InsertionSteps.initial_state`), score every slot from the tokens' cached parts
 (:meth:`~InsertionSteps.slot_distribution`), choose slots and words (:meth:`~InsertionSteps.choose_slots`,
-:meth:`~InsertionSteps.token_logits`, :meth:`~InsertionSteps.choose_tokens`; parallel decoding's filters
-:meth:`~InsertionSteps.drop_repeats`, :meth:`~InsertionSteps.drop_unsure`, :meth:`~InsertionSteps.confident_slots`),
-and insert them (:meth:`~InsertionSteps.insert`: the new tokens' positions and offsets, one decoder pass over them
-with the cache written in place, or a full re-encoding without the cache). A step returns a new state. The settings
-it reads (``mode``, ``use_cache``, ``pad`` ...) are the generator's (see its ``__init__``).
+:meth:`~InsertionSteps.token_logits`, :meth:`~InsertionSteps.choose_tokens`, then the word rules the options switch
+on, :mod:`insnet_fairseq.decoding.word_rules`), and insert them (:meth:`~InsertionSteps.insert`: the new tokens'
+positions and offsets, one decoder pass over them with the cache written in place, or a full re-encoding without the
+cache). A step returns a new state. What it reads is given to its constructor: the target dictionary and the
+:class:`~insnet_fairseq.decoding.options.DecodingOptions`.
 """
-import math
 from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from insnet_fairseq.decoding.cache import ColumnStore, layer_names
+from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.sampling import sample
 from insnet_fairseq.decoding.state import HOLE, DecoderState, Picks, compact, group_offsets
-from insnet_fairseq.models.offsets import offsets_from_rank, rank_matrix
+from insnet_fairseq.decoding.stopping import Forced
+from insnet_fairseq.decoding.word_rules import StepWords, word_rules
+from insnet_fairseq.geometry.offsets import offsets_from_rank, rank_matrix
 
 ENCODE_CHUNK = 1 << 22  # rows x S x S elements per full encoding pass (see InsertionSteps._encode_all)
 
 
 class InsertionSteps:
-    """The step of :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` (its base class)."""
+    """The step of :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` (its base class), for the words of
+    ``tgt_dict`` (``<s>``, ``</s>`` and padding are never inserted) as ``options`` say."""
+
+    def __init__(self, tgt_dict, options: DecodingOptions):
+        self.tgt_dict, self.options = tgt_dict, options
+        self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
+        self.banned = torch.tensor(sorted({self.bos, self.eos, self.pad}))
+        self._banned_on = {}  # device -> self.banned there
+        self._compiled = {}  # (id(context), pass name) -> the compiled pass (--compile-decoder)
+        self.word_rules = word_rules(options, self.choose_tokens)  # --skip-repeats, --min-token-prob
 
     def context_pass(self, decoder, name: str):
         """The context encoder's pass ``name`` (``forward``: new tokens; ``forward_with_queries``: new tokens and the
@@ -33,12 +44,13 @@ class InsertionSteps:
         same compiled by ``torch.compile(mode=MODE, dynamic=True)``, once per model (the first steps compile it: a
         minute or more; later shapes reuse it). Its outputs equal the eager pass's within float rounding."""
         fn = getattr(decoder.context, name)
-        if self.compile_decoder == "off":
+        compile_mode = self.options.compile_decoder
+        if compile_mode == "off":
             return fn
         key = (id(decoder.context), name)
         if key not in self._compiled:
-            mode = None if self.compile_decoder == "default" else self.compile_decoder
-            self._compiled[key] = torch.compile(fn, mode=mode, dynamic=True, backend=self.compile_backend)
+            mode = None if compile_mode == "default" else compile_mode
+            self._compiled[key] = torch.compile(fn, mode=mode, dynamic=True, backend=self.options.compile_backend)
         return self._compiled[key]
 
     def banned_on(self, device) -> Tensor:
@@ -85,7 +97,7 @@ class InsertionSteps:
             steps=torch.zeros(B, dtype=torch.long, device=device), open_right=open_right,
             parts=self.slot_parts(decoder, hidden),
         )
-        if not self.use_cache:
+        if not self.options.use_cache:
             return state
         # room for as many insertions as the longest output may take (sequential decoding: exactly enough)
         store = ColumnStore(state.columns(), S + capacity)
@@ -97,7 +109,7 @@ class InsertionSteps:
 
     def fused(self, decoder) -> bool:
         """Whether a step computes the next step's slot queries in its own pass (see ``fuse_slot_queries``)."""
-        return self.fuse_slot_queries and self.use_cache and decoder.context.slot_query is not None
+        return self.options.fuse_slot_queries and self.options.use_cache and decoder.context.slot_query is not None
 
     @staticmethod
     def all_slots(positions: Tensor) -> Tensor:
@@ -155,12 +167,12 @@ class InsertionSteps:
     # -- one insertion step ------------------------------------------------------------------------
     def choose_slots(self, pos_lprobs: Tensor, room: Tensor) -> Tensor:
         """bool [B, K]: the slots to insert into (at least one, at most ``room`` per sentence)."""
-        if self.mode == "sequential":  # (not F.one_hot: it checks the classes' range with a host sync)
+        if self.options.mode == "sequential":  # (not F.one_hot: it checks the classes' range with a host sync)
             return torch.zeros_like(pos_lprobs, dtype=torch.bool).scatter_(1, pos_lprobs.argmax(-1, keepdim=True), True)
         probs, idx = pos_lprobs.exp().sort(dim=-1, descending=True)  # [B, K]
         mass_before = probs.cumsum(-1) - probs
         rank = torch.arange(probs.size(1), device=probs.device).unsqueeze(0)
-        take = ((mass_before < self.slot_top_p) | (rank == 0)) & (rank < room.unsqueeze(1)) & (probs > 0)
+        take = ((mass_before < self.options.slot_top_p) | (rank == 0)) & (rank < room.unsqueeze(1)) & (probs > 0)
         return torch.zeros_like(take).scatter(1, idx, take)
 
     def insertable_lprobs(self, logits: Tensor) -> Tensor:
@@ -178,23 +190,16 @@ class InsertionSteps:
         word_lprobs, words = self.insertable_lprobs(logits).max(-1)
         return pos_lprobs, open_slots, words, word_lprobs
 
-    @staticmethod
-    def neighbour_tokens(state: DecoderState, chosen: Tensor, picks: Optional[Picks] = None) -> Tuple[Tensor, Tensor]:
-        """The tokens left and right of each ``chosen`` slot (bool [B, K], N True; ``picks``: the same, :class:`Picks`,
-        made here when not given): ([N], [N])."""
-        picks = picks or Picks.of(chosen)
-        seq = state.tokens.gather(1, state.sequence_order())  # [B, S] tokens left to right
-        return picks.take(seq[:, :-1]), picks.take(seq[:, 1:])
-
     def choose_tokens(self, logits: Tensor, rank: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
         """logits [N, V] -> (tokens [N], log-probs [N]); special symbols are never inserted. With ``rank``
         ([N], greedy decoding), row n takes its ``rank[n]``-th most probable token (0: the best). Sampling draws
         from softmax(log p / ``temperature``); the log-probs returned are the model's own."""
         lprobs = self.insertable_lprobs(logits)
-        if rank is not None and not self.sampling:
+        o = self.options
+        if rank is not None and not o.sampling:
             tokens = lprobs.topk(int(rank.max()) + 1, dim=-1).indices.gather(1, rank.unsqueeze(1)).squeeze(1)
-        elif self.sampling:
-            tokens = sample(lprobs, self.sampling_topk, self.sampling_topp, temperature=self.temperature)
+        elif o.sampling:
+            tokens = sample(lprobs, o.sampling_topk, o.sampling_topp, temperature=o.temperature)
         else:  # (max, not argmax + gather: on a CPU argmax over [N, V] costs about twice max's value-and-index pass)
             best, tokens = lprobs.max(-1)
             return tokens, best
@@ -207,7 +212,7 @@ class InsertionSteps:
         Returns ((left, right) [B, K] steps of each slot's neighbours, pos_lprobs [B, K]), K = S - 1
         slots; slot k lies between the tokens of ranks k and k + 1 (left to right); slots beyond a
         sentence's length, and closed slots (infilling: outside the blanks), get -inf. The slots are
-        scored from the tokens' cached parts (:meth:`~insnet_fairseq.models.slots.SlotHeads.step_position_logits`).
+        scored from the tokens' cached parts (:meth:`~insnet_fairseq.modules.slots.SlotHeads.step_position_logits`).
         """
         heads = decoder.heads
         h = state.hidden
@@ -240,12 +245,12 @@ class InsertionSteps:
 
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len,
              one_word: Optional[Tensor] = None, word_rank: Optional[Tensor] = None,
-             forced: Optional[Tuple[Tensor, Tensor, Tensor]] = None) -> DecoderState:
+             forced: Optional[Forced] = None) -> DecoderState:
         """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>; the rows of
         ``one_word`` (bool [B]) insert a single word, at their best slot; row b's words are its
-        ``word_rank[b]``-th most probable ones (LongTensor [B]; None: the best). ``forced``: (slots bool [B, K],
-        words [B, K], their log-probs [B, K]) from :meth:`confident_slots`; a row with a forced slot inserts
-        exactly those words there (as many as ``max_len`` leaves room for), which are not scored again."""
+        ``word_rank[b]``-th most probable ones (LongTensor [B]; None: the best). ``forced``: the stop check's words
+        (:class:`~insnet_fairseq.decoding.stopping.StopCheck`); a row with a forced slot inserts exactly those words
+        there (as many as ``max_len`` leaves room for), which are not scored again."""
         slots, pos_lprobs = self.slot_distribution(decoder, state)
         room = (torch.as_tensor(max_len, device=pos_lprobs.device) - state.lengths).clamp_min(1)
         if one_word is not None:
@@ -253,70 +258,36 @@ class InsertionSteps:
         chosen = self.choose_slots(pos_lprobs, room)  # [B, K]
         f_rows = None
         if forced is not None:
-            f_slots = forced[0] & (forced[0].long().cumsum(1) <= room.unsqueeze(1))  # [B, K]
+            f_slots = forced.slots & (forced.slots.long().cumsum(1) <= room.unsqueeze(1))  # [B, K]
             f_rows = f_slots.any(1, keepdim=True)  # [B, 1]
             chosen = chosen & ~f_rows  # those rows' words are known: the others are chosen and scored as usual
         picks = self.picks_of(chosen, forced)  # the chosen slots by index: N read once (sequential: never)
         if picks.n > 0:
             logits = self.token_logits(decoder, state, slots, chosen, source_kv, source_pad, picks)  # [N, V]
             rank = None if word_rank is None else word_rank[picks.rows]  # [N]
-            tokens, tok_lprobs = self.choose_tokens(logits, rank)  # [N]
-            if self.skip_repeats or self.replace_repeats:
-                chosen, tokens, tok_lprobs, picks = self.drop_repeats(state, chosen, logits, tokens, tok_lprobs, picks)
-            if self.min_token_prob > 0 and self.mode == "parallel":
-                chosen, tokens, tok_lprobs, picks = self.drop_unsure(chosen, tokens, tok_lprobs, pos_lprobs, picks)
+            words = StepWords(chosen, picks, *self.choose_tokens(logits, rank))  # [N] words
+            for rule in self.word_rules:  # --skip-repeats, --min-token-prob
+                words = rule(state, words, logits, pos_lprobs)
+            chosen, picks, tokens, tok_lprobs = words.chosen, words.picks, words.tokens, words.lprobs
         if f_rows is not None and bool(f_rows.any()):  # merge the forced rows' words, row-major like the others
-            words, lprobs = forced[1].clone(), forced[2].clone()  # [B, K] (rows disjoint from the chosen ones)
+            all_words, lprobs = forced.words.clone(), forced.lprobs.clone()  # [B, K] (rows disjoint from the chosen)
             if bool(chosen.any()):
-                words.masked_scatter_(chosen, tokens)
+                all_words.masked_scatter_(chosen, tokens)
                 lprobs.masked_scatter_(chosen, tok_lprobs)
             chosen = chosen | f_slots
             picks = Picks.of(chosen)
-            tokens, tok_lprobs = picks.take(words), picks.take(lprobs)
+            tokens, tok_lprobs = picks.take(all_words), picks.take(lprobs)
         return self.insert(decoder, state, chosen, tokens, tok_lprobs + picks.take(pos_lprobs), source_kv, source_pad,
                            picks)
 
-    def picks_of(self, chosen: Tensor, forced=None) -> Picks:
+    def picks_of(self, chosen: Tensor, forced: Optional[Forced] = None) -> Picks:
         """The step's chosen slots (bool [B, K]) as :class:`Picks`, by which it selects where boolean indexing
         (``x[chosen]``) would make the host wait for a GPU at every use: sequential decoding (one slot a row)
         without any read of the device, otherwise with one read of the count. Example: chosen [[F, T, F], [T, F, F]]
         -> rows [0, 1], cols [1, 0]."""
-        if self.mode == "sequential" and forced is None and not (self.skip_repeats or self.replace_repeats):
+        if self.options.mode == "sequential" and forced is None and not self.word_rules:
             return Picks.one_per_row(chosen.byte().argmax(1), chosen.size(1))
         return Picks.of(chosen)
-
-    def confident_slots(self, decoder, state: DecoderState, source_kv, source_pad,
-                        rows: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """(sure bool [B, K], words [B, K], their log-probs [B, K]): for the sentences ``rows`` (bool [B]) that the
-        termination head would stop, the open slots whose best word has probability >= ``stop_check_prob`` and
-        repeats neither neighbour (``--stop-check-prob``), with those words: a sentence with such a slot is not
-        finished, and inserts them (once; :meth:`step` takes the triple as ``forced``).
-
-        Why: q(stop | h_last) of a layered model is trained only at the ends of gold layers, and a partial
-        sequence that missed a word looks finished to it ("Eine Frau spielt ein Geige ." gets q(stop) = 1.00,
-        while the slot "ein _ Geige" wants "Lied" at 0.87). The position distribution is no judge there (it is
-        never trained on finished sequences: "._</s>" got 0.78), but the token head is.
-        Example: the slots of "<s> ein Geige . </s>" with best words (Eine 0.95, Lied 0.87, "." 0.60,
-        Im 0.08) and stop_check_prob 0.5 -> [True, True, False, False]: "." repeats its left neighbour.
-        """
-        B, K = rows.size(0), state.hidden.size(1) - 1
-        sure = torch.zeros(B, K, dtype=torch.bool, device=rows.device)
-        words = torch.full((B, K), self.pad, dtype=torch.long, device=rows.device)
-        word_lprobs = torch.zeros(B, K, device=rows.device)
-        idx = rows.nonzero().view(-1)  # [R] only those sentences are scored (a batch stops a few rows at a time)
-        if len(idx) == 0:
-            return sure, words, word_lprobs
-        if len(idx) < B:
-            state = state.select(idx)
-            source_kv = [(k[idx], v[idx]) for k, v in source_kv]
-            source_pad = None if source_pad is None else source_pad[idx]
-        _, open_slots, best, best_lprobs = self.best_words(decoder, state, source_kv, source_pad)  # [R, K], [N]
-        left, right = self.neighbour_tokens(state, open_slots)
-        ok = (best_lprobs >= math.log(self.stop_check_prob)) & (best != left) & (best != right)  # [N]
-        at = idx.unsqueeze(1).expand(-1, K)[open_slots]  # [N] batch row of each open slot
-        col = open_slots.nonzero()[:, 1]  # [N] its slot
-        sure[at, col], words[at, col], word_lprobs[at, col] = ok, best, best_lprobs
-        return sure, words, word_lprobs
 
     @classmethod
     def token_logits(cls, decoder, state: DecoderState, slots, chosen: Tensor, source_kv, source_pad,
@@ -338,64 +309,6 @@ class InsertionSteps:
         z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, G, D]
         within = picks.take(chosen.long().cumsum(1) - 1)  # [N] each chosen slot's rank in its row: its column of z
         return decoder.heads.token_logits(e, z[picks.rows, within])
-
-    def drop_repeats(self, state: DecoderState, chosen: Tensor, logits: Tensor, tokens: Tensor, tok_lprobs: Tensor,
-                     picks: Optional[Picks] = None):
-        """Leave out the insertions that repeat a neighbour of their slot.
-
-        chosen bool [B, K] with N True; logits [N, V]; tokens, tok_lprobs [N].
-        Returns (chosen' [B, K], tokens' [N'], tok_lprobs' [N'], chosen' as Picks); ``picks``: chosen as Picks
-        (made here when not given). A sentence left with nothing keeps its slots, each with its best token that is neither neighbour;
-        with ``replace_repeats`` every repeating slot does (N' = N).
-        Example: "<s> die Kamera </s>" with "die" chosen for the slot between "die" and
-        "Kamera" inserts nothing there; if that is the sentence's only slot, it gets the best
-        token other than "die" and "Kamera".
-        """
-        picks = picks or Picks.of(chosen)
-        left, right = self.neighbour_tokens(state, chosen, picks)  # [N] neighbours of each chosen slot
-        repeat = (tokens == left) | (tokens == right)  # [N]
-        keep = chosen.clone()
-        keep[picks.rows, picks.cols] = ~repeat
-        if self.replace_repeats:
-            stuck = repeat  # [N] every repeat takes the slot's best other token
-        else:
-            stuck = (keep.sum(1) == 0)[picks.rows]  # [N] its sentence would insert nothing
-        if bool(stuck.any()):
-            logits = logits.float().scatter(1, left.unsqueeze(1), float("-inf")).scatter(1, right.unsqueeze(1), float("-inf"))
-            alt, alt_lprobs = self.choose_tokens(logits)
-            tokens, tok_lprobs = torch.where(stuck, alt, tokens), torch.where(stuck, alt_lprobs, tok_lprobs)
-            keep[picks.rows, picks.cols] = ~repeat | stuck
-        return self._kept(keep, tokens, tok_lprobs, picks)
-
-    @staticmethod
-    def _kept(keep: Tensor, tokens: Tensor, tok_lprobs: Tensor, picks: Picks):
-        """The words [N] at ``picks`` kept at the slots ``keep`` (bool [B, K], a subset): (keep, tokens' [N'],
-        tok_lprobs' [N'], the Picks of keep), with one read of N'."""
-        kept = Picks.of(keep)
-        return keep, kept.take(picks.place(tokens, 0)), kept.take(picks.place(tok_lprobs, 0.0)), kept
-
-    def drop_unsure(self, chosen: Tensor, tokens: Tensor, tok_lprobs: Tensor, pos_lprobs: Tensor,
-                    picks: Optional[Picks] = None):
-        """Leave the slots whose token has probability below ``min_token_prob`` open for a later step,
-        when the sentence has more context; a sentence always keeps its most likely insertion
-        (slot and token).
-
-        chosen bool [B, K] with N True; tokens, tok_lprobs [N]; pos_lprobs [B, K].
-        Returns (chosen' [B, K], tokens' [N'], tok_lprobs' [N'], chosen' as Picks); ``picks``: chosen as Picks
-        (made here when not given).
-        Example: chosen slots with token probabilities 0.9, 0.2, 0.6 and min_token_prob 0.5 insert
-        the first and third tokens; with probabilities 0.3 and 0.2 only the insertion of higher
-        slot x token probability.
-        """
-        picks = picks or Picks.of(chosen)
-        row = picks.rows  # [N] sentence of each insertion
-        joint = tok_lprobs + picks.take(pos_lprobs)  # [N]
-        best = torch.full((chosen.size(0),), float("-inf"), device=joint.device).scatter_reduce(
-            0, row, joint, reduce="amax")  # [B]
-        sure = (tok_lprobs >= math.log(self.min_token_prob)) | (joint == best[row])  # [N]
-        keep = chosen.clone()
-        keep[picks.rows, picks.cols] = sure
-        return self._kept(keep, tokens, tok_lprobs, picks)
 
     def insert(self, decoder, state: DecoderState, chosen: Tensor, tokens: Tensor, scores: Tensor,
                source_kv, source_pad, picks: Optional[Picks] = None) -> DecoderState:
@@ -424,7 +337,7 @@ class InsertionSteps:
 
         pos_all = torch.cat([old_pos, g_pos], 1)
         last, steps = S + n_new - 1, state.steps + 1
-        if self.use_cache:  # encode the new tokens only, appending their columns to the cache in place
+        if self.options.use_cache:  # encode the new tokens only, appending their columns to the cache in place
             store = state.store.reserve(S, G)
             known = dict(tokens=g_tok, real=g_real, scores=g_score)
             if state.open_right is not None:
@@ -444,7 +357,7 @@ class InsertionSteps:
             # the pass writes each layer's new keys/values into the cache in place; for CUDA graphs (--compile-decoder
             # reduce-overhead) a pass must write none of its inputs: it reads the cached columns and returns all S + G,
             # whose new G columns are written here, after it
-            functional = self.compile_decoder == "reduce-overhead"
+            functional = self.options.compile_decoder == "reduce-overhead"
             past = ([(store.buffers[kn][:, :, :S], store.buffers[vn][:, :, :S]) for kn, vn in names] if functional
                     else [store.writer(kn, vn, S) for kn, vn in names])
             z = None

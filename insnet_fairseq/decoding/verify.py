@@ -8,10 +8,9 @@ drafter (Xia et al. 2023, SpecDec), with an InsNet model as the drafter:
    given the draft's words before it; the longest prefix where the draft agrees is accepted, and at the first
    disagreement the autoregressive word is taken instead (the *correction*);
 3. unless the draft was accepted to its ``</s>`` (or the correction is ``</s>``), the InsNet model drafts again
-   from a canvas of the accepted prefix, the correction and (``--verify-redraft suffix``, the default) the draft's
-   words after the disagreement, inserting only after the correction (its blanks: the canvas's gaps from there on);
-   the canvas's unverified words are verified by the next pass like any other (``fresh``: the canvas ends with the
-   correction and the rest is drafted anew).
+   from a canvas of the accepted prefix, the correction and the draft's words after the disagreement, inserting
+   only after the correction (its blanks: the canvas's gaps from there on); the canvas's unverified words are
+   verified by the next pass like any other.
 
 With ``--verify-tolerance 0`` the output is the autoregressive model's greedy output (fairseq's
 ``SequenceGenerator`` at beam 1: no ``</s>`` as the first word, ``</s>`` forced at its length limit
@@ -60,20 +59,32 @@ def accepted_lengths(lprobs: Tensor, target: Tensor, max_len: Tensor, tolerance:
     return accepted, best.gather(1, at).squeeze(1), best_lp.gather(1, at).squeeze(1), draft_lp
 
 
-def next_canvas(draft: List[int], accepted: int, word: int, redraft: str = "suffix") -> List[int]:
+def next_canvas(draft: List[int], accepted: int, word: int) -> List[int]:
     """The words the drafter starts its next round from (without ``</s>``): the accepted prefix, the correction
-    ``word``, then (``redraft`` "suffix") the draft's words after the disagreement, read as a substitution (the
-    correction replaces the draft's word) or, where the correction is the draft's next word, a deletion (the draft's
-    word was extra); "fresh": nothing after the correction (the drafter writes the rest anew).
+    ``word``, then the draft's words after the disagreement, read as a substitution (the correction replaces the
+    draft's word) or, where the correction is the draft's next word, a deletion (the draft's word was extra).
 
-    Example: draft [a, b, c, d, </s>], accepted 1, word x -> [a, x, c, d]; word c -> [a, c, d]; fresh: [a, x].
+    Example: draft [a, b, c, d, </s>], accepted 1, word x -> [a, x, c, d]; word c -> [a, c, d].
     """
-    if redraft == "fresh":
-        return draft[:accepted] + [word]
     rest = draft[accepted + 1 : -1]  # after the disagreement, </s> dropped
     if rest and rest[0] == word:
         rest = rest[1:]
     return draft[:accepted] + [word] + rest
+
+
+def verified(drafter, models, sample, given) -> List[List[dict]]:
+    """``--insertion-verify``: the drafts of ``drafter`` (an :class:`~insnet_fairseq.decoding.generator.InsertionGenerator`)
+    verified, ``models`` being the InsNet model, then the autoregressive verifier; ``given``: {flag: value} of the
+    inputs it does not take (each None)."""
+    if len(models) != 2:
+        raise ValueError("--insertion-verify needs two checkpoints, the InsNet model and the autoregressive "
+                         f"verifier: --path INSNET.pt:AR.pt (got {len(models)})")
+    for name, value in given.items():
+        if value is not None:
+            raise ValueError(f"--insertion-verify outputs what the autoregressive verifier accepts and does not "
+                             f"take {name}: decode without --insertion-verify")
+    options = drafter.options
+    return Speculation(drafter, models[0], models[1], options.verify_tolerance, *options.verify_max_len).generate(sample)
 
 
 class Speculation:
@@ -81,12 +92,11 @@ class Speculation:
     ``model``) and the autoregressive ``verifier`` (see the module docstring)."""
 
     def __init__(self, drafter, model, verifier, tolerance: float = 0.0, max_len_a: float = 0.0,
-                 max_len_b: int = 200, redraft: str = "suffix"):
+                 max_len_b: int = 200):
         check_reranker(verifier, drafter.tgt_dict, insnet_allowed=False, flag="--insertion-verify")
         self.drafter, self.model, self.verifier = drafter, model, verifier
         self.tolerance, self.max_len_a, self.max_len_b = tolerance, max_len_a, max_len_b
         self.pad, self.eos = drafter.pad, drafter.eos
-        self.redraft = redraft  # --verify-redraft: what a new canvas keeps after the correction (next_canvas)
 
     @torch.no_grad()
     def verify(self, encoder_out, rows: Tensor, drafts: List[Tensor], max_len: Tensor):
@@ -143,7 +153,7 @@ class Speculation:
                                                steps[b], passes[b])
                 else:
                     again.append(b)
-                    canvases.append(next_canvas(d, a, word[i], self.redraft))
+                    canvases.append(next_canvas(d, a, word[i]))
                     starts.append(a + 1)
             if again:
                 new, more = self.draft(sample, again, canvases, starts, drafter_out)

@@ -12,14 +12,14 @@ Copies to or from remote paths (ioPath handlers) are left to ioPath.
 import os
 import shutil
 
+from fairseq.file_io import PathManager
+
 
 def _local(path: str) -> bool:
     return "://" not in path
 
 
 def install() -> None:
-    from fairseq.file_io import PathManager
-
     if getattr(PathManager.copy, "_insnet_atomic", False):
         return
     copy = PathManager.copy

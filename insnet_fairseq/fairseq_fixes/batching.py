@@ -11,6 +11,7 @@ model run with ``--user-dir insnet_fairseq``.
 import logging
 
 import numpy as np
+from fairseq.data import data_utils
 
 logger = logging.getLogger(__name__)
 
@@ -31,7 +32,5 @@ def _covering(batch_by_size):
 
 
 def install() -> None:
-    from fairseq.data import data_utils
-
     if not hasattr(data_utils.batch_by_size, "__wrapped__"):
         data_utils.batch_by_size = _covering(data_utils.batch_by_size)

@@ -12,6 +12,8 @@ exception is left to Python.
 import os
 import sys
 
+from insnet_fairseq.errors import CheckpointError, DataError
+
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -39,9 +41,6 @@ def install() -> None:
     previous = sys.excepthook
 
     def excepthook(exc_type, exc, tb):
-        from insnet_fairseq.tasks.checkpoint_checks import CheckpointError
-        from insnet_fairseq.tasks.translation import DataError
-
         ours = (issubclass(exc_type, (CheckpointError, DataError))
                 or (issubclass(exc_type, ValueError) and _raised_here(tb))
                 or (issubclass(exc_type, AssertionError) and _flag_check_of_fairseq_cli(exc, tb)))

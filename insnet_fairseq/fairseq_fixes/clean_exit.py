@@ -17,6 +17,7 @@ import queue
 import threading
 import weakref
 
+import torch
 from fairseq.data import iterators
 
 _STOP = threading.Event()
@@ -43,7 +44,6 @@ class StoppableConsumer(iterators.BackgroundConsumer):
 
     def run(self):
         if self.cuda_device is not None:  # as fairseq: no stray context on GPU 0 with pin_memory
-            import torch
             torch.cuda.set_device(self.cuda_device)
         try:
             for item in self._source:

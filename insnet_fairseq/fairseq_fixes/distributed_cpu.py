@@ -19,6 +19,8 @@ import os
 import random
 
 import torch
+from fairseq.distributed import utils as du
+from fairseq.models import distributed_fairseq_model as dfm
 
 logger = logging.getLogger(__name__)
 
@@ -35,9 +37,6 @@ def _use_gloo(cfg) -> None:
 
 
 def install() -> None:
-    from fairseq.distributed import utils as du
-    from fairseq.models import distributed_fairseq_model as dfm
-
     if getattr(du, "_insnet_cpu_fix", False):
         return
     du._insnet_cpu_fix = True

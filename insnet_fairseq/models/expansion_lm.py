@@ -1,6 +1,7 @@
-"""The iterative expansion LM (``../shared/papers/iterative-expansion-lm.txt``, section 3.1), registered as
-``expansion_lm`` with the architecture ``expansion_lm_small`` (4 layers, d=256, 4 heads, FFN 1024: the size
-of ``insnet_lm_small``'s 3 layers plus one, since the paper splits the stack around the expansion input).
+"""The iterative expansion LM (Casas et al. 2020, "Syntax-driven Iterative Expansion Language Models for
+Controllable Text Generation", section 3.1), registered as ``expansion_lm`` with the architecture
+``expansion_lm_small`` (4 layers, d=256, 4 heads, FFN 1024: the size of ``insnet_lm_small``'s 3 layers plus one,
+since the paper splits the stack around the expansion input).
 
 A Transformer *without* a causal mask (fairseq's encoder layers) over one level transition's input:
 token and placeholder embeddings + sinusoidal positions + a learned *head-position* embedding (the input

@@ -1,5 +1,5 @@
 """InDIGO (Gu, Liu, Cho 2019: "Insertion-based Decoding with automatically Inferred Generation
-Order"), ``../shared/papers/indigo.txt``, on InsNet's machinery, registered as ``indigo`` with the
+Order") on InsNet's machinery, registered as ``indigo`` with the
 architectures ``indigo_base`` and ``indigo_small``.
 
 What is shared with InsNet: the source encoder, the context encoder over the insertion trajectory
@@ -31,9 +31,9 @@ import torch.nn.functional as F
 from fairseq.models import FairseqDecoder, register_model, register_model_architecture
 from torch import Tensor
 
-from insnet_fairseq.models.decoder import InsNetContextEncoder
+from insnet_fairseq.geometry.offsets import slot_neighbours
 from insnet_fairseq.models.insnet import InsNetDecoder, InsNetModel, insnet_base_architecture, insnet_small
-from insnet_fairseq.models.offsets import slot_neighbours
+from insnet_fairseq.modules.decoder import InsNetContextEncoder
 
 
 def relative_positions(offsets: Tensor) -> Tensor:
@@ -150,6 +150,7 @@ class IndigoModel(InsNetModel):
     """Transformer-InDIGO on InsNet's encoder and context encoder (see the module docstring)."""
 
     decoder_class = IndigoDecoder
+    judge_kind = None  # its heads score words and pointers, not InsNet's named terms
 
     @staticmethod
     def add_args(parser):

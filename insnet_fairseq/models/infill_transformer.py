@@ -1,5 +1,5 @@
 """The text-infilling paper's self-attention baseline ("Self-attn", Zhu, Hu, Xing 2019,
-``../shared/papers/text-infilling.txt``, section 3.2 and Appendix A), registered as ``infill_transformer``
+"Text Infilling", section 3.2 and Appendix A), registered as ``infill_transformer``
 with the architectures ``infill_transformer_small`` (3+3 layers, d=256, 4 heads, FFN 1024, shared
 embeddings) and ``infill_transformer_base`` (fairseq's ``transformer_base`` sizes).
 
@@ -36,6 +36,8 @@ from fairseq.models.transformer import TransformerDecoderBase, TransformerEncode
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
 from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositionalEmbedding
 from torch import Tensor
+
+from insnet_fairseq.models.insnet import small_size
 
 BLANK = "__m__"  # an unfilled blank (recipes/prepare_infill.py)
 BOUNDARY = "<seg>"  # opens every segment after the first
@@ -231,8 +233,6 @@ def infill_base_architecture(args):
 @register_model_architecture("infill_transformer", "infill_transformer_small")
 def infill_transformer_small(args):
     """CPU-sized, as insnet_small: 3+3 layers, d=256, 4 heads, FFN 1024, dropout 0.1, all embeddings shared."""
-    from insnet_fairseq.models.insnet import small_size
-
     small_size(args)
     args.share_all_embeddings = getattr(args, "share_all_embeddings", True)
     infill_base_architecture(args)

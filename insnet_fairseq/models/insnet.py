@@ -1,8 +1,8 @@
 """The InsNet model: fairseq's Transformer source encoder + the insertion context encoder
-(:mod:`insnet_fairseq.models.decoder`) + slot heads (:mod:`insnet_fairseq.models.slots`), registered as ``insnet`` with the architectures
-``insnet_base``, ``insnet_big_paper`` and ``insnet_small``; and the same decoder without a
-source, ``insnet_lm`` (``insnet_lm_base``, ``insnet_lm_big_paper``, ``insnet_lm_small``), for the
-task ``insertion_lm`` (see :class:`InsNetLMModel`).
+(:mod:`insnet_fairseq.modules.decoder`) + slot heads (:mod:`insnet_fairseq.modules.slots`), registered as
+``insnet`` with the architectures ``insnet_base``, ``insnet_big_paper`` and ``insnet_small``; and the same decoder
+without a source, ``insnet_lm`` (``insnet_lm_base``, ``insnet_lm_big_paper``, ``insnet_lm_small``), for the task
+``insertion_lm`` (see :class:`InsNetLMModel`).
 
 Ablations (paper Table 6), flags of both: ``--offset-clip 1`` (InsNet-truncated: offsets clipped to
 [-1, 1]) and ``--no-global-slot`` (InsNet-noglobal: no ``h_t`` in the slot representation).
@@ -18,6 +18,7 @@ import logging
 from typing import Dict, Optional
 
 import torch
+from fairseq import hub_utils
 from fairseq.models import (
     FairseqDecoder,
     FairseqEncoder,
@@ -29,41 +30,12 @@ from fairseq.models.transformer import Embedding, TransformerEncoder, Transforme
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
 from torch import Tensor
 
-from insnet_fairseq.models.decoder import InsNetContextEncoder
-from insnet_fairseq.models.offsets import is_left_to_right, offsets_from_rank, rank_matrix, slot_neighbours
-from insnet_fairseq.models.slots import SlotHeads
+from insnet_fairseq.geometry.masks import causal_mask, slot_query_geometry
+from insnet_fairseq.geometry.offsets import is_left_to_right, offsets_from_rank, rank_matrix, slot_neighbours
+from insnet_fairseq.modules.decoder import InsNetContextEncoder
+from insnet_fairseq.modules.slots import SlotHeads
 
 logger = logging.getLogger(__name__)
-
-
-def _task_name(task) -> str:
-    return getattr(getattr(task, "cfg", None), "_name", None) or type(task).__name__
-
-
-def causal_mask(n: int, device) -> Tensor:
-    """bool [n, n], True above the diagonal (token i may not see tokens inserted after it)."""
-    return torch.ones(n, n, dtype=torch.bool, device=device).triu(1)
-
-
-def slot_query_geometry(context_rank: Tensor, word: Tensor, ctx: Tensor):
-    """Offsets and mask of slot queries (``--slot-query-stream``), for words seen from contexts.
-
-    Args:
-        context_rank: [B, Q, n], row ``ctx`` of the rank matrix per query: where every token is
-            (or would go) in that context.
-        word: [B, Q] the step of the word each query predicts; ctx: [B, Q] the last step of its context.
-
-    Returns (offsets [B, Q, n], blocked [B, Q, n]): a context token ``j`` is seen from the word's
-    future position ``p = context_rank[q, word]`` at ``r - p`` if left of it, ``r - p + 1`` if
-    right (``r = context_rank[q, j]``); tokens after the context are blocked.
-    Example: target "<s> a b </s>" inserted in the order <s>, </s>, a, b. The context of b is
-    steps 0-2 at ranks [0, 2, 1]; b goes to rank p = 2, so the query sees <s> at -2, </s> at +1 and
-    a at -1: b's own offset row once inserted.
-    """
-    n = context_rank.size(-1)
-    p = context_rank.gather(2, word.unsqueeze(2))  # [B, Q, 1]
-    offsets = (context_rank - p + (context_rank >= p).long()).clamp(-(n - 1), n - 1)  # bounded where blocked
-    return offsets, torch.arange(n, device=ctx.device).view(1, 1, n) > ctx.unsqueeze(2)
 
 
 class InsNetDecoder(FairseqDecoder):
@@ -105,7 +77,7 @@ class InsNetDecoder(FairseqDecoder):
         """The single pass of the context encoder over whole trajectories (see :meth:`forward`).
 
         target, order [B, n] -> (h [B, n, D] last-layer states in insertion order, per-layer (k, v),
-        rank [B, n, n] (:func:`~insnet_fairseq.models.offsets.rank_matrix`), tokens [B, n] in
+        rank [B, n, n] (:func:`~insnet_fairseq.geometry.offsets.rank_matrix`), tokens [B, n] in
         insertion order, lengths [B], and :meth:`encode_source`'s (k/v, padding) of the source)."""
         n = target.size(1)
         lengths = target.ne(self.padding_idx).sum(1)  # [B]
@@ -128,7 +100,7 @@ class InsNetDecoder(FairseqDecoder):
             target: [B, n] ``<s> y </s>`` in final-position order, right-padded.
             order: [B, n] final position inserted at each step (padded steps after real ones).
             encoder_out: fairseq encoder output.
-            context: optional [B, n] (see :mod:`insnet_fairseq.data.layerization`): ``context[b, t]`` is the last step
+            context: optional [B, n] (see :mod:`insnet_fairseq.geometry.layers`): ``context[b, t]`` is the last step
                 of the context that step ``t``'s token is inserted into (``t - 1`` when sequential,
                 the default). In a layered trajectory every token of a layer shares its context
                 (the earlier layers), so the layer's tokens are predicted in parallel: token and
@@ -206,6 +178,10 @@ class InsNetDecoder(FairseqDecoder):
 @register_model("insnet")
 class InsNetModel(FairseqEncoderDecoderModel):
     decoder_class = InsNetDecoder  # IndigoModel: the same encoders with InDIGO's heads
+    # how the model judges another's candidates (--iter-decode-with-external-reranker, decoding/rerank.py):
+    # "insnet", scored along a trajectory; None where it cannot judge (InDIGO, the LM); fairseq's
+    # autoregressive models, without the attribute, by teacher forcing
+    judge_kind = "insnet"
 
     def __init__(self, args, encoder, decoder):
         super().__init__(encoder, decoder)
@@ -247,20 +223,8 @@ class InsNetModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, args, task):
-        from insnet_fairseq.tasks.lm import InsertionLMTask
-        from insnet_fairseq.tasks.translation import InsertionTranslationTask
-
-        if not isinstance(task, InsertionTranslationTask) or isinstance(task, InsertionLMTask):
-            raise ValueError(
-                f"this is an InsNet model (--arch {getattr(args, 'arch', 'insnet_*')}), which only the task "
-                f"insertion_translation trains and decodes, not --task {_task_name(task)}: "
-                "pass --user-dir insnet_fairseq --task insertion_translation"
-                + (" (or, for insertion_lm, an --arch insnet_lm_*)" if isinstance(task, InsertionLMTask) else "")
-            )
         insnet_base_architecture(args)
         cls.check_ablation_flags(args)
-        if getattr(getattr(task, "cfg", None), "searched_order_beam", 0) and cls.decoder_class is InsNetDecoder:
-            raise ValueError("--searched-order-beam is InDIGO's searched adaptive order: train it with --arch indigo_*")
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
 
         def embedding(dictionary, dim):
@@ -300,14 +264,11 @@ class InsNetModel(FairseqEncoderDecoderModel):
     def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".", **kwargs):
         """fairseq's hub loading (``kwargs`` override the checkpoint's settings, e.g.
         ``insertion_mode="parallel"``); returns an :class:`insnet_fairseq.decoding.hub.InsNetHubInterface`, whose
-        ``translate(lines)`` gives one output per line, in order, whatever the lines hold."""
-        from fairseq import hub_utils
-
-        from insnet_fairseq.decoding.hub import InsNetHubInterface
-
+        ``translate(lines)`` gives one output per line, in order, whatever the lines hold. The checkpoint's task
+        builds it (``hub_interface``)."""
         x = hub_utils.from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
                                       archive_map=cls.hub_models(), **kwargs)
-        return InsNetHubInterface(x["args"], x["task"], x["models"])
+        return x["task"].hub_interface(x["args"], x["models"])
 
 
 class NoSourceEncoder(FairseqEncoder):
@@ -345,16 +306,9 @@ class InsNetLMModel(InsNetModel):
     side of an ``insertion_lm`` batch holds the sentence's keywords (the constrained start of
     decoding), which the model never encodes. The translation model is unchanged."""
 
+    judge_kind = None  # it has no source to judge a translation by
     @classmethod
     def build_model(cls, args, task):
-        from insnet_fairseq.tasks.lm import InsertionLMTask
-
-        if not isinstance(task, InsertionLMTask):
-            raise ValueError(
-                f"this is an InsNet language model (--arch {getattr(args, 'arch', 'insnet_lm_*')}), which only the "
-                f"task insertion_lm trains and decodes, not --task {_task_name(task)}: "
-                "pass --user-dir insnet_fairseq --task insertion_lm"
-            )
         insnet_lm_base_architecture(args)
         cls.check_ablation_flags(args)
         dictionary = task.target_dictionary
@@ -380,26 +334,25 @@ def insnet_base_architecture(args):
     transformer_base_architecture(args)
 
 
+def set_defaults(args, **values) -> None:
+    """Set each of ``values`` that the flags did not set (an architecture's sizes: the command line wins)."""
+    for name, value in values.items():
+        setattr(args, name, getattr(args, name, value))
+
+
 @register_model_architecture("insnet", "insnet_big_paper")
 def insnet_big_paper(args):
     """The paper appendix's setting: 12+12 layers, d=768, 12 heads, FFN 3072, dropout 0.1."""
-    args.encoder_layers = getattr(args, "encoder_layers", 12)
-    args.decoder_layers = getattr(args, "decoder_layers", 12)
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 768)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 3072)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 12)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 12)
-    args.dropout = getattr(args, "dropout", 0.1)
+    set_defaults(args, encoder_layers=12, decoder_layers=12, encoder_embed_dim=768, encoder_ffn_embed_dim=3072,
+                 encoder_attention_heads=12, decoder_attention_heads=12, dropout=0.1)
     insnet_base_architecture(args)
 
 
 def small_size(args):
     """The CPU-sized models' shape (the results tables'), where a flag does not set it: 3+3 layers, d=256,
     4 heads, FFN 1024, dropout 0.1 (the decoder's width and FFN follow the encoder's in fairseq's defaults)."""
-    for name, value in (("encoder_layers", 3), ("decoder_layers", 3), ("encoder_embed_dim", 256),
-                        ("encoder_ffn_embed_dim", 1024), ("encoder_attention_heads", 4),
-                        ("decoder_attention_heads", 4), ("dropout", 0.1)):
-        setattr(args, name, getattr(args, name, value))
+    set_defaults(args, encoder_layers=3, decoder_layers=3, encoder_embed_dim=256, encoder_ffn_embed_dim=1024,
+                 encoder_attention_heads=4, decoder_attention_heads=4, dropout=0.1)
 
 
 @register_model_architecture("insnet", "insnet_small")
@@ -411,24 +364,17 @@ def insnet_small(args):
 
 def _lm_decoder(args, layers, dim, ffn, heads, dropout):
     """Decoder sizes of an ``insnet_lm_*`` architecture (command-line flags win)."""
-    args.decoder_layers = getattr(args, "decoder_layers", layers)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", dim)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", ffn)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", heads)
-    args.dropout = getattr(args, "dropout", dropout)
+    set_defaults(args, decoder_layers=layers, decoder_embed_dim=dim, decoder_ffn_embed_dim=ffn,
+                 decoder_attention_heads=heads, dropout=dropout)
     insnet_lm_base_architecture(args)
 
 
 @register_model_architecture("insnet_lm", "insnet_lm_base")
 def insnet_lm_base_architecture(args):
     """InsNet language model (no source, no cross-attention): 6 layers, d=512, 8 heads, FFN 2048."""
-    args.decoder_layers = getattr(args, "decoder_layers", 6)
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", 512)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", 2048)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", 8)
+    set_defaults(args, decoder_layers=6, decoder_embed_dim=512, decoder_ffn_embed_dim=2048, decoder_attention_heads=8)
     # the (unused) encoder sizes follow the decoder's, so that fairseq's defaults stay consistent
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", args.decoder_embed_dim)
-    args.encoder_layers = getattr(args, "encoder_layers", 0)
+    set_defaults(args, encoder_embed_dim=args.decoder_embed_dim, encoder_layers=0)
     args.no_cross_attention = True
     insnet_base_architecture(args)
 

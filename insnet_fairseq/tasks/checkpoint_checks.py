@@ -15,33 +15,41 @@ Installed when ``insnet_fairseq`` is imported (``--user-dir``), for our models a
   for them only the embedding size is compared with the dictionary's.
 * The checkpoint's model must fit the task (InsNet only with ``insertion_translation``, and the
   baselines never with it) and, when training, the model being trained (same model class; a shape
-  mismatch lists the first parameters that differ).
+  mismatch lists the first parameters that differ). A model being built must fit its task too
+  (:func:`check_model_class_fits_task`, before every ``fairseq.models.build_model``): an InsNet
+  architecture trained with another ``--task`` is refused before anything runs.
 * A file that is missing, empty, not a torch file, damaged, or a torch file that is not a fairseq
   checkpoint is named with what is wrong with it.
 
-Each raises :class:`CheckpointError`, which the command-line tools print as one line, without a
-traceback (as they print the tasks' :class:`insnet_fairseq.tasks.translation.DataError`: bad or missing data, named).
+Each raises :class:`insnet_fairseq.errors.CheckpointError` (a model built for the wrong task: ``ValueError``),
+which the command-line tools print as one line, without a traceback.
 """
 import hashlib
 import os
 
-from fairseq import checkpoint_utils, utils
+import torch
+from fairseq import checkpoint_utils, tasks, utils
+from fairseq import models as fairseq_models
+from fairseq.data import Dictionary
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.file_io import PathManager
+from fairseq.models import ARCH_MODEL_REGISTRY, FairseqEncoderDecoderModel
+from fairseq.models.nat import FairseqNATModel
+from fairseq.trainer import Trainer
+
+from insnet_fairseq.errors import CheckpointError
+from insnet_fairseq.models.insnet import InsNetDecoder, InsNetLMModel, InsNetModel
+from insnet_fairseq.tasks.lm import InsertionLMTask
+from insnet_fairseq.tasks.translation import InsertionTranslationTask
 
 FINGERPRINT_KEY = "dictionaries"
 ROLES = (("source", "source_dictionary", "source_lang"), ("target", "target_dictionary", "target_lang"))
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be used here; the message names the file(s) and what to do."""
 
 
 # ------------------------------------------------------------------ dictionaries
 
 
 def _dictionary(task, attr):
-    from fairseq.data import Dictionary
-
     try:
         d = getattr(task, attr)
     except (NotImplementedError, AttributeError):
@@ -149,21 +157,14 @@ def checkpoint_arch(state):
 
 
 def _model_class(arch):
-    from fairseq.models import ARCH_MODEL_REGISTRY
-
     return ARCH_MODEL_REGISTRY.get(arch) if arch else None
 
 
 def _is_insnet(cls):
-    from insnet_fairseq.models.insnet import InsNetModel
-
     return cls is not None and issubclass(cls, InsNetModel)
 
 
 def _is_autoregressive(cls) -> bool:
-    from fairseq.models import FairseqEncoderDecoderModel
-    from fairseq.models.nat import FairseqNATModel
-
     return issubclass(cls, FairseqEncoderDecoderModel) and not issubclass(cls, FairseqNATModel) and not _is_insnet(cls)
 
 
@@ -171,15 +172,11 @@ def check_model_fits_task(path, state, task, judge: bool = False):
     """``judge``: the checkpoint follows the first in ``--path``, where autoregressive models may be the judge of
     InsNet's candidates and its channel model (``--iter-decode-with-external-reranker``, ``--channel-weight``; the
     generator checks the flags and the count)."""
-    from insnet_fairseq.tasks.lm import InsertionLMTask
-    from insnet_fairseq.models.insnet import InsNetLMModel
-    from insnet_fairseq.tasks.translation import InsertionTranslationTask
-
     arch, trained_task = checkpoint_arch(state)
     cls = _model_class(arch)
     if cls is None or task is None:
         return
-    task_name = getattr(getattr(task, "cfg", None), "_name", None) or type(task).__name__
+    task_name = _task_name(task)
     is_lm, lm_task = issubclass(cls, InsNetLMModel), isinstance(task, InsertionLMTask)
     if is_lm and not lm_task:
         raise CheckpointError(
@@ -208,6 +205,35 @@ def check_model_fits_task(path, state, task, judge: bool = False):
             f"decode it with --task {trained_task or 'translation'} (and that task's flags), or, autoregressive, make "
             "it the judge of --insertion-candidates: --path INSNET.pt:AR.pt --iter-decode-with-external-reranker"
         )
+
+
+def _task_name(task) -> str:
+    return getattr(getattr(task, "cfg", None), "_name", None) or type(task).__name__
+
+
+def check_model_class_fits_task(cls, arch, task) -> None:
+    """Before a model of class ``cls`` (``--arch arch``) is built for ``task``: an InsNet model only for
+    ``insertion_translation``, an InsNet language model only for ``insertion_lm``, and ``--searched-order-beam``
+    (InDIGO's searched order) only for InDIGO. Raises ValueError naming the task and the flag to pass."""
+    if cls is None or not issubclass(cls, InsNetModel):
+        return
+    if issubclass(cls, InsNetLMModel):
+        if not isinstance(task, InsertionLMTask):
+            raise ValueError(
+                f"this is an InsNet language model (--arch {arch or 'insnet_lm_*'}), which only the "
+                f"task insertion_lm trains and decodes, not --task {_task_name(task)}: "
+                "pass --user-dir insnet_fairseq --task insertion_lm"
+            )
+        return
+    if not isinstance(task, InsertionTranslationTask):
+        raise ValueError(
+            f"this is an InsNet model (--arch {arch or 'insnet_*'}), which only the task "
+            f"insertion_translation trains and decodes, not --task {_task_name(task)}: "
+            "pass --user-dir insnet_fairseq --task insertion_translation"
+            + (" (or, for insertion_lm, an --arch insnet_lm_*)" if isinstance(task, InsertionLMTask) else "")
+        )
+    if getattr(getattr(task, "cfg", None), "searched_order_beam", 0) and cls.decoder_class is InsNetDecoder:
+        raise ValueError("--searched-order-beam is InDIGO's searched adaptive order: train it with --arch indigo_*")
 
 
 def check_model_fits_training(path, state, model_cfg):
@@ -248,8 +274,6 @@ def describe_unreadable(path, error):
     size = os.path.getsize(path) if os.path.exists(path) else -1
     if size == 0:
         return f"checkpoint {path} is empty (0 bytes), not a checkpoint (an interrupted save?): delete it or pass another file"
-    import torch
-
     try:
         obj = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001 - pickle, zip, EOF: whatever the file is, it is no checkpoint
@@ -294,9 +318,6 @@ def _wrap_load_model_ensemble_and_task(original):
                                      num_shards=1, state=None):
         if num_shards != 1:
             return original(filenames, arg_overrides, task, strict, suffix, num_shards, state)
-        from fairseq import tasks
-        from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
         ensemble, cfg = [], None
         for i, filename in enumerate(filenames):
             path = checkpoint_utils.get_maybe_sharded_checkpoint_filename(filename, suffix, 0, 1)
@@ -362,11 +383,22 @@ def _wrap_trainer_state_dict(original):
     return state_dict
 
 
-def install() -> None:
-    """Idempotently wrap fairseq's checkpoint loading and saving (see the module docstring)."""
-    from fairseq.trainer import Trainer
+def _wrap_build_model(original):
+    def build_model(cfg, task, from_checkpoint=False):
+        arch = getattr(cfg, "_name", None) or getattr(cfg, "arch", None)
+        check_model_class_fits_task(ARCH_MODEL_REGISTRY.get(arch) if isinstance(arch, str) else None, arch, task)
+        return original(cfg, task, from_checkpoint)
 
+    build_model.insnet_checked = True
+    build_model.__doc__ = original.__doc__
+    return build_model
+
+
+def install() -> None:
+    """Idempotently wrap fairseq's model building, checkpoint loading and saving (see the module docstring)."""
     cu = checkpoint_utils
+    if not getattr(fairseq_models.build_model, "insnet_checked", False):
+        fairseq_models.build_model = _wrap_build_model(fairseq_models.build_model)
     if not getattr(cu.load_checkpoint_to_cpu, "insnet_checked", False):
         cu.load_checkpoint_to_cpu = _wrap_load_checkpoint_to_cpu(cu.load_checkpoint_to_cpu)
     if not getattr(cu.load_model_ensemble_and_task, "insnet_checked", False):

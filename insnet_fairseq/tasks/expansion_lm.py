@@ -1,6 +1,6 @@
 """Task ``expansion_lm`` and criterion ``expansion_lm_loss``: the iterative expansion LM
-(``../shared/papers/iterative-expansion-lm.txt``), an unconditional LM that generates a sentence level by
-level down its dependency tree (model: :mod:`insnet_fairseq.models.expansion_lm`).
+(Casas et al. 2020), an unconditional LM that generates a sentence level by level down its dependency tree
+(model: :mod:`insnet_fairseq.models.expansion_lm`).
 
 Data: the monolingual data of ``insertion_lm`` (``make lm-multi30k``: ``dict.txt``, ``{split}.bin/.idx``) and
 each split's parses, ``{split}.deps`` (``make lm-parse-multi30k``, spaCy). The first run writes the relation and
@@ -29,12 +29,12 @@ from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from omegaconf import II
 from fairseq.tasks import FairseqTask, register_task
 
-from insnet_fairseq.data.dependency import TreeError
 from insnet_fairseq.data.expansion_dataset import (
     DEPREL_DICT, EXPANSION_DICT, ExpansionDataset, build_vocabularies, pattern_table, placeholder, sentence_trees,
 )
 from insnet_fairseq.decoding.expansion_generator import ExpansionGenerator
-from insnet_fairseq.tasks.translation import DataError, data_paths
+from insnet_fairseq.errors import DataError, TreeError
+from insnet_fairseq.tasks.base import data_paths
 
 logger = logging.getLogger(__name__)
 

@@ -41,11 +41,13 @@ from fairseq.data import Dictionary, LanguagePairDataset, ListDataset, data_util
 from fairseq.tasks import register_task
 
 from insnet_fairseq.data.dataset import InsertionPairDataset
-from insnet_fairseq.data.dependency import TreeError, levels_of_file
-from insnet_fairseq.data.orders import GIVEN_POLICIES, TREE_POLICIES
+from insnet_fairseq.data.dependency import levels_of_file
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.inputs import _short, line_label
-from insnet_fairseq.tasks.translation import DataError, InsertionTranslationConfig, InsertionTranslationTask, data_paths
+from insnet_fairseq.errors import DataError, TreeError
+from insnet_fairseq.geometry.orders import GIVEN_POLICIES, TREE_POLICIES
+from insnet_fairseq.models.insnet import InsNetLMModel
+from insnet_fairseq.tasks.base import InsertionConfig, InsertionTask, data_paths
 
 logger = logging.getLogger(__name__)
 
@@ -54,8 +56,8 @@ BLANK = "__m__"  # a blank of an infilling template (the text-infilling paper's 
 
 
 @dataclass
-class InsertionLMConfig(InsertionTranslationConfig):
-    """``insertion_translation``'s options (orders, layerization, decoding) and the LM's own; the
+class InsertionLMConfig(InsertionConfig):
+    """The options of every insertion task (orders, layerization, decoding) and the LM's own; the
     translation options (languages, source limits, BLEU during training) do not apply."""
 
     no_keywords: bool = field(
@@ -115,7 +117,7 @@ def read_keywords(path: str, dictionary: Dictionary, n_sentences: int, data_file
     word of ``dictionary`` (not a special symbol). An empty line is a sentence without keywords.
     With ``template``, the file holds infilling templates and ``dictionary`` is a :class:`TemplateDictionary`:
     :data:`BLANK` is a blank (``<s>``), and a word outside the dictionary is kept as ``<unk>`` with a warning.
-    Raises :class:`insnet_fairseq.tasks.translation.DataError` naming the file and line."""
+    Raises :class:`insnet_fairseq.errors.DataError` naming the file and line."""
     with open(path, encoding="utf-8", newline="\n") as f:
         text = f.read()
     lines = text.split("\n")
@@ -148,7 +150,7 @@ def read_keywords(path: str, dictionary: Dictionary, n_sentences: int, data_file
 
 
 @register_task("insertion_lm", dataclass=InsertionLMConfig)
-class InsertionLMTask(InsertionTranslationTask):
+class InsertionLMTask(InsertionTask):
     cfg: InsertionLMConfig
     has_keywords = True
 
@@ -283,8 +285,6 @@ class InsertionLMTask(InsertionTranslationTask):
                                 "recipes/prepare_lm.py), or pass --no-keywords for unconstrained generation")
 
     def build_generator(self, models, args, **unused):
-        from insnet_fairseq.models.insnet import InsNetLMModel
-
         for model in models:
             if not isinstance(model, InsNetLMModel):
                 raise ValueError(f"--task insertion_lm decodes InsNet language models (--arch insnet_lm_*), not "
@@ -296,12 +296,7 @@ class InsertionLMTask(InsertionTranslationTask):
         if getattr(args, "iter_decode_with_external_reranker", False):
             raise ValueError("--iter-decode-with-external-reranker (an autoregressive judge of translation candidates) "
                              "applies to --task insertion_translation, not insertion_lm")
-        return InsertionGenerator(
-            self.target_dictionary,
-            **self.generator_options(args),
-            max_steps_a=0.0,
-            max_steps_b=self.cfg.max_output_words,
-            conditional=False,
-            keywords_from_source=not self.cfg.no_keywords,
-            blank_id=self.dictionary.bos() if self.cfg.infill else None,
-        )
+        options = self.decoding_options(args, max_steps_a=0.0, max_steps_b=self.cfg.max_output_words, conditional=False,
+                                        keywords_from_source=not self.cfg.no_keywords,
+                                        blank_id=self.dictionary.bos() if self.cfg.infill else None)
+        return InsertionGenerator(self.target_dictionary, options)

@@ -1,0 +1,1 @@
+"""Benchmarks a user runs: decoding latency, training throughput, peak memory, and the stress runs."""

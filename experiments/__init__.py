@@ -1,0 +1,1 @@
+"""One-off studies, each answering one question (index: experiments/README.md)."""

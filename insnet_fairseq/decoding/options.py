@@ -1,0 +1,385 @@
+"""The options of insertion decoding, and the flags they come from.
+
+:class:`DecodingOptions` is what :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` reads: one frozen
+dataclass, checked when it is made (a value decoding cannot use stops with one line naming its flag).
+:meth:`DecodingOptions.from_args` builds it from the task's decoding flags (:class:`DecodingFlags`, the fields
+fairseq turns into ``--insertion-mode`` ...) and fairseq's own generation flags (``--sampling``, ``--lenpen``,
+``--retain-iter-history`` ...). Each field of :class:`DecodingOptions` names its flag, its default and its effect:
+that is the flag reference.
+
+Defaults per mode (:data:`MODE_DEFAULTS`, applied by :meth:`DecodingOptions.for_mode`, which
+:meth:`~DecodingOptions.from_args` calls): parallel decoding takes the settings measured best on the valid set,
+``--slot-top-p 0.9 --skip-repeats --stop-check-prob 0.75`` (``results/slot_top_p_valid.csv``,
+``results/replace_repeats_valid.csv``, ``results/stop_check_valid.csv``); sequential decoding the plain rules. A
+value given explicitly always wins: ``--slot-top-p 0.7 --no-skip-repeats --stop-check-prob 0`` is the paper's plain
+parallel decoding. ``DecodingOptions(...)`` itself is exactly what it is given, every rule off unless given.
+"""
+import math
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Optional, Tuple
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+
+from insnet_fairseq.decoding.rerank import JUDGE_ORDERS
+from insnet_fairseq.decoding.sampling import check_temperature
+from insnet_fairseq.errors import FlagError
+from insnet_fairseq.geometry.orders import DEFAULT_ANCHOR_DEPTH
+
+MODES = ("sequential", "parallel")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")  # --compile-decoder: torch.compile's modes
+
+# the defaults of the flags not given, per --insertion-mode (parallel: the best measured on valid; for_mode)
+MODE_DEFAULTS = {
+    "sequential": dict(slot_top_p=0.7, skip_repeats=False, stop_check_prob=0.0),
+    "parallel": dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75),
+}
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    """How :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` decodes (see the module docstring).
+
+    Example: ``DecodingOptions.for_mode("parallel")`` (the command line's ``--insertion-mode parallel``) has slot_top_p
+    0.9, skip_repeats True, stop_check_prob 0.75, and ``DecodingOptions.for_mode("parallel", skip_repeats=False)`` the
+    same without the repeat rule; ``DecodingOptions(mode="parallel")`` has 0.7, False, 0.0 (the rules as given).
+    """
+
+    # --insertion-mode: sequential (one word per step, at the most probable slot) or parallel (a word into every
+    # slot in the top --slot-top-p of the position distribution's mass, paper 4.1)
+    mode: str = "sequential"
+    # --slot-top-p P, parallel mode: the slots whose probability lies in the top P of the mass are filled in one
+    # step (each sentence fills at least its best). Flag default 0.9 (valid 21.06 against 15.59 at the paper's 0.7,
+    # results/slot_top_p_valid.csv); sequential decoding ignores it
+    slot_top_p: float = 0.7
+    # --max-insertion-steps N: a sentence's step cap; 0: max_steps_a x source length + max_steps_b
+    max_steps: int = 0
+    # set by the task, no flag: the step and output-length cap a x source length + b (insertion_lm: 0 x + its
+    # --max-output-words)
+    max_steps_a: float = 2.0
+    max_steps_b: int = 10
+    # --no-insertion-cache turns it off: every step re-encodes the whole partial sequence (for checks and timing)
+    use_cache: bool = True
+    # fairseq's --sampling, --sampling-topk K, --sampling-topp P, --temperature T: words sampled (from the K most
+    # probable, from the nucleus P, from softmax(log p / T)) instead of the most probable; scores stay log p
+    sampling: bool = False
+    sampling_topk: int = -1
+    sampling_topp: float = -1.0
+    temperature: float = 1.0
+    # fairseq's --retain-iter-history: each hypothesis keeps every partial output ("history")
+    retain_history: bool = False
+    # --skip-repeats / --no-skip-repeats: a word equal to a neighbour of its slot is not inserted (the slot stays
+    # open; a sentence whose every word repeats takes, there, its best word that does not): the duplicated words of
+    # parallel decoding (valid 30.04 with it, 22.58 when such a slot takes its best other word instead). Flag
+    # default: on in parallel mode, off in sequential
+    skip_repeats: bool = False
+    # --min-token-prob P, parallel mode: a slot whose word has probability < P stays open for a later step (each
+    # sentence keeps its most probable insertion); 0: off
+    min_token_prob: float = 0.0
+    # --stop-threshold Q: a sentence stops when the termination head's q(stop) > Q (higher: longer outputs)
+    stop_threshold: float = 0.5
+    # --stop-check-prob P: a sentence that q(stop) stops gets one more step, inserting the best words of its open
+    # slots of probability >= P that repeat neither neighbour (q(stop) of a layered model stops with words missing:
+    # valid 30.96 -> 33.41 at 0.75, results/stop_check_valid.csv); 0: off. Flag default: 0.75 in parallel mode, off
+    # in sequential
+    stop_check_prob: float = 0.0
+    # --min-length-ratio R: no stop before R words per source word; a sentence held back inserts one word a step
+    min_length_ratio: float = 0.0
+    # --insertion-candidates K: K candidates per sentence decoded side by side, candidate j starting from the j-th
+    # most probable first word (with --sampling: K samples); output best first by mean log-probability per insertion
+    candidates: int = 1
+    # --insertion-candidates-finish M: a sentence stops once M of its K candidates have finished (0: all K)
+    candidates_finish: int = 0
+    # --insertion-candidates-mbr T: the candidates ranked by minimum Bayes risk, their expected BLEU+1 against the
+    # others weighted by softmax(score / T) (inf: uniform); 0: off
+    candidates_mbr: float = 0.0
+    # fairseq's --iter-decode-with-external-reranker (--path INSNET.pt:JUDGE.pt): the last checkpoint judges the
+    # candidates (an autoregressive model, or an InsNet one along --judge-order)
+    reranking: bool = False
+    # --channel-weight W: the judge adds W x log p(source | candidate) of a target -> source model (--path ...:REV.pt)
+    channel_weight: float = 0.0
+    # --judge-order: the trajectory an InsNet judge scores along (l2r, or the uniform levels of anchored / binary,
+    # with --anchor-depth)
+    judge_order: str = "l2r"
+    anchor_depth: int = DEFAULT_ANCHOR_DEPTH
+    # --insertion-beam B, sequential mode: beam search over insertions, hypotheses ranked by log-probability /
+    # (steps + 1) ** --lenpen (fairseq's); 1: greedy
+    beam: int = 1
+    lenpen: float = 1.0
+    # --insertion-verify (--path INSNET.pt:AR.pt): InsNet drafts verified by an autoregressive model, whose greedy
+    # length limit is fairseq's --max-len-a x source width + --max-len-b (verify_max_len); --verify-tolerance B also
+    # accepts a draft word within B nats of the greedy word's log-probability
+    verify: bool = False
+    verify_tolerance: float = 0.0
+    verify_max_len: Tuple[float, int] = (0.0, 200)
+    # --fuse-slot-queries (--slot-query-stream models, cached decoding): a step's pass also computes the next step's
+    # slot queries (one pass per step instead of two; the same outputs; faster at batch 1, slower at batch 64)
+    fuse_slot_queries: bool = False
+    # --compile-decoder MODE: each cached step's decoder pass through torch.compile (dynamic shapes); off: eager
+    compile_decoder: str = "off"
+    compile_backend: str = "inductor"
+    # set by the task, no flag: False without a source (insertion_lm); keywords_from_source: the source tokens are
+    # the constrained start; blank_id: with it, the source is an infilling template and blank_id marks its blanks
+    conditional: bool = True
+    keywords_from_source: bool = False
+    blank_id: Optional[int] = None
+
+    def __post_init__(self):
+        self.check()
+
+    def check(self) -> None:
+        """Refuse a value decoding cannot use, or a combination it does not make, naming the flag."""
+        if self.mode not in MODES:
+            raise FlagError(f"--insertion-mode must be one of {', '.join(MODES)}, not {self.mode!r}")
+        if self.mode == "parallel" and not 0.0 < self.slot_top_p <= 1.0:  # sequential decoding ignores it
+            raise FlagError(f"--slot-top-p must be in (0, 1], got {self.slot_top_p}")
+        for flag, value, ok, allowed in (
+            ("--stop-threshold", self.stop_threshold, 0.0 < self.stop_threshold < 1.0, "in (0, 1)"),
+            ("--min-token-prob", self.min_token_prob, 0.0 <= self.min_token_prob < 1.0, "in [0, 1)"),
+            ("--stop-check-prob", self.stop_check_prob, 0.0 <= self.stop_check_prob < 1.0, "in [0, 1)"),
+            ("--max-insertion-steps", self.max_steps, self.max_steps >= 0, ">= 0 (0: 2 x source length + 10)"),
+            ("--min-length-ratio", self.min_length_ratio, self.min_length_ratio >= 0, ">= 0"),
+            ("--insertion-candidates", self.candidates, self.candidates >= 1, ">= 1"),
+            ("--insertion-beam", self.beam, self.beam >= 1, ">= 1"),
+        ):
+            if not ok:
+                raise FlagError(f"{flag} must be {allowed}, got {value}")
+        if self.compile_decoder not in COMPILE_MODES:
+            raise FlagError(f"--compile-decoder must be one of {', '.join(COMPILE_MODES)}, got '{self.compile_decoder}'")
+        check_temperature(self.temperature, self.sampling)
+        self._check_candidates()
+        self._check_beam()
+        self._check_verify()
+
+    def _check_candidates(self) -> None:
+        K = self.candidates
+        if not 0 <= self.candidates_finish <= K:
+            raise FlagError(f"--insertion-candidates-finish M stops a sentence once M of its --insertion-candidates K "
+                            f"have finished: 0 (all) or 1..K (got M {self.candidates_finish}, K {K})")
+        if self.reranking and K < 2:
+            raise FlagError("--iter-decode-with-external-reranker chooses among candidates: add --insertion-candidates "
+                            "K (K >= 2)")
+        if self.channel_weight < 0 or (self.channel_weight > 0 and not self.reranking):
+            raise FlagError("--channel-weight weighs the channel model of the autoregressive judge: a weight >= 0, "
+                            "with --iter-decode-with-external-reranker and --path INSNET.pt:AR.pt:REV.pt "
+                            f"(got {self.channel_weight})")
+        if self.judge_order not in JUDGE_ORDERS:
+            raise FlagError(f"--judge-order must be one of {', '.join(JUDGE_ORDERS)}, got '{self.judge_order}'")
+        if self.judge_order != "l2r" and not self.reranking:
+            raise FlagError(f"--judge-order {self.judge_order} is the trajectory an InsNet judge scores along: it needs "
+                            "--iter-decode-with-external-reranker and --path INSNET.pt:JUDGE.pt")
+        if self.candidates_mbr < 0 or (self.candidates_mbr > 0 and K < 2):
+            raise FlagError("--insertion-candidates-mbr T ranks the candidates of --insertion-candidates K (K >= 2) by "
+                            "their expected BLEU against each other, weighted by softmax(score / T): T > 0 (inf: "
+                            f"uniform), 0: off (got T {self.candidates_mbr}, K {K})")
+
+    def _check_beam(self) -> None:
+        if self.beam == 1:
+            return
+        if self.mode != "sequential":
+            raise FlagError(f"--insertion-beam {self.beam} searches sequential insertions: add --insertion-mode "
+                            f"sequential (got {self.mode}; parallel decoding keeps several hypotheses with "
+                            "--insertion-candidates)")
+        clash = [flag for flag, on in (("--insertion-candidates", self.candidates > 1), ("--sampling", self.sampling),
+                                       ("--skip-repeats", self.skip_repeats), ("--stop-check-prob", self.stop_check_prob > 0),
+                                       ("--min-token-prob", self.min_token_prob > 0)) if on]
+        if clash:
+            raise FlagError(f"--insertion-beam {self.beam} does not combine with {', '.join(clash)} (greedy decoding's "
+                            "options): drop them, or decode with --insertion-beam 1")
+
+    def _check_verify(self) -> None:
+        tolerance = self.verify_tolerance
+        if tolerance < 0 or (tolerance > 0 and not self.verify):
+            raise FlagError(f"--verify-tolerance B (nats, >= 0) widens --insertion-verify's acceptance: use it with "
+                            f"--insertion-verify (got {tolerance})")
+        clash = [flag for flag, on in (("--insertion-candidates", self.candidates > 1), ("--insertion-beam", self.beam > 1),
+                                       ("--iter-decode-with-external-reranker", self.reranking)) if on]
+        if self.verify and clash:
+            raise FlagError(f"--insertion-verify does not combine with {', '.join(clash)}: the verifier chooses every "
+                            "word of the output")
+
+    @property
+    def stop_logit(self) -> float:
+        """logit(--stop-threshold): a sentence stops when the termination head's logit exceeds it."""
+        return math.log(self.stop_threshold / (1 - self.stop_threshold))
+
+    @property
+    def rows_per_sentence(self) -> int:
+        """How many rows decode each sentence side by side: its beam or its candidates."""
+        return self.beam if self.beam > 1 else self.candidates
+
+    @classmethod
+    def for_mode(cls, mode: str = "sequential", **given) -> "DecodingOptions":
+        """The options of ``mode`` with its defaults (:data:`MODE_DEFAULTS`) for the options of ``given`` that are
+        None or absent. Example: for_mode("parallel", skip_repeats=None, slot_top_p=0.7) -> slot_top_p 0.7,
+        skip_repeats True, stop_check_prob 0.75."""
+        for name, default in MODE_DEFAULTS.get(mode, {}).items():
+            if given.get(name) is None:
+                given[name] = default
+        return cls(mode=mode, **given)
+
+    @classmethod
+    def from_args(cls, cfg, args=None, **task_options) -> "DecodingOptions":
+        """The options of the task's decoding flags ``cfg`` (:class:`DecodingFlags`) and fairseq's generation flags
+        ``args``; ``task_options``: the fields the task sets itself (caps, ``conditional`` ...).
+
+        ``args`` None: the task's own check of its flags before a model loads, when fairseq's generation flags are
+        not known yet; a flag that needs one of them (``--channel-weight``: the judge) is taken as given with it,
+        and build_generator checks it again with the real ones.
+        """
+        known = args is not None
+        args = args if known else SimpleNamespace()
+
+        def gen(name, default):
+            return getattr(args, name, default)
+
+        if cfg.skip_repeats and cfg.no_skip_repeats:
+            raise FlagError("--skip-repeats and --no-skip-repeats exclude each other: pass one of them")
+        reranking = gen("iter_decode_with_external_reranker", False) if known else cfg.channel_weight > 0 or \
+            str(cfg.judge_order) != "l2r"
+        return cls.for_mode(
+            mode=str(cfg.insertion_mode),
+            slot_top_p=cfg.slot_top_p,
+            max_steps=cfg.max_insertion_steps,
+            use_cache=not cfg.no_insertion_cache,
+            sampling=gen("sampling", False),
+            sampling_topk=gen("sampling_topk", -1),
+            sampling_topp=gen("sampling_topp", -1.0),
+            temperature=gen("temperature", 1.0),
+            retain_history=gen("retain_iter_history", False),
+            skip_repeats=True if cfg.skip_repeats else False if cfg.no_skip_repeats else None,
+            min_token_prob=cfg.min_token_prob,
+            stop_threshold=cfg.stop_threshold,
+            stop_check_prob=cfg.stop_check_prob,
+            min_length_ratio=cfg.min_length_ratio,
+            candidates=cfg.insertion_candidates,
+            candidates_finish=cfg.insertion_candidates_finish,
+            candidates_mbr=cfg.insertion_candidates_mbr,
+            reranking=reranking,
+            channel_weight=cfg.channel_weight,
+            judge_order=str(cfg.judge_order),
+            anchor_depth=cfg.anchor_depth,
+            beam=cfg.insertion_beam,
+            lenpen=gen("lenpen", 1.0),
+            verify=cfg.insertion_verify,
+            verify_tolerance=cfg.verify_tolerance,
+            verify_max_len=(gen("max_len_a", 0.0), gen("max_len_b", 200)),
+            fuse_slot_queries=cfg.fuse_slot_queries,
+            compile_decoder=str(cfg.compile_decoder),
+            **task_options,
+        )
+
+
+@dataclass
+class DecodingFlags(FairseqDataclass):
+    """The decoding flags of the insertion tasks (their config inherits them); :meth:`DecodingOptions.from_args`
+    reads them. Their reference is :class:`DecodingOptions`' fields."""
+
+    insertion_mode: ChoiceEnum(list(MODES)) = field(
+        default="sequential",
+        metadata={"help": "decoding: sequential (one token per step, at the best slot) or parallel "
+                  "(every slot in the top --slot-top-p of the position distribution mass)"},
+    )
+    slot_top_p: Optional[float] = field(
+        default=None, metadata={"help": "parallel decoding: probability mass of the slots filled per step (default "
+                                "0.9, the best on valid; the paper's 0.7)"}
+    )
+    max_insertion_steps: int = field(
+        default=0, metadata={"help": "step cap per sentence; 0: 2 * source length + 10 (outputs are also "
+                             "capped at 2 * source length + 10 tokens)"}
+    )
+    skip_repeats: Optional[bool] = field(
+        default=None,
+        metadata={"help": "do not insert a token equal to a neighbour of its slot (the slot stays open): removes "
+                  "the duplicated words of parallel decoding (default in parallel mode; --no-skip-repeats: off)"},
+    )
+    no_skip_repeats: bool = field(
+        default=False, metadata={"help": "parallel decoding without --skip-repeats (on by default there)"}
+    )
+    min_token_prob: float = field(
+        default=0.0,
+        metadata={"help": "parallel decoding: leave a slot open for a later step when its token's probability is "
+                  "below this (every step keeps each sentence's most likely insertion); 0: off"},
+    )
+    stop_threshold: float = field(
+        default=0.5,
+        metadata={"help": "a sentence stops when the termination head's q(stop) exceeds this (higher: longer outputs)"},
+    )
+    stop_check_prob: Optional[float] = field(
+        default=None,
+        metadata={"help": "a sentence that the termination head stops gets one more step, inserting the best words of "
+                  "the open slots that have at least this probability and repeat neither neighbour (the stop head "
+                  "of a layered model stops with words missing); 0: off (default: 0.75 in parallel mode, 0 in "
+                  "sequential)"},
+    )
+    min_length_ratio: float = field(
+        default=0.0,
+        metadata={"help": "a sentence does not stop (whatever q(stop) says) before it has this many words per "
+                  "source word (without </s>); while held back it inserts one word per step; 0: off"},
+    )
+    insertion_candidates: int = field(
+        default=1,
+        metadata={"help": "decode K candidates of every sentence side by side, whose first step's words are their "
+                  "K most probable (with --sampling: K samples), and output the one of highest mean log-probability "
+                  "per insertion (the model's own score); 1: off"},
+    )
+    insertion_candidates_finish: int = field(
+        default=0,
+        metadata={"help": "with --insertion-candidates K: a sentence stops once M of its K candidates have finished, "
+                  "dropping the others unfinished, and reports the steps its M-th took; 0: wait for all K"},
+    )
+    insertion_candidates_mbr: float = field(
+        default=0.0,
+        metadata={"help": "with --insertion-candidates K: output the candidates best first by minimum Bayes risk, their "
+                  "expected BLEU+1 against the sentence's candidates, each weighted by softmax(score / T) (the judge's "
+                  "score with --iter-decode-with-external-reranker, else the model's own); inf: uniform weights; "
+                  "0: off (best score first)"},
+    )
+    channel_weight: float = field(
+        default=0.0,
+        metadata={"help": "with --iter-decode-with-external-reranker: the judge's score adds this weight x the "
+                  "source's mean log-probability given the candidate under a target -> source autoregressive "
+                  "model, passed third: --path INSNET.pt:AR.pt:REV.pt (noisy-channel reranking); 0: off"},
+    )
+    judge_order: ChoiceEnum(list(JUDGE_ORDERS)) = field(
+        default="l2r",
+        metadata={"help": "with --iter-decode-with-external-reranker and an InsNet judge (--path INSNET.pt:JUDGE.pt, "
+                  "JUDGE an insnet_* checkpoint): the trajectory it scores each candidate along: l2r, or the "
+                  "InsNet-uniform layering of the anchored or binary order (a layered model, e.g. the parallel model "
+                  "itself, judged along the levels it was trained on, with --anchor-depth)"},
+    )
+    insertion_verify: bool = field(
+        default=False,
+        metadata={"help": "InsNet drafts verified by an autoregressive model, passed last (--path INSNET.pt:AR.pt): "
+                  "each draft is accepted up to the first word that is not the AR model's greedy word, which is "
+                  "taken instead, and InsNet drafts again after it (blockwise parallel / speculative decoding); the "
+                  "output is the AR model's greedy output (at --verify-tolerance 0); steps count drafting steps and "
+                  "verification passes"},
+    )
+    verify_tolerance: float = field(
+        default=0.0,
+        metadata={"help": "with --insertion-verify: also accept a draft word whose AR log-probability is within this "
+                  "many nats of the greedy word's (0: greedy words only)"},
+    )
+    insertion_beam: int = field(
+        default=1,
+        metadata={"help": "beam search over sequential insertions (--insertion-mode sequential): each hypothesis "
+                  "extends its B best slots x B best words, or stops; finished hypotheses ranked by log-probability "
+                  "(termination, slots, words) / (steps + 1) ** --lenpen; all B are output (--nbest). 1: greedy. "
+                  "fairseq's --beam is not read (its default, 5, would change every decoding)"},
+    )
+    fuse_slot_queries: bool = field(
+        default=False,
+        metadata={"help": "--slot-query-stream models: each cached decoding step computes the next step's slot queries "
+                  "(every slot's) in its own pass: one decoder pass per step instead of two, the same outputs "
+                  "(faster at batch 1, slower at large batches: every slot's query is computed)"},
+    )
+    compile_decoder: ChoiceEnum(list(COMPILE_MODES)) = field(
+        default="off",
+        metadata={"help": "cached decoding: each step's decoder pass through torch.compile (dynamic shapes) in this "
+                  "mode: fewer, fused kernels where a step is bound by the host (a GPU at batch 1); compiled on first "
+                  "use (a minute or more), the same outputs within float rounding. off: eager"},
+    )
+    no_insertion_cache: bool = field(
+        default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
+    )

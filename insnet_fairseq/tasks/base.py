@@ -1,0 +1,384 @@
+"""What every insertion task shares: the options of orders, layered training and decoding
+(:class:`InsertionConfig`) and the task behind them (:class:`InsertionTask`): layered (InsNet-Dinic and
+InsNet-uniform) and searched-order training batches, raw-line screening, and the decoding log.
+
+``insertion_translation`` (:mod:`insnet_fairseq.tasks.translation`) and ``insertion_lm``
+(:mod:`insnet_fairseq.tasks.lm`) are both this task, each with its own data and generator.
+"""
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from fairseq import utils
+from fairseq.distributed import utils as distributed_utils
+from fairseq.dataclass import ChoiceEnum
+from omegaconf import II
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.decoding.hub import InsNetHubInterface
+from insnet_fairseq.decoding.inputs import screen_lines
+from insnet_fairseq.decoding.options import DecodingFlags, DecodingOptions
+from insnet_fairseq.errors import DataError
+from insnet_fairseq.geometry.layers import (PAD_LAYER, compact, delay_last_words, num_layers, sequential_layers,
+                                            trajectory, uniform_layers)
+from insnet_fairseq.geometry.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES,
+                                            TREE_POLICIES)
+from insnet_fairseq.training.layerization import LAYERIZATIONS, layerize, promotions_from_states, token_logprobs_by_step
+from insnet_fairseq.training.searched_order import search_orders
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ORDER = "l2r"  # the best order of sequential models on Multi30k (docs/design_choices.md)
+
+
+@dataclass
+class InsertionConfig(TranslationConfig, DecodingFlags):
+    """The options of every insertion task: insertion orders, layered training, and the decoding flags
+    (:class:`~insnet_fairseq.decoding.options.DecodingFlags`)."""
+
+    insertion_order: ChoiceEnum(list(ORDER_POLICIES)) = field(
+        default=DEFAULT_ORDER,
+        metadata={
+            "help": "insertion order of training targets: l2r (left to right), r2l (right to left), random "
+            "(uniform permutation), binary (middle word of every gap first, level by level), anchored (the "
+            "top --anchor-depth binary levels, then every gap left to right, all gaps in parallel), keywords "
+            "(insertion_lm: the sentence's keywords first, then every gap left to right, all gaps in parallel), "
+            "dependency (insertion_lm: level by level down the sentence's binarised dependency parse, {split}.deps); "
+            "<s> and </s> always come first"
+        },
+    )
+    anchor_depth: int = field(
+        default=DEFAULT_ANCHOR_DEPTH,
+        metadata={"help": "--insertion-order anchored: binary-tree levels inserted before the gaps fill left to "
+                  "right (0: l2r; 2: 3 anchors, 4 gaps filled in parallel)"},
+    )
+    layerization: Optional[ChoiceEnum(list(LAYERIZATIONS))] = field(
+        default=None,
+        metadata={"help": "training trajectories: sequential (one token per step), dinic (InsNet-Dinic layers "
+                  "learned under --dinic-tau) or uniform (the levels of --insertion-order anchored, else the balanced "
+                  "binary tree's, about log2(n) layers); "
+                  "default: dinic when --dinic-tau is given, else sequential"},
+    )
+    dinic_tau: Optional[float] = field(
+        default=None,
+        metadata={"help": "InsNet-Dinic tolerance in nats: promote a token one layer up when its log-likelihood "
+                  "drops by at most tau (-inf: sequential; the paper uses 2.0 for MT, 10/3/1/0.3 for generation)"},
+    )
+    dinic_interval: int = field(
+        default=1, metadata={"help": "re-layer a batch every N updates (1: every batch); between, sentences keep "
+                             "their last layering, which later ones continue from"},
+    )
+    dinic_max_rounds: int = field(
+        default=0, metadata={"help": "at most this many promotion rounds per layerization (0: until nothing moves)"}
+    )
+    dinic_ladder: bool = field(
+        default=False, metadata={"help": "lay out a sentence seen for the first time by reaching the fixpoint at "
+                                 "0, 0.3, 1, 3, 10 (those below --dinic-tau) before --dinic-tau: the number of layers "
+                                 "then never grows with tau, at about three times the promotion rounds"},
+    )
+    dinic_lagged: bool = field(
+        default=False, metadata={"help": "InsNet-Dinic without a layering pass: a training batch trains on its "
+                                 "sentences' stored layerings (sequential at first), and one promotion round computed "
+                                 "from that training pass's own context states (dropout on) updates them for the next "
+                                 "visit, so a layering advances one round per epoch; validation layers as without it"},
+    )
+    dinic_lagged_warm: bool = field(
+        default=False, metadata={"help": "with --dinic-lagged: a sentence seen for the first time is laid out by the "
+                                 "layering pass (to the fixpoint, or --dinic-max-rounds rounds) before it trains, so "
+                                 "that training starts on Dinic layerings instead of climbing to them one round per "
+                                 "epoch; later visits are lagged"},
+    )
+    late_words: float = field(
+        default=0.0, metadata={"help": "layered training (--layerization uniform, --dinic-tau): each word of a "
+                               "sentence's last layer moves, with this probability, to a new layer after it, so "
+                               "that q(stop) sees partial outputs that look finished but miss words (the state "
+                               "where parallel decoding stops too early); 0: off"},
+    )
+    searched_order_beam: int = field(
+        default=0, metadata={"help": "InDIGO's searched adaptive order (--arch indigo_*): each batch's orders are "
+                             "found by beam search under the current model, K per sentence, and the batch is trained on "
+                             "all K (0: the --insertion-order orders); bootstrap from a model trained with a fixed order"},
+    )
+    seed: int = II("common.seed")
+
+
+def data_paths(data: str, task_name: str, how: str):
+    """The task's data directories (``DATA``, ``:``-separated), each checked to exist; ``how`` says
+    how to make one (the directory is appended)."""
+    paths = utils.split_paths(data) if data else []
+    if not paths:
+        raise DataError(f"{task_name} needs a data directory (the positional DATA argument)")
+    for path in paths:
+        if not os.path.isdir(path):
+            raise DataError(f"data directory {path!r} does not exist: binarise the corpus first ({how} {path})")
+    return paths
+
+
+class InsertionTask(TranslationTask):
+    """The task of :class:`InsertionConfig`'s options; ``insertion_translation`` and ``insertion_lm`` add their
+    data (``setup_task``, ``load_dataset``) and their generator (``build_generator``)."""
+
+    cfg: InsertionConfig
+
+    has_keywords = False  # insertion_lm: its source side holds each sentence's keywords
+
+    def __init__(self, cfg: InsertionConfig, src_dict, tgt_dict):
+        super().__init__(cfg, src_dict, tgt_dict)
+        mode, tau = cfg.layerization, cfg.dinic_tau
+        if mode is None:
+            mode = "dinic" if tau is not None else "sequential"
+        if mode == "dinic" and tau is None:
+            tau = 2.0
+        if mode != "dinic" and tau is not None:
+            raise ValueError(f"--dinic-tau {tau} only applies to --layerization dinic, not {mode}")
+        DecodingOptions.from_args(cfg)  # the decoding flags, checked before a model loads
+        if cfg.anchor_depth < 0:
+            raise ValueError(f"--anchor-depth must be >= 0, got {cfg.anchor_depth}")
+        if cfg.searched_order_beam < 0:
+            raise ValueError(f"--searched-order-beam must be >= 0, got {cfg.searched_order_beam}")
+        if cfg.dinic_interval < 1:
+            raise ValueError(f"--dinic-interval must be >= 1, got {cfg.dinic_interval}")
+        if not 0.0 <= cfg.late_words < 1.0:
+            raise ValueError(f"--late-words must be in [0, 1), got {cfg.late_words}")
+        if cfg.late_words > 0 and mode == "sequential":
+            raise ValueError("--late-words delays words of the last layer of a layered trajectory: use it with "
+                             "--layerization uniform or --dinic-tau")
+        if cfg.dinic_lagged and mode != "dinic":
+            raise ValueError(f"--dinic-lagged promotes tokens of InsNet-Dinic layerings: use it with --dinic-tau, not "
+                             f"--layerization {mode}")
+        if cfg.dinic_lagged_warm and not cfg.dinic_lagged:
+            raise ValueError("--dinic-lagged-warm lays out a sentence's first visit of --dinic-lagged training: use it "
+                             "with --dinic-lagged")
+        if cfg.dinic_lagged and cfg.late_words > 0:
+            raise ValueError("--dinic-lagged promotes from the layering the training pass encoded, and --late-words "
+                             "changes it: use one of them")
+        if cfg.insertion_order in GIVEN_POLICIES and not self.has_keywords:
+            raise ValueError(f"--insertion-order {cfg.insertion_order} trains on each sentence's keywords: use it with "
+                             "--task insertion_lm")
+        if cfg.insertion_order in TREE_POLICIES and not self.has_keywords:
+            raise ValueError(f"--insertion-order {cfg.insertion_order} trains on each sentence's dependency parse "
+                             "({split}.deps, English): use it with --task insertion_lm")
+        if mode == "dinic" and cfg.insertion_order in ("l2r", "r2l"):
+            logger.warning(f"--layerization dinic with --insertion-order {cfg.insertion_order}: no token of a "
+                           "one-directional trajectory can be promoted (every earlier slot is taken); train with "
+                           "anchored, binary or random")
+        self.layerization, self.dinic_tau = mode, tau
+        self.layer_stores = {}  # split -> [sentences, width] the last layering of each sentence (-1: none)
+        self.decode_tally = [0, 0, 0, 0]  # sentences, insertion steps, output words, verification passes so far
+        # raw-text decoding (fairseq-interactive, the hub interface): lines refused by the input
+        # screening ({sample id: reason}) and the sample ids of the next batch (fairseq_fixes/interactive.py)
+        self.refused_inputs = {}
+        self.pending_sample_ids = None
+
+    # -- layered (parallel) training: InsNet-Dinic / InsNet-uniform ----------------------------------
+    # The last layering of every sentence is kept by sample id, one store for training and one for
+    # validation; a sentence seen again continues from it (a few promotion rounds instead of the
+    # climb from the sequential layering). Both travel with the checkpoint (fairseq's extra_state),
+    # so a resumed InsNet-Dinic run continues from its layerings instead of restarting from sequential.
+    def _store(self, split, ids, n):
+        """The store of ``split`` ([sentences, width], -1: none), grown to hold sentences ``ids`` and width ``n``."""
+        store = self.layer_stores.get(split, torch.full((0, 0), -1, dtype=torch.int32))
+        N, W = store.shape
+        if int(ids.max()) >= N or n > W:
+            grown = torch.full((max(N, int(ids.max()) + 1), max(W, n)), -1, dtype=torch.int32)
+            grown[:N, :W] = store
+            self.layer_stores[split] = store = grown
+        return store
+
+    def _stored_layers(self, split, ids, lengths, n):
+        """The stored layerings of sentences ``ids`` [B] of ``lengths`` [B], [B, n], or None where a
+        sentence has none (never laid out, or stored with another length: a layering is valid
+        for any sentence of its length, so a store shared by two subsets only costs rounds)."""
+        stored = self._store(split, ids, n)[ids.cpu()].long().to(lengths.device)  # [B, W]
+        known = stored[:, 0].eq(0) & stored.ge(0).logical_and(stored.lt(PAD_LAYER)).sum(1).eq(lengths)
+        beyond = torch.arange(n, device=lengths.device).unsqueeze(0) >= lengths.unsqueeze(1)
+        return stored[:, :n].masked_fill(beyond, PAD_LAYER), known  # this batch may be padded wider
+
+    def _keep_layers(self, split, ids, layers):
+        """Store the layerings [B, n] of sentences ``ids`` [B] (every data-parallel worker's)."""
+        for ids, rows in self._gather_layers(ids.cpu(), layers.int().cpu()):
+            self._store(split, ids, rows.size(1))[ids, : rows.size(1)] = rows
+
+    def layer_batch(self, sample, model, update_num=None):
+        """Replace the batch's sequential trajectories by layered ones (no-op when sequential).
+        ``update_num`` None: a validation batch. Returns the layering [B, n] whose promotions the
+        training pass is to compute (--dinic-lagged), else None."""
+        if self.layerization == "sequential" or sample is None or "target" not in sample.get("net_input", {}):
+            return None
+        lagged = None
+        net_input = sample["net_input"]
+        target, order = net_input["target"], net_input["order"]
+        lengths = target.ne(self.tgt_dict.pad()).sum(1)
+        if self.layerization == "uniform":
+            policy = self.cfg.insertion_order if self.cfg.insertion_order in LEVEL_POLICIES else "binary"
+            layers = uniform_layers(lengths, target.size(1), policy, self.cfg.anchor_depth, sample.get("given"),
+                                    sample.get("levels"))
+        else:
+            split = "valid" if update_num is None else "train"
+            stored, known = self._stored_layers(split, sample["id"], lengths, target.size(1))
+            start = None
+            if bool(known.any()):
+                start = torch.where(known.unsqueeze(1), stored, sequential_layers(order, lengths))
+            due = update_num is None or update_num % self.cfg.dinic_interval == 0
+            if due and not (self.cfg.dinic_lagged and update_num is not None):
+                layers, _ = layerize(model, net_input["src_tokens"], net_input["src_lengths"], target, order,
+                                     self.dinic_tau, start=start, max_rounds=self.cfg.dinic_max_rounds,
+                                     ladder=self.cfg.dinic_ladder)
+            else:
+                layers = start if start is not None else sequential_layers(order, lengths)
+                if self.cfg.dinic_lagged_warm and update_num is not None and not bool(known.all()):
+                    new = (~known).nonzero().squeeze(1)  # first visits: the layering pass, those rows alone
+                    fresh, _ = layerize(model, net_input["src_tokens"][new], net_input["src_lengths"][new],
+                                        target[new], order[new], self.dinic_tau, max_rounds=self.cfg.dinic_max_rounds,
+                                        ladder=self.cfg.dinic_ladder)
+                    layers = layers.index_copy(0, new, fresh.to(layers.dtype))
+                lagged = layers if due else None
+            self._keep_layers(split, sample["id"], layers)
+        if self.cfg.late_words > 0 and update_num is not None:  # --late-words: training batches only
+            g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + int(update_num))
+            u = torch.rand(layers.shape, generator=g).to(layers.device)
+            layers = delay_last_words(layers, u, self.cfg.late_words)
+        net_input["order"], net_input["context"] = trajectory(layers)
+        sample["layers"] = num_layers(layers)
+        return lagged
+
+    def promote_lagged(self, sample, model, layers, net_output):
+        """--dinic-lagged: one promotion round of the training batch's ``layers`` [B, n] from its training
+        pass (``net_output``: its context states, and its token log-probabilities as the words' scores at
+        their slots now; heads in eval mode for the scores one layer up, no gradient), stored for the
+        sentences' next visit."""
+        h, kv, rank, tokens, lengths, source_kv, source_pad = net_output["states"]
+        current = token_logprobs_by_step(net_output["token"], lengths, layers.size(1))
+        detach = lambda pairs: [(k.detach(), v.detach()) for k, v in pairs]  # noqa: E731
+        was_training = model.training
+        model.eval()
+        try:
+            up = promotions_from_states(model.decoder, layers, h.detach(), detach(kv), rank, tokens, lengths,
+                                        detach(source_kv), source_pad, self.dinic_tau, current=current)
+        finally:
+            model.train(was_training)
+        self._keep_layers("train", sample["id"], compact(layers - up.long()))
+
+    @staticmethod
+    def _gather_layers(ids, layers):
+        """[(ids [B], layers [B, n])] of every data-parallel worker (this one's alone when training is
+        not distributed), so that every worker's store holds every sentence's last layering: a
+        sentence laid out by one worker in one epoch continues from it on another in the next."""
+        world = distributed_utils.get_data_parallel_world_size() if torch.distributed.is_initialized() else 1
+        if world == 1:
+            return [(ids, layers)]
+        parts = [None] * world
+        torch.distributed.all_gather_object(parts, (ids, layers), group=distributed_utils.get_data_parallel_group())
+        return parts
+
+    def get_checkpoint_dict(self):
+        return {type(self).__name__: {f"layer_store{'' if k == 'train' else '_' + k}": v
+                                      for k, v in self.layer_stores.items()}}
+
+    def set_checkpoint_dict(self, state):
+        for split in ("train", "valid"):
+            store = state.get("layer_store" if split == "train" else f"layer_store_{split}")
+            if store is not None and store.numel():
+                self.layer_stores[split] = store.to(torch.int32)
+                name = "training" if split == "train" else "validation"
+                logger.info(f"restored the layerings of {int(store[:, 0].eq(0).sum())} {name} sentences")
+
+    def order_batch(self, sample, model):
+        """--searched-order-beam K: replace the batch's orders by the K best under the model (InDIGO's SAO,
+        :func:`insnet_fairseq.training.searched_order.search_orders`; dropout as the model is set, on in
+        training as in the paper), every sentence repeated K times."""
+        beam = self.cfg.searched_order_beam
+        if beam == 0 or sample is None or "target" not in sample.get("net_input", {}):
+            return
+        ni = sample["net_input"]
+        orders = search_orders(model, ni["src_tokens"], ni["src_lengths"], ni["target"], beam)
+        repeat = lambda x: x.repeat_interleave(beam, 0)  # noqa: E731
+        for key in ("src_tokens", "src_lengths", "target"):
+            ni[key] = repeat(ni[key])
+        ni["order"] = orders
+        for key in ("target", "id"):
+            if sample.get(key) is not None:
+                sample[key] = repeat(sample[key])
+        sample["ntokens"] = sample["ntokens"] * beam
+        sample["nsentences"] = sample["nsentences"] * beam
+
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        self.order_batch(sample, model)
+        lagged = self.layer_batch(sample, model, update_num)
+        if lagged is None or ignore_grad:
+            return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        captured = []  # --dinic-lagged: the training pass's output, with its states
+        handle = model.register_forward_hook(lambda module, inputs, output: captured.append(output))
+        sample["net_input"]["return_states"] = True
+        try:
+            result = super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+        finally:
+            handle.remove()
+            del sample["net_input"]["return_states"]
+        self.promote_lagged(sample, model, lagged, captured[-1])
+        return result
+
+    def valid_step(self, sample, model, criterion):
+        self.order_batch(sample, model)
+        self.layer_batch(sample, model)
+        return super().valid_step(sample, model, criterion)
+
+    def screen_inference_lines(self, lines, first_id, encode_fn, max_positions, constrained=False, max_tokens=None):
+        """Check raw lines ``first_id``, ... before batching (:func:`insnet_fairseq.decoding.inputs.screen_lines`): returns the lines
+        to batch; refused ones become empty and are remembered, to be answered with an empty output."""
+        lines, self.refused_inputs = screen_lines(lines, first_id, encode_fn, self.source_dictionary,
+                                                  self.target_dictionary, max_positions, constrained, max_tokens)
+        return lines
+
+    def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        ids, self.pending_sample_ids = getattr(self, "pending_sample_ids", None), None
+        if sample.get("id") is None and ids is not None and len(ids) == sample["net_input"]["src_tokens"].size(0):
+            sample = {**sample, "id": ids}  # fairseq-interactive's samples come without their ids
+        refused_inputs = getattr(self, "refused_inputs", None)
+        if refused_inputs and isinstance(generator, InsertionGenerator) and sample.get("id") is not None:
+            refused = [int(i) in refused_inputs for i in sample["id"].tolist()]
+            if any(refused):
+                return self._decode_accepted(generator, models, sample, refused, prefix_tokens, constraints)
+        hyps = super().inference_step(generator, models, sample, prefix_tokens=prefix_tokens, constraints=constraints)
+        if isinstance(generator, InsertionGenerator):  # running average of decoding steps, in the log
+            tally = self.decode_tally
+            tally[0] += len(hyps)
+            tally[1] += sum(h[0]["steps"] for h in hyps)
+            tally[2] += sum(len(h[0]["tokens"]) - 1 for h in hyps)
+            verify = ""
+            if generator.options.verify:  # --insertion-verify: the steps are drafting steps + verification passes
+                tally[3] += sum(h[0]["verify_passes"] for h in hyps)
+                verify = f" ({tally[3] / max(tally[2], 1):.3f} of them verification passes)"
+            logger.info(f"insertion decoding ({generator.options.mode}): {tally[0]} sentences, "
+                        f"{tally[1] / max(tally[0], 1):.2f} steps/sentence, {tally[1] / max(tally[2], 1):.3f} "
+                        f"steps/token{verify}")
+        return hyps
+
+    def _decode_accepted(self, generator, models, sample, refused, prefix_tokens, constraints):
+        """Decode the rows not refused by the input screening; refused rows get an empty hypothesis
+        (their reason was logged when they were screened)."""
+        src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
+        hyps = [[generator.fixed_hypothesis([])] for _ in refused]
+        keep = [b for b, r in enumerate(refused) if not r]
+        if keep:
+            rows = torch.tensor(keep, device=src_tokens.device)
+            accepted = {"id": sample["id"][rows.to(sample["id"].device)],
+                        "net_input": {"src_tokens": src_tokens[rows], "src_lengths": src_lengths[rows]}}
+            out = self.inference_step(generator, models, accepted, prefix_tokens=prefix_tokens,
+                                      constraints=None if constraints is None else constraints[rows])
+            for b, h in zip(keep, out):
+                hyps[b] = h
+        return hyps
+
+    def decoding_options(self, args, **task_options) -> DecodingOptions:
+        """The options of :class:`InsertionGenerator`: the task's decoding flags and fairseq's generation flags
+        ``args`` (``--sampling`` ...), with ``task_options`` (the fields a task sets itself)."""
+        return DecodingOptions.from_args(self.cfg, args, **task_options)
+
+    def hub_interface(self, cfg, models):
+        """The Python interface of ``InsNetModel.from_pretrained`` over this task and ``models``."""
+        return InsNetHubInterface(cfg, self, models)

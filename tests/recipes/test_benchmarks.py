@@ -1,0 +1,175 @@
+"""Helpers of the benchmarks that decide what is measured."""
+
+import torch
+
+
+from experiments import cache_gain
+
+
+def test_cache_gain_joins_consecutive_sentences_with_one_eos():
+    eos = 2
+    ds = [{"source": torch.tensor([5 + i, 6, eos]), "target": torch.tensor([9, 10 + i, eos])} for i in range(5)]
+    items = cache_gain.joined_items(ds, [0, 1, 2, 3, 4], 2, eos)
+    assert len(items) == 2  # the fifth sentence has no partner: left out, never half a pair
+    assert items[0]["source"].tolist() == [5, 6, 6, 6, eos] and items[0]["target"].tolist() == [9, 10, 9, 11, eos]
+    assert items[1]["source"].tolist() == [7, 6, 8, 6, eos] and [it["id"] for it in items] == [0, 1]
+    assert [it["source"].tolist() for it in cache_gain.joined_items(ds, [3], 1, eos)] == [[8, 6, eos]]  # K = 1: as is
+
+
+def test_call_timer_adds_up_the_wrapped_calls_time():
+    class Thing:
+        def work(self, x):
+            return x + 1
+
+    ticks = iter([10.0, 10.5, 20.0, 20.25])  # two calls: 0.5 s and 0.25 s (a fake clock: no real timing)
+    thing = Thing()
+    timer = cache_gain.CallTimer(thing, "work", clock=lambda: next(ticks))
+    assert thing.work(1) == 2 and thing.work(2) == 3  # calls pass through
+    assert timer.seconds == 0.75
+
+
+def test_without_offset_term_drops_exactly_the_position_term():
+    """--without-offset-term's diagnostic model: when the position term is zero anyway (W_kR = 0, v = 0), it
+    gives InsNet's own loss, so what it saves in time is the offset term and nothing else; with the term it differs."""
+    import train_throughput as tt
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for w in "abcdefgh":
+        d.add_symbol(w)
+    batch = tt.synthetic_batches(d, 6, 24, 1)[0]
+    full, plain = tt.build("insnet", d), tt.build(tt.NO_OFFSETS, d)  # same seed: same weights
+    for m in (full, plain):
+        m.eval()
+    with torch.no_grad():
+        assert not torch.allclose(tt.step_fn("insnet", full, batch, d, 0.1), tt.step_fn("insnet", plain, batch, d, 0.1))
+        for m in (full, plain):
+            for layer in m.decoder.context.layers:
+                layer.self_attn.r_proj.weight.zero_()
+                layer.self_attn.v.zero_()
+        torch.testing.assert_close(tt.step_fn("insnet", plain, batch, d, 0.1), tt.step_fn("insnet", full, batch, d, 0.1))
+
+
+def test_offset_kernels_times_the_same_models_with_the_dense_offset_term():
+    """--offset-kernels' systems ("InsNet gather", "InsNet l2r view") are the same models with the C++ kernel switched
+    off: the same weights and, in a training step (dropout on, the same seed), the same loss and gradients, so the
+    timing compares two ways of computing one thing."""
+    import train_throughput as tt
+    from fairseq.data import Dictionary
+    from insnet_fairseq.modules.attention import OffsetSelfAttention
+
+    d = Dictionary()
+    for w in "abcdefgh":
+        d.add_symbol(w)
+    batch = tt.synthetic_batches(d, 6, 24, 1)[0]
+    for kernel_kind, dense_kind in (("insnet", tt.GATHER), (tt.L2R, tt.L2R_VIEW)):
+        models = {k: tt.build(k, d).train() for k in (kernel_kind, dense_kind)}
+        switches = {k: {m.offset_kernel for m in models[k].modules() if isinstance(m, OffsetSelfAttention)}
+                    for k in models}
+        assert switches == {kernel_kind: {True}, dense_kind: {False}}
+        losses, grads = {}, {}
+        for k, m in models.items():
+            torch.manual_seed(1)
+            losses[k] = tt.step_fn(k, m, batch, d, 0.1)
+            losses[k].backward()
+            grads[k] = [p.grad for p in m.parameters()]
+        torch.testing.assert_close(losses[kernel_kind], losses[dense_kind], rtol=1e-5, atol=1e-4)
+        for a, b in zip(grads[kernel_kind], grads[dense_kind]):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_offset_term_cost_times_one_layer_with_and_without_only_the_offset_term():
+    """experiments/offset_term_cost.py's two layers share their weights and differ by the offset term alone: equal
+    where the term is zero (W_kR = 0, v = 0), not otherwise; the term alone is -inf exactly where the mask blocks."""
+    import offset_term_cost as otc
+
+    full, plain = otc.layers()
+    x, offsets, mask, table = otc.layer_inputs(6, 24)
+    for m in (full, plain):
+        m.eval()
+    with torch.no_grad():
+        assert not torch.allclose(full(x, offsets, table, mask)[0], plain(x, offsets, table, mask)[0])
+        q = torch.randn(x.size(0), otc.HEADS, 6, otc.D // otc.HEADS)
+        bias = full.offset_bias(q, offsets, table, mask, 6)
+        assert torch.equal(torch.isinf(bias), mask.expand_as(bias))
+        for m in (full, plain):
+            m.r_proj.weight.zero_()
+            m.v.zero_()
+        torch.testing.assert_close(plain(x, offsets, table, mask)[0], full(x, offsets, table, mask)[0])
+        # the l2r columns' term: the skewed view gives the gathered offsets' scores, -inf where they are
+        l2r_offsets = otc.layer_inputs(6, 24, policy="l2r")[1]
+        torch.testing.assert_close(full.offset_bias(q, l2r_offsets, table, mask, 6, True),
+                                   full.offset_bias(q, l2r_offsets, table, mask, 6))
+
+
+def test_decode_latency_gives_the_ar_model_the_same_vocabulary_product():
+    """--vocabulary-layouts times the AR model with InsNet's layout (a kept W^T): its output projection must compute
+    what fairseq's ``nn.Linear`` does ([B, T, D] and [N, D] inputs, with and without a bias), or the timing compares
+    another computation; ``linear_vocabulary`` switches an InsNet model's heads back to F.linear."""
+    import decode_latency
+
+    torch.manual_seed(3)
+    for bias in (False, True):
+        linear = torch.nn.Linear(16, 40, bias=bias)
+        swapped = decode_latency.TransposedVocabulary(linear)
+        for x in (torch.randn(2, 3, 16), torch.randn(5, 16)):
+            with torch.no_grad():
+                torch.testing.assert_close(swapped(x), linear(x), atol=1e-5, rtol=1e-5)
+    assert swapped.weight_t.shape == (16, 40) and swapped.weight_t.is_contiguous()
+
+    class Heads:
+        transposed_vocabulary = True
+
+    model = type("M", (), {})()
+    model.decoder = type("D", (), {})()
+    model.decoder.heads = Heads()
+    assert decode_latency.linear_vocabulary(model) is model and model.decoder.heads.transposed_vocabulary is False
+
+
+def test_peak_tensor_memory_counts_live_tensors_in_time_order():
+    """memory_scaling.py's CPU measure: the most bytes live at once during the call, frees included."""
+    import memory_scaling
+
+    mb = 2**20
+
+    def work():
+        a = torch.empty(4 * mb, dtype=torch.uint8)
+        b = torch.empty(4 * mb, dtype=torch.uint8)
+        del a  # 8 MB live at the peak, then 4
+        c = torch.empty(1 * mb, dtype=torch.uint8)
+        return b, c
+
+    assert abs(memory_scaling.peak_tensor_mb(work) - 8.0) < 0.01
+
+    def sequential():  # the same bytes, never two blocks live at once
+        for _ in range(3):
+            t = torch.empty(4 * mb, dtype=torch.uint8)
+            del t
+
+    assert abs(memory_scaling.peak_tensor_mb(sequential) - 4.0) < 0.01
+
+
+def test_pass_breakdown_splits_the_labelled_passes_by_kind_of_op():
+    """cache_gain.py --profile-passes: only ops inside a pass count, each once (a pass inside a pass is not counted
+    again), sorted into products / attention / copies / other, the parts adding up to the passes' time."""
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    x, w, buf = torch.randn(8, 16), torch.randn(4, 16), torch.empty(8, 4)
+    q = torch.randn(1, 2, 3, 4)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.bmm(x.view(1, 8, 16), w.t().reshape(1, 16, 4))  # outside any pass: not counted
+        with record_function(cache_gain.PASS):
+            buf.copy_(x @ w.t())
+            F.scaled_dot_product_attention(q, q, q)
+            with record_function(cache_gain.PASS):  # nested: its ops count once, in the outer pass
+                torch.relu(x)
+    total, ops = cache_gain.pass_ops(prof.events())
+    names = [name for name, _ in ops]
+    assert "aten::bmm" not in names and names.count("aten::relu") == 1 and names.count("aten::copy_") >= 1
+    assert "aten::mm" in names and any("scaled_dot_product" in name for name in names)
+    outer = [e for e in prof.events() if e.name == cache_gain.PASS and e.cpu_parent is None]
+    assert len(outer) == 1 and total == outer[0].cpu_time_total / 1e6
+    b = cache_gain.pass_breakdown(prof.events())
+    assert b["total"] == total and min(b.values()) >= 0
+    assert abs(sum(v for key, v in b.items() if key != "total") - total) < 1e-9 or b["outside ops"] == 0

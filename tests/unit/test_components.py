@@ -1,0 +1,198 @@
+"""Fast paths against their oracles: gathered offset attention vs materialised P, fused
+position head vs materialised slot representations."""
+import pytest
+import torch
+
+from insnet_fairseq.modules.attention import OffsetSelfAttention, sinusoidal_offset_table
+from insnet_fairseq.geometry.masks import causal_mask
+from insnet_fairseq.geometry.offsets import offset_matrix, rank_matrix, slot_neighbours
+from insnet_fairseq.geometry.orders import uniform_random
+from insnet_fairseq.modules.slots import SlotHeads, gather_steps
+
+
+def test_offset_attention_matches_materialised_positions():
+    torch.manual_seed(0)
+    attn = OffsetSelfAttention(32, 4, 32).eval()
+    torch.nn.init.normal_(attn.u)
+    torch.nn.init.normal_(attn.v)
+    B, n = 3, 11
+    order = uniform_random(torch.tensor([11, 11, 11]), n, torch.Generator().manual_seed(0))
+    offsets = offset_matrix(order)
+    table = sinusoidal_offset_table(20, 32)
+    x = torch.randn(B, n, 32)
+    fast, fast_kv = attn(x, offsets, table, causal_mask(n, x.device))
+    slow, slow_kv = attn.naive_forward(x, offsets, table, causal_mask(n, x.device))
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+    for a, b in zip(fast_kv, slow_kv):
+        torch.testing.assert_close(a, b)
+    # slot queries (--slot-query-stream) read those keys with their own offsets and mask
+    q = torch.randn(B, 5, 32)
+    q_off = torch.randint(-(n - 1), n, (B, 5, n))
+    q_mask = torch.rand(B, 5, n) < 0.4
+    q_mask[:, :, 0] = False
+    fast_q = attn.query(q, fast_kv, q_off, table, q_mask)
+    attn.naive = True
+    slow_q = attn.query(q, fast_kv, q_off, table, q_mask)
+    attn.naive = False
+    torch.testing.assert_close(fast_q, slow_q, atol=1e-5, rtol=1e-5)
+
+
+def test_offset_attention_with_cache_matches_full_pass():
+    torch.manual_seed(1)
+    attn = OffsetSelfAttention(32, 4, 32).eval()
+    n = 9
+    order = uniform_random(torch.tensor([n, n]), n, torch.Generator().manual_seed(2))
+    offsets = offset_matrix(order)
+    table = sinusoidal_offset_table(20, 32)
+    x = torch.randn(2, n, 32)
+    full, _ = attn(x, offsets, table, causal_mask(n, x.device))
+    first, past = attn(x[:, :5], offsets[:, :5, :5], table, causal_mask(5, x.device))
+    rest, _ = attn(x[:, 5:], offsets[:, 5:, :], table, causal_mask(n, x.device)[5:], past=past)
+    torch.testing.assert_close(torch.cat([first, rest], 1), full, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_position_logits_match_materialised_slots():
+    torch.manual_seed(2)
+    heads = SlotHeads(24, 30)
+    torch.nn.init.normal_(heads.norm.weight)
+    torch.nn.init.normal_(heads.norm.bias)
+    B, n = 4, 10
+    h = torch.randn(B, n, 24) * 3
+    order = uniform_random(torch.tensor([n] * B), n, torch.Generator().manual_seed(3))
+    left, right = slot_neighbours(rank_matrix(order))
+    steps = torch.arange(1, n - 1)
+    left, right = left[:, 1 : n - 1, : n - 2], right[:, 1 : n - 1, : n - 2]
+    fused = heads.position_logits(h, steps, left, right)  # [B, T, K]
+    g = h[:, steps].unsqueeze(2).expand(-1, -1, n - 2, -1)
+    e = heads.slot_repr(gather_steps(h, left), gather_steps(h, right), g)  # [B, T, K, D]
+    slow = heads.position_logit(e)
+    valid = torch.arange(n - 2).unsqueeze(0) < steps.unsqueeze(1)
+    torch.testing.assert_close(fused[:, valid], slow[:, valid], atol=1e-4, rtol=1e-5)
+
+
+def test_offset_projection_kept_for_decoding_follows_the_weights():
+    """Outside training and without gradients, P is kept and sliced: equal to projecting the rows at every
+    call, over growing ranges, and projected again after W_kR changes in place (an optimizer step)."""
+    torch.manual_seed(5)
+    attn = OffsetSelfAttention(16, 2, 16).eval()
+    table = sinusoidal_offset_table(100, 16)
+    center = 100
+
+    def direct(m):
+        return attn._project(table[center - m : center + m + 1])
+
+    with torch.no_grad():
+        for m in (3, 1, 40, 70, 100):  # inside the kept range, then past it (kept range doubled, then capped)
+            torch.testing.assert_close(attn.project_offsets(table, m), direct(m), atol=1e-6, rtol=1e-6)
+        kept = attn.project_offsets(table, 5)
+        attn.r_proj.weight.add_(1.0)  # in place, as an optimizer step
+        moved = attn.project_offsets(table, 5)
+        torch.testing.assert_close(moved, direct(5), atol=1e-6, rtol=1e-6)
+        assert not torch.allclose(moved, kept)
+    attn.train()  # training projects every call, with gradients
+    p = attn.project_offsets(table, 5)
+    assert p.requires_grad and p.shape == (2, 11, 8)
+
+
+def test_decoding_vocabulary_product_by_the_kept_transpose_follows_the_weights():
+    """CPU decoding's vocabulary product (a kept contiguous W_p^T) equals token_proj's, with a tied embedding, on
+    [N, D] and [B, K, D] slots; it is made again after the weight changes in place (an optimizer step) or its dtype
+    changes; training and gradients use token_proj itself (and so does ``transposed_vocabulary = False``)."""
+    torch.manual_seed(6)
+    emb = torch.nn.Embedding(50, 24)
+    heads = SlotHeads(24, 50, tied_embedding=emb).eval()
+    torch.nn.init.normal_(heads.token_proj.bias)
+    for e in (torch.randn(5, 24), torch.randn(2, 3, 24)):
+        with torch.no_grad():
+            fast = heads.token_logits(e)
+            torch.testing.assert_close(fast, heads.token_proj(e), atol=1e-5, rtol=1e-5)
+        assert fast.shape == (*e.shape[:-1], 50)
+    kept = heads._kept_transpose[1]
+    assert kept.shape == (24, 50) and kept.is_contiguous()
+    with torch.no_grad():
+        emb.weight.mul_(2.0)  # in place, as an optimizer step on the tied embedding
+        e = torch.randn(4, 24)
+        torch.testing.assert_close(heads.token_logits(e), heads.token_proj(e), atol=1e-5, rtol=1e-5)
+        assert heads._kept_transpose[1] is not kept
+        half = heads.to(torch.bfloat16)  # a new dtype: a new copy, in that dtype
+        assert half.token_logits(e.bfloat16()).dtype == torch.bfloat16 and half._kept_transpose[1].dtype == torch.bfloat16
+    heads.float()
+    calls = []
+    heads.token_proj.register_forward_hook(lambda *a: calls.append(1))
+    heads.train()
+    assert heads.token_logits(torch.randn(3, 24)).requires_grad and calls == [1]
+    heads.eval()
+    heads.transposed_vocabulary = False
+    with torch.no_grad():
+        heads.token_logits(torch.randn(3, 24))
+    assert calls == [1, 1]
+
+
+@pytest.mark.parametrize("global_vector", [True, False])
+def test_decoding_position_logits_match_the_fused_head(global_vector):
+    """One decoding step's slots scored from the tokens' parts (materialised, a few ops) equal the fused
+    training head's logits for the same step (T = 1), with and without the global vector."""
+    torch.manual_seed(4)
+    heads = SlotHeads(24, 30, global_vector=global_vector)
+    torch.nn.init.normal_(heads.norm.weight)
+    torch.nn.init.normal_(heads.norm.bias)
+    B, S = 3, 9
+    h = torch.randn(B, S, 24) * 3
+    a, b = heads.parts(h)
+    left, right = torch.randint(0, S, (B, S - 1)), torch.randint(0, S, (B, S - 1))
+    last = torch.tensor([2, 8, 5])
+    g = h[torch.arange(B), last]  # [B, D]
+    step = heads.step_position_logits(a, b, g, left, right)  # [B, K]
+    fused = heads.position_logits_from_parts(a, b, g.unsqueeze(1), left.unsqueeze(1), right.unsqueeze(1)).squeeze(1)
+    assert step.dtype == torch.float32 and step.shape == (B, S - 1)
+    torch.testing.assert_close(step, fused, atol=1e-4, rtol=1e-5)
+    # and the docstring's example: 3 tokens, 2 slots
+    assert heads.step_position_logits(a[:1, :3], b[:1, :3], g[:1], torch.tensor([[0, 2]]), torch.tensor([[2, 1]])).shape == (1, 2)
+
+
+def test_slot_query_model_loads_a_checkpoint_without_the_stream():
+    """--finetune-from-model of a plain checkpoint into --slot-query-stream: every saved parameter
+    is loaded, the stream's own start from their initial values."""
+    from conftest import build_tiny_model
+
+    plain, _ = build_tiny_model(seed=1)
+    query, _ = build_tiny_model(seed=2, slot_query_stream=True)
+    start = query.decoder.context.slot_query.detach().clone()
+    query.load_state_dict(plain.state_dict())
+    loaded = query.state_dict()
+    for k, v in plain.state_dict().items():
+        assert torch.equal(v, loaded[k]), k
+    assert torch.equal(query.decoder.context.slot_query, start)
+    with pytest.raises(RuntimeError):  # anything else missing is still an error
+        sd = plain.state_dict()
+        del sd["decoder.heads.f_left.weight"]
+        query.load_state_dict(sd)
+
+
+def test_joint_attention_equals_the_tokens_call_then_the_queries_call():
+    """OffsetSelfAttention.joint (a fused decoding step): the new tokens' rows equal forward() over the cache, the
+    slot queries' rows equal query() over the keys that include the new tokens; the keys it returns are forward()'s.
+    The test oracle (naive) takes the two calls one after the other and agrees."""
+    torch.manual_seed(3)
+    attn = OffsetSelfAttention(32, 4, 32).eval()
+    B, S0, T, Q = 2, 5, 2, 4
+    S = S0 + T
+    table = sinusoidal_offset_table(20, 32)
+    past = (torch.randn(B, 4, S0, 8), torch.randn(B, 4, S0, 8))
+    x, q = torch.randn(B, T, 32), torch.randn(B, Q, 32)
+    offsets = torch.randint(-(S - 1), S, (B, T + Q, S))
+    mask = torch.rand(B, T + Q, S) < 0.3
+    mask[:, :, 0] = False
+    with torch.no_grad():
+        out, kv = attn.joint(torch.cat([x, q], 1), T, offsets, table, mask, past)
+        tokens, kv_ref = attn(x, offsets[:, :T], table, mask[:, :T], past)
+        queries = attn.query(q, kv_ref, offsets[:, T:], table, mask[:, T:])
+        attn.naive = True
+        oracle, _ = attn.joint(torch.cat([x, q], 1), T, offsets, table, mask, past)
+        attn.naive = False
+    assert out.shape == (B, T + Q, 32) and kv[0].shape == (B, 4, S, 8)
+    torch.testing.assert_close(out[:, :T], tokens, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[:, T:], queries, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(oracle, out, atol=1e-5, rtol=1e-5)
+    for a, b in zip(kv, kv_ref):
+        torch.testing.assert_close(a, b)
