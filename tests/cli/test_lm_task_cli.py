@@ -7,12 +7,11 @@ import sys
 
 import pytest
 
-from conftest import BIN, LM, ROOT, TINY_LM, copy_data, lm_task, run
+from conftest import BIN, LM, TINY_LM, copy_data, lm_task, run
 from conftest import LM_LINES as N
 from insnet_fairseq.errors import DataError
 
-sys.path.insert(0, os.path.join(ROOT, "recipes"))
-import evaluate_lm  # noqa: E402
+from recipes import evaluate_lm
 
 
 def in_order(keywords, words) -> bool:

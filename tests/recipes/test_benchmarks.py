@@ -31,7 +31,7 @@ def test_call_timer_adds_up_the_wrapped_calls_time():
 def test_without_offset_term_drops_exactly_the_position_term():
     """--without-offset-term's diagnostic model: when the position term is zero anyway (W_kR = 0, v = 0), it
     gives InsNet's own loss, so what it saves in time is the offset term and nothing else; with the term it differs."""
-    import train_throughput as tt
+    from benchmarks import train_throughput as tt
     from fairseq.data import Dictionary
 
     d = Dictionary()
@@ -54,7 +54,7 @@ def test_offset_kernels_times_the_same_models_with_the_dense_offset_term():
     """--offset-kernels' systems ("InsNet gather", "InsNet l2r view") are the same models with the C++ kernel switched
     off: the same weights and, in a training step (dropout on, the same seed), the same loss and gradients, so the
     timing compares two ways of computing one thing."""
-    import train_throughput as tt
+    from benchmarks import train_throughput as tt
     from fairseq.data import Dictionary
     from insnet_fairseq.modules.attention import OffsetSelfAttention
 
@@ -81,7 +81,7 @@ def test_offset_kernels_times_the_same_models_with_the_dense_offset_term():
 def test_offset_term_cost_times_one_layer_with_and_without_only_the_offset_term():
     """experiments/offset_term_cost.py's two layers share their weights and differ by the offset term alone: equal
     where the term is zero (W_kR = 0, v = 0), not otherwise; the term alone is -inf exactly where the mask blocks."""
-    import offset_term_cost as otc
+    from experiments import offset_term_cost as otc
 
     full, plain = otc.layers()
     x, offsets, mask, table = otc.layer_inputs(6, 24)
@@ -106,7 +106,7 @@ def test_decode_latency_gives_the_ar_model_the_same_vocabulary_product():
     """--vocabulary-layouts times the AR model with InsNet's layout (a kept W^T): its output projection must compute
     what fairseq's ``nn.Linear`` does ([B, T, D] and [N, D] inputs, with and without a bias), or the timing compares
     another computation; ``linear_vocabulary`` switches an InsNet model's heads back to F.linear."""
-    import decode_latency
+    from benchmarks import decode_latency
 
     torch.manual_seed(3)
     for bias in (False, True):
@@ -128,7 +128,7 @@ def test_decode_latency_gives_the_ar_model_the_same_vocabulary_product():
 
 def test_peak_tensor_memory_counts_live_tensors_in_time_order():
     """memory_scaling.py's CPU measure: the most bytes live at once during the call, frees included."""
-    import memory_scaling
+    from benchmarks import memory_scaling
 
     mb = 2**20
 

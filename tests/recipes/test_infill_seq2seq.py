@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 
-import infill_seq2seq as fill_recipe  # noqa: E402
-import prepare_infill_seq2seq as prep  # noqa: E402
+from recipes import infill_seq2seq as fill_recipe
+from recipes import prepare_infill_seq2seq as prep
 from recipes.evaluate_infill import fill_back
 from fairseq.data import Dictionary  # noqa: E402
 
@@ -70,7 +70,7 @@ def test_examples_of_a_two_blank_template():
 def test_template_blanks_rebuild_the_sentence(setting):
     """The blanks' words are the sentence's masked words: filling them back gives the sentence; the
     template is the one recipes/prepare_infill.py draws with the same generator."""
-    from prepare_infill import random_template
+    from recipes.prepare_infill import random_template
 
     sentence = "a man in an orange hat staring at something in the street .".split()
     for seed in range(5):
@@ -170,7 +170,7 @@ def test_incremental_decoding_equals_full_redecoding():
 
 
 def test_reference_blanks():
-    from evaluate_infill import reference_blanks
+    from recipes.evaluate_infill import reference_blanks
     assert reference_blanks("a b c d e".split(), f"a {BLANK} d {BLANK}".split()) == [["b", "c"], ["e"]]
     assert reference_blanks("a b c".split(), f"a {BLANK} b c".split()) == [[]]  # a blank may hold nothing
     assert reference_blanks("a x c".split(), f"a {BLANK} b c".split()) is None  # the template does not fit
@@ -179,7 +179,7 @@ def test_reference_blanks():
 def test_reference_nll_batched_equals_one_token_at_a_time():
     """--ppl: the batched, padded teacher-forced NLL equals the sum of each target token's log-probability
     computed alone from its prefix (blank by blank, earlier blanks holding the reference words)."""
-    from evaluate_infill import reference_blanks
+    from recipes.evaluate_infill import reference_blanks
     model, d = tiny_model(seed=2)
     rng = random.Random(5)
     refs = [[f"w{rng.randrange(24)}" for _ in range(rng.randint(3, 9))] for _ in range(6)]

@@ -285,7 +285,7 @@ def test_wmt_en_de_recipe_from_archives(tmp_path):
 
 
 def test_wat_en_ja_recipe(tmp_path):
-    import japanese
+    from recipes import japanese
 
     try:
         japanese.ensure_installed()  # what the recipe does on first use: pip install fugashi unidic-lite
@@ -360,7 +360,6 @@ def test_distillation_on_a_tiny_slice(multi30k_bin):
 
 
 def test_distillation_teacher_decodes_by_its_task(tmp_path):
-    import distill
     import torch
 
     assert distill.teacher_decoding("translation", 5) == ["--task", "translation", "--beam", "5"]

@@ -6,17 +6,15 @@ over-long constraints answered without decoding, long constraints decoded apart 
 import argparse
 import logging
 import os
-import sys
 
 import pytest
 import torch
 
-from conftest import ROOT, build_tiny_model, random_batch
+from conftest import build_tiny_model, random_batch
 
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-import fuzz_input  # noqa: E402
+from benchmarks import fuzz_input
 
-from insnet_fairseq.decoding import generator as generator_module  # noqa: E402
+from insnet_fairseq.decoding import generator as generator_module
 from insnet_fairseq.decoding import step as step_module  # noqa: E402
 from insnet_fairseq.decoding.generator import InsertionGenerator  # noqa: E402
 from insnet_fairseq.decoding.options import DecodingOptions  # noqa: E402

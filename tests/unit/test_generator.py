@@ -1,8 +1,6 @@
 """Decoding invariants: cached == uncached, batched == one by one, one token per sequential
 step, parallel steps never fill one slot twice, constrained starts keep their tokens."""
 import copy
-import os
-import sys
 
 import pytest
 import torch
@@ -15,8 +13,7 @@ from insnet_fairseq.reference import naive_offsets
 
 from conftest import ROOT, build_tiny_ar, build_tiny_model, make_dictionary, random_batch, sample_of
 
-sys.path.insert(0, os.path.join(ROOT, "experiments"))
-from host_syncs import HostSyncs  # noqa: E402
+from experiments.host_syncs import HostSyncs
 
 
 def decode(model, d, src, src_lengths, **kw):
@@ -736,11 +733,9 @@ def test_show_trajectory_explains_every_state_with_the_generators_own_numbers(mo
     """recipes/show_trajectory.py --explain: one note per partial output of the history (the start included), its
     q(stop) the termination head's, its slots sorted by mass (masses of one distribution: sum <= 1), and
     decoding itself unchanged by the notes."""
-    import os
     import re
-    import sys
-    sys.path.insert(0, os.path.join(ROOT, "recipes"))
-    from show_trajectory import ExplainingGenerator
+
+    from recipes.show_trajectory import ExplainingGenerator
 
     model, d, src, src_lengths = model_and_batch
     model = copy.deepcopy(model)

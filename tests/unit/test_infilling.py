@@ -1,21 +1,18 @@
 """Text infilling (the text-infilling paper): InsNet fills only the blanks of a template and
 never changes or reorders its words, in every decoding mode; the template recipe masks as the paper
 does; the scorer's template check. (fairseq-generate / -interactive --infill: tests/cli/test_lm_task_cli.py.)"""
-import os
 import random
-import sys
 
 import pytest
 import torch
 
-from conftest import ROOT, build_tiny_lm_model
+from conftest import build_tiny_lm_model
 from insnet_fairseq.decoding.templates import check_blanks, split_template
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
 
-sys.path.insert(0, os.path.join(ROOT, "recipes"))
-from evaluate_infill import fill_back, template_kept  # noqa: E402
-from prepare_infill import BLANK, anchor_template, random_template  # noqa: E402
+from recipes.evaluate_infill import fill_back, template_kept
+from recipes.prepare_infill import BLANK, anchor_template, random_template
 
 
 def test_split_template_and_bad_blanks():

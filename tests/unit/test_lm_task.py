@@ -5,12 +5,11 @@ one-line errors for bad keyword files and mismatched checkpoints. (fairseq-train
 recipes/evaluate_lm.py: tests/cli/test_lm_task_cli.py.)"""
 import os
 import shutil
-import sys
 
 import pytest
 import torch
 
-from conftest import (ROOT, FakeLMTask, FakeTask, build_tiny_lm_model, make_dictionary, random_batch, step_logprobs,
+from conftest import (FakeLMTask, FakeTask, build_tiny_lm_model, make_dictionary, random_batch, step_logprobs,
                       tiny_args)
 from fairseq import models as fairseq_models
 from insnet_fairseq.errors import CheckpointError, DataError
@@ -22,9 +21,7 @@ from insnet_fairseq.models.insnet import InsNetLMModel
 from insnet_fairseq.geometry.orders import make_order
 from insnet_fairseq.reference import naive_layered_logprobs, naive_trajectory_logprobs
 
-sys.path.insert(0, os.path.join(ROOT, "recipes"))
-import evaluate_lm  # noqa: E402
-import prepare_lm  # noqa: E402
+from recipes import evaluate_lm, prepare_lm
 
 from conftest import LM_LINES as N  # noqa: E402
 from conftest import copy_data, lm_task  # noqa: E402

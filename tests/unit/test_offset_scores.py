@@ -6,7 +6,7 @@ import torch
 
 from insnet_fairseq.geometry.orders import make_order
 from insnet_fairseq.modules import offset_scores
-from insnet_fairseq.modules.attention import OffsetSelfAttention, sinusoidal_offset_table
+from insnet_fairseq.modules.attention import OffsetSelfAttention
 from insnet_fairseq.geometry.offsets import offset_matrix
 from insnet_fairseq.tasks.criterion import term_losses
 
