@@ -1,0 +1,394 @@
+#!/usr/bin/env python
+"""Quality against decoding cost, every system measured the same way in one run.
+
+    python benchmarks/frontier.py --data data-bin/multi30k_en_de --raw-ref RAW/test.de \
+        --systems systems.tsv --baseline "AR+KD greedy" --threads 1 --out results/frontier_multi30k_cpu
+
+``systems.tsv`` has one system a line, three tab-separated fields: a name, a checkpoint (fairseq's
+``--path``: ``a.pt:b.pt`` for an ensemble or a judge) and its fairseq-generate flags, e.g.
+
+    AR+KD greedy	checkpoints/ar_kd/checkpoint_avg.pt	--beam 1
+    InsNet-Dinic 1 candidate	checkpoints/dinic/checkpoint_avg.pt	--task insertion_translation --insertion-mode parallel
+
+Every system decodes ``--subset`` in this process through fairseq's own task, generator and
+post-processing (``--remove-bpe --tokenizer moses``, as fairseq-generate), and gets:
+
+* ``sacrebleu``: detokenised sacreBLEU against ``--raw-ref``;
+* ``diff``, ``diff_low``, ``diff_high``, ``p_value``: its BLEU minus the baseline's and the 95% interval
+  of that difference under sacreBLEU's paired bootstrap (the same 1,000 resamples of the test
+  sentences for both systems, seed 12345, as ``sacrebleu --paired-bs``), and that test's p-value;
+* ``passes_per_token``: decoder passes per output token. A pass is one run of a decoder's layer
+  stack over one hypothesis row, counted at the first layer of every decoder stack of every loaded
+  model (judges included): InsNet's initial pass over ``<s> </s>``, each insertion step, the slot
+  query stream where it runs as its own pass, every candidate row, and the autoregressive model's
+  step that emits ``</s>``; a beam of 5 is 5 rows a step. ``calls_per_token``: the same calls
+  without the rows (the number of sequential decoder runs: what latency at batch 1 follows when
+  rows run in parallel). Counted in the batch-1 run, so no padding row is counted;
+* ``ms_b1``, ``ms_b64``: milliseconds per sentence at batch 1 and at batch 64, the time of
+  ``task.inference_step`` only (what fairseq-generate's own timer measures), with every system timed
+  interleaved: batch by batch, each batch decoded by every system in a rotating order, after one
+  untimed warm-up batch each; ``--threads`` torch threads for all.
+
+The outputs scored are those of the batch-1 run. Writes OUT.csv and OUT.png (BLEU against ms/sentence, one panel per batch size, every system a
+labelled point, the Pareto front as a line), and prints the table.
+"""
+import argparse
+import contextlib
+import csv
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import sacrebleu
+import torch
+from torch import nn
+
+COLUMNS = ["system", "sacrebleu", "diff", "diff_low", "diff_high", "p_value", "passes_per_token", "calls_per_token",
+           "ms_b1", "ms_b64", "ratio_b1", "ratio_b64", "tokens_per_sentence", "threads", "checkpoint", "flags"]
+
+
+# ------------------------------------------------------------------------------------------- pass counting
+class PassCounter:
+    """Counts decoder passes: calls of the first layer of every decoder layer stack of ``models``.
+
+    A stack is an ``nn.ModuleList`` named ``layers`` inside a model's ``decoder``. Every method that
+    runs that layer over target-side states is counted (``forward``; InsNet's ``forward_with_queries``
+    and ``query``, the slot query stream). ``rows`` adds the hypothesis rows of each call: the batch
+    dimension of the states (fairseq's layers take ``T x B x C``, InsNet's ``B x T x C``).
+
+    Example: AR greedy decoding of one sentence into 4 tokens + ``</s>`` is 5 calls of 1 row; beam 5,
+    5 calls of 5 rows; InsNet sequential decoding of 4 tokens, 1 initial pass + 4 steps = 5 calls.
+    """
+
+    METHODS = ("forward", "forward_with_queries", "query")
+
+    def __init__(self, models: Sequence[nn.Module]):
+        self.calls = 0
+        self.rows = 0
+        self._patched = []
+        for model in models:
+            decoder = getattr(model, "decoder", model)
+            for name, module in decoder.named_modules():
+                if name.split(".")[-1] == "layers" and isinstance(module, nn.ModuleList) and len(module):
+                    self._patch(module[0])
+
+    @staticmethod
+    def _batch_dim(layer: nn.Module) -> int:
+        from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
+
+        return 1 if isinstance(layer, TransformerDecoderLayerBase) else 0
+
+    def _patch(self, layer: nn.Module):
+        dim = self._batch_dim(layer)
+        for method in self.METHODS:
+            if not hasattr(layer, method):
+                continue
+            original = getattr(layer, method)
+
+            def counted(*args, __original=original, **kwargs):
+                x = args[0] if args else next(iter(kwargs.values()))
+                self.calls += 1
+                self.rows += int(x.size(dim))
+                return __original(*args, **kwargs)
+
+            setattr(layer, method, counted)  # an instance attribute: nn.Module.__call__ finds it first
+            self._patched.append((layer, method))
+
+    def reset(self):
+        self.calls = self.rows = 0
+
+    def remove(self):
+        for layer, method in self._patched:
+            delattr(layer, method)
+        self._patched = []
+
+
+# ------------------------------------------------------------------------------------------- systems
+@dataclass
+class System:
+    name: str
+    checkpoint: str
+    flags: List[str]
+    task: object = None
+    models: list = None
+    generator: object = None
+    cfg: object = None
+    decode_fn: object = None
+    strip: set = None
+    counter: Optional[PassCounter] = None
+    hyps: Dict[int, str] = field(default_factory=dict)
+    tokens: Dict[int, int] = field(default_factory=dict)
+    seconds: Dict[int, float] = field(default_factory=lambda: {1: 0.0, 64: 0.0})
+    calls: int = 0
+    rows: int = 0
+
+
+def read_systems(path: str) -> List[System]:
+    """``NAME<TAB>CHECKPOINT<TAB>FLAGS`` lines (``#`` comments and blank lines skipped)."""
+    import shlex
+
+    systems = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) not in (2, 3):
+                sys.exit(f"{path}:{lineno}: expected NAME<TAB>CHECKPOINT<TAB>FLAGS, got {len(parts)} field(s)")
+            name, ckpt, flags = parts[0].strip(), parts[1].strip(), parts[2] if len(parts) == 3 else ""
+            for p in ckpt.split(":"):
+                if not os.path.isfile(p):
+                    sys.exit(f"{path}:{lineno}: checkpoint {p} of system '{name}' does not exist")
+            systems.append(System(name, ckpt, shlex.split(flags)))
+    names = [s.name for s in systems]
+    if len(set(names)) != len(names):
+        sys.exit(f"{path}: system names must be unique")
+    return systems
+
+
+def load(system: System, data: str, subset: str, src: str, tgt: str):
+    """fairseq-generate's set-up for one system: its task, models, generator and post-processing."""
+    from fairseq import checkpoint_utils, options, tasks, utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq_cli.generate import get_symbols_to_strip_from_output
+
+    argv = [data, "--path", system.checkpoint, "--gen-subset", subset, "--remove-bpe", "--tokenizer", "moses",
+            "--source-lang", src, "--target-lang", tgt, "--user-dir", "insnet_fairseq", *system.flags]
+    args = options.parse_args_and_arch(options.get_generation_parser(), argv)
+    cfg = convert_namespace_to_omegaconf(args)
+    utils.import_user_module(cfg.common)
+    task = tasks.setup_task(cfg.task)
+    models, saved = checkpoint_utils.load_model_ensemble(utils.split_paths(cfg.common_eval.path),
+                                                         arg_overrides=eval(cfg.common_eval.model_overrides), task=task)
+    task.load_dataset(subset, task_cfg=saved.task)
+    for m in models:
+        m.prepare_for_inference_(cfg)
+        m.eval()
+    system.task, system.models, system.cfg = task, models, cfg
+    system.generator = task.build_generator(models, cfg.generation)
+    tokenizer = task.build_tokenizer(cfg.tokenizer)
+    system.decode_fn = tokenizer.decode if tokenizer is not None else (lambda s: s)
+    system.strip = get_symbols_to_strip_from_output(system.generator)
+    system.counter = PassCounter(models)
+
+
+def batches(system: System, subset: str, batch_size: int, max_sentences: int = 0) -> list:
+    """The collated batches of ``subset`` in fairseq-generate's order (the dataset's ``ordered_indices``, by
+    length) of ``batch_size`` sentences each, as ``--batch-size`` without ``--max-tokens`` makes them;
+    ``max_sentences``: only the sentences of id below it."""
+    dataset = system.task.dataset(subset)
+    order = [int(i) for i in dataset.ordered_indices() if not max_sentences or i < max_sentences]
+    return [dataset.collater([dataset[i] for i in order[k : k + batch_size]])
+            for k in range(0, len(order), batch_size)]
+
+
+def decode(system: System, sample: dict, record: bool) -> float:
+    """Decode one batch; its seconds (inference only). ``record``: keep the outputs and the passes."""
+    from fairseq import utils
+
+    system.counter.reset()
+    start = time.perf_counter()
+    with torch.no_grad():
+        hypos = system.task.inference_step(system.generator, system.models, sample)
+    seconds = time.perf_counter() - start
+    if record:
+        system.calls += system.counter.calls
+        system.rows += system.counter.rows
+        tgt_dict = system.task.target_dictionary
+        special = {tgt_dict.eos(), tgt_dict.bos(), tgt_dict.pad()}
+        for i, sid in enumerate(sample["id"].tolist()):
+            best = hypos[i][0]["tokens"].int().cpu()
+            _, hyp_str, _ = utils.post_process_prediction(
+                hypo_tokens=best, src_str="", alignment=None, align_dict=None, tgt_dict=tgt_dict,
+                remove_bpe=system.cfg.common_eval.post_process, extra_symbols_to_ignore=system.strip)
+            system.hyps[sid] = system.decode_fn(hyp_str)
+            system.tokens[sid] = sum(int(t) not in special for t in best.tolist())
+    return seconds
+
+
+def time_interleaved(systems: List[System], per_system_batches: List[list], batch_size: int, record: bool):
+    """Each batch decoded by every system in a rotating order; one untimed warm-up batch each first."""
+    for s, bs in zip(systems, per_system_batches):
+        decode(s, bs[0], record=False)
+    n = len(per_system_batches[0])
+    for i in range(n):
+        k = len(systems)
+        for j in range(k):
+            idx = (i + j) % k
+            s = systems[idx]
+            s.seconds[batch_size] += decode(s, per_system_batches[idx][i], record)
+
+
+# ------------------------------------------------------------------------------------------- statistics
+def paired_bootstrap(hyps: Sequence[str], base: Sequence[str], refs: Sequence[str], n_samples: int = 1000,
+                     seed: int = 12345):
+    """BLEU(hyps) - BLEU(base) and its 95% interval under paired bootstrap resampling of the sentences.
+
+    The resamples are sacreBLEU's (``sacrebleu.significance._paired_bs_test``: the same ``n_samples``
+    index draws for both systems from ``numpy.random.default_rng(seed)``, corpus BLEU of each
+    resample from the sentences' sufficient statistics); the interval is the 2.5th and 97.5th
+    percentile of the resampled differences, the p-value sacreBLEU's for the null "no difference".
+    Returns (diff, low, high, p_value).
+
+    Example: identical outputs give (0.0, 0.0, 0.0, 1.0).
+    """
+    from sacrebleu.significance import _compute_p_value
+
+    metric = sacrebleu.metrics.BLEU()
+    refs = [list(refs)]
+    s_sys = np.array(metric._extract_corpus_statistics(list(hyps), refs), dtype="float32")
+    s_base = np.array(metric._extract_corpus_statistics(list(base), refs), dtype="float32")
+    diff = metric.corpus_score(list(hyps), refs).score - metric.corpus_score(list(base), refs).score
+    idxs = np.random.default_rng(seed).choice(len(hyps), size=(n_samples, len(hyps)), replace=True)
+    a = np.array([metric._compute_score_from_stats(s.sum(0)).score for s in s_sys[idxs]])
+    b = np.array([metric._compute_score_from_stats(s.sum(0)).score for s in s_base[idxs]])
+    diffs = a - b
+    sample = np.abs(diffs)
+    p = _compute_p_value(sample - sample.mean(), abs(diff)) if abs(diff) > 0 else 1.0
+    return diff, float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5)), float(p)
+
+
+def pareto(points: List[tuple]) -> List[tuple]:
+    """The (ms, bleu) points no other point beats on both (lower ms, higher BLEU), sorted by ms.
+
+    Example: pareto([(1, 30), (2, 29), (3, 35)]) == [(1, 30), (3, 35)].
+    """
+    front, best = [], -float("inf")
+    for ms, bleu in sorted(points, key=lambda p: (p[0], -p[1])):
+        if bleu > best:
+            front.append((ms, bleu))
+            best = bleu
+    return front
+
+
+def plot(rows: List[dict], path: str, threads: int, subset: str):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+    for ax, key, title in ((axes[0], "ms_b1", "batch 1"), (axes[1], "ms_b64", "batch 64")):
+        xs = [r[key] for r in rows]
+        ys = [r["sacrebleu"] for r in rows]
+        ax.scatter(xs, ys, s=36, color="tab:blue", zorder=3)
+        front = pareto(list(zip(xs, ys)))
+        ax.plot([p[0] for p in front], [p[1] for p in front], "--o", color="tab:orange", zorder=2, markersize=11,
+                markerfacecolor="none", label="Pareto front (no system both faster and better)")
+        order = sorted(range(len(rows)), key=lambda i: ys[i])
+        for rank, i in enumerate(order):  # alternate sides so that neighbouring labels do not overlap
+            ax.annotate(rows[i]["system"], (xs[i], ys[i]), xytext=(8, -4 + 9 * (rank % 2) - 4 * (rank % 3 == 2)),
+                        textcoords="offset points", fontsize=8.5)
+        ax.set_xscale("log")
+        ax.set_xlabel(f"ms per sentence, {title} ({threads} CPU thread{'s' if threads > 1 else ''})"
+                      if not torch.cuda.is_available() else f"ms per sentence, {title} (GPU)")
+        ax.set_ylabel(f"sacreBLEU ({subset})")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="best", fontsize=8)
+        lo_y, hi_y = min(ys), max(ys)
+        ax.set_ylim(lo_y - 0.08 * (hi_y - lo_y + 1), hi_y + 0.08 * (hi_y - lo_y + 1))
+        lo, hi = min(xs), max(xs)
+        ax.set_xlim(lo / 1.3, hi * 3.0)  # room for the labels on the right
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+# ------------------------------------------------------------------------------------------- main
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="the fairseq data-bin every system decodes")
+    p.add_argument("--systems", required=True, help="NAME<TAB>CHECKPOINT<TAB>FLAGS lines")
+    p.add_argument("--raw-ref", required=True, help="untokenised references of --subset, one line a sentence")
+    p.add_argument("--baseline", required=True, help="the system every difference is taken against")
+    p.add_argument("--subset", default="test")
+    p.add_argument("--src", default="en")
+    p.add_argument("--tgt", default="de")
+    p.add_argument("--threads", type=int, default=1, help="torch threads, the same for every system")
+    p.add_argument("--batch-sizes", default="1,64", help="the batch sizes timed (1,64)")
+    p.add_argument("--max-sentences", type=int, default=0, help="decode only the first N sentences (0: all)")
+    p.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples")
+    p.add_argument("--score-only", action="store_true",
+                   help="decode at batch 64 and score, with no timing and no pass count (choices on valid)")
+    p.add_argument("--out", required=True, help="OUT.csv and OUT.png")
+    args = p.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    systems = read_systems(args.systems)
+    if args.baseline not in [s.name for s in systems]:
+        sys.exit(f"--baseline '{args.baseline}' is not a system of {args.systems}")
+    with open(args.raw_ref, encoding="utf-8") as f:
+        refs = [line.rstrip("\n") for line in f]
+    with contextlib.redirect_stdout(sys.stderr):
+        for s in systems:
+            load(s, args.data, args.subset, args.src, args.tgt)
+    sizes = [64] if args.score_only else [int(b) for b in args.batch_sizes.split(",")]
+    if 1 not in sizes and not args.score_only:
+        sys.exit("--batch-sizes must include 1: the passes are counted at batch 1")
+    for b in sizes:
+        per = [batches(s, args.subset, b, args.max_sentences) for s in systems]
+        ids = [sorted(i for x in bs for i in x["id"].tolist()) for bs in per]
+        if any(i != ids[0] for i in ids):
+            sys.exit("the systems' tasks batch the data differently: they must decode the same sentences")
+        print(f"timing batch {b}: {len(per[0])} batches of {len(ids[0])} sentences, {len(systems)} systems "
+              f"interleaved, {args.threads} thread(s)", file=sys.stderr, flush=True)
+        record = b == 1 or args.score_only
+        if record:
+            for s in systems:
+                s.hyps, s.tokens, s.calls, s.rows = {}, {}, 0, 0
+        time_interleaved(systems, per, b, record)
+    n_sent = len(systems[0].hyps)
+    ids = sorted(systems[0].hyps)
+    if not args.max_sentences and ids != list(range(len(refs))):
+        sys.exit(f"{n_sent} outputs for {len(refs)} reference lines in {args.raw_ref}: not the same set")
+    refs = [refs[i] for i in ids]
+    base = next(s for s in systems if s.name == args.baseline)
+    base_hyps = [base.hyps[i] for i in ids]
+    rows = []
+    for s in systems:
+        hyps = [s.hyps[i] for i in ids]
+        bleu = sacrebleu.metrics.BLEU().corpus_score(hyps, [refs]).score
+        if s is base:
+            diff = low = high = 0.0
+            pval = 1.0
+        else:
+            diff, low, high, pval = paired_bootstrap(hyps, base_hyps, refs, args.bootstrap)
+        ntok = sum(s.tokens[i] for i in ids)
+        rows.append({
+            "system": s.name, "sacrebleu": round(bleu, 2), "diff": round(diff, 2), "diff_low": round(low, 2),
+            "diff_high": round(high, 2), "p_value": round(pval, 4),
+            "passes_per_token": round(s.rows / ntok, 3) if 1 in sizes else "",
+            "calls_per_token": round(s.calls / ntok, 3) if 1 in sizes else "",
+            "ms_b1": round(1000 * s.seconds[1] / n_sent, 2) if 1 in sizes else "",
+            "ms_b64": round(1000 * s.seconds.get(64, float("nan")) / n_sent, 2) if 64 in sizes else "",
+            "tokens_per_sentence": round(ntok / n_sent, 2), "threads": args.threads,
+            "checkpoint": s.checkpoint, "flags": " ".join(s.flags),
+        })
+    b_row = next(r for r in rows if r["system"] == base.name)
+    for r in rows:
+        r["ratio_b1"] = round(r["ms_b1"] / b_row["ms_b1"], 3) if 1 in sizes else ""
+        r["ratio_b64"] = round(r["ms_b64"] / b_row["ms_b64"], 3) if 64 in sizes else ""
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out + ".csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+    if 64 in sizes and 1 in sizes:
+        plot(rows, args.out + ".png", args.threads, args.subset)
+    print(f"{args.subset}, {n_sent} sentences, {args.threads} thread(s); diff: BLEU minus {base.name}'s, "
+          f"95% paired-bootstrap interval")
+    print(f"{'system':<44} {'BLEU':>6} {'diff [95% CI]':>22} {'pass/tok':>8} {'ms b1':>7} {'ms b64':>7} "
+          f"{'x b1':>6} {'x b64':>6}")
+    for r in rows:
+        ci = f"{r['diff']:+.2f} [{r['diff_low']:+.2f}, {r['diff_high']:+.2f}]"
+        print(f"{r['system']:<44} {r['sacrebleu']:>6.2f} {ci:>22} {r['passes_per_token']!s:>8} {r['ms_b1']!s:>7} "
+              f"{r['ms_b64']!s:>7} {r['ratio_b1']!s:>6} {r['ratio_b64']!s:>6}")  # '' where --score-only measured nothing
+    return rows
+
+
+if __name__ == "__main__":
+    main()

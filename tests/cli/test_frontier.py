@@ -1,0 +1,59 @@
+"""benchmarks/frontier.py on tiny checkpoints: every column, the baseline's zero difference, the plot."""
+import csv
+import os
+import sys
+
+from conftest import ROOT, run
+
+COLUMNS = ["system", "sacrebleu", "diff_low", "diff_high", "passes_per_token", "ms_b1", "ms_b64"]
+
+
+def test_frontier_writes_every_column(small_data, raw_corpus, tiny_checkpoint, ar_checkpoint, tmp_path):
+    ins = "--task insertion_translation --max-insertion-steps 6"
+    systems = tmp_path / "systems.tsv"
+    systems.write_text(
+        f"AR+KD greedy\t{ar_checkpoint}\t--beam 1 --max-len-a 0 --max-len-b 8\n"
+        f"AR+KD beam 2\t{ar_checkpoint}\t--beam 2 --max-len-a 0 --max-len-b 8\n"
+        f"InsNet sequential\t{tiny_checkpoint}\t{ins} --insertion-mode sequential\n"
+        f"InsNet-Dinic 1 candidate\t{tiny_checkpoint}\t{ins} --insertion-mode parallel\n"
+        f"InsNet 2 candidates + MBR\t{tiny_checkpoint}\t{ins} --insertion-mode parallel --insertion-candidates 2 "
+        "--insertion-candidates-mbr 1\n")
+    out = tmp_path / "frontier"
+    res = run([sys.executable, os.path.join(ROOT, "benchmarks", "frontier.py"), "--data", small_data,
+               "--systems", str(systems), "--raw-ref", os.path.join(raw_corpus, "test.de"),
+               "--baseline", "AR+KD greedy", "--max-sentences", "5", "--bootstrap", "50", "--out", str(out)],
+              timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    with open(f"{out}.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["system"] for r in rows] == ["AR+KD greedy", "AR+KD beam 2", "InsNet sequential",
+                                           "InsNet-Dinic 1 candidate", "InsNet 2 candidates + MBR"]
+    for r in rows:
+        for c in COLUMNS[1:]:
+            float(r[c])  # every column is a number
+        assert float(r["diff_low"]) <= float(r["diff"]) <= float(r["diff_high"]), r
+        assert float(r["ms_b1"]) > 0 and float(r["ms_b64"]) > 0
+    base = rows[0]
+    assert float(base["diff"]) == float(base["diff_low"]) == float(base["diff_high"]) == 0.0
+    passes = {r["system"]: (float(r["passes_per_token"]), float(r["calls_per_token"])) for r in rows}
+    # greedy AR and sequential InsNet: one row a call, one call per output token and one more (</s>; the initial pass)
+    for name in ("AR+KD greedy", "InsNet sequential"):
+        assert passes[name][0] == passes[name][1] > 1.0, (name, passes[name])
+    # a beam of 2 runs 2 rows every step (rounding: 3 decimals)
+    assert abs(passes["AR+KD beam 2"][0] - 2 * passes["AR+KD beam 2"][1]) <= 0.002
+    # 2 candidates run 2 rows a step while both are unfinished
+    p, c = passes["InsNet 2 candidates + MBR"]
+    assert c < p <= 2 * c + 0.002
+    assert os.path.getsize(f"{out}.png") > 10_000
+    assert "AR+KD greedy" in res.stdout and "95% paired-bootstrap interval" in res.stdout
+
+
+def test_frontier_refuses_a_missing_checkpoint(small_data, raw_corpus, tmp_path):
+    systems = tmp_path / "systems.tsv"
+    systems.write_text("AR\t/nonexistent/checkpoint.pt\t--beam 1\n")
+    res = run([sys.executable, os.path.join(ROOT, "benchmarks", "frontier.py"), "--data", small_data,
+               "--systems", str(systems), "--raw-ref", os.path.join(raw_corpus, "test.de"), "--baseline", "AR",
+               "--out", str(tmp_path / "f")])
+    assert res.returncode != 0
+    assert "systems.tsv:1: checkpoint /nonexistent/checkpoint.pt of system 'AR' does not exist" in res.stderr
+    assert "Traceback" not in res.stderr

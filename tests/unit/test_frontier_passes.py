@@ -1,0 +1,71 @@
+"""benchmarks/frontier.py's measures: the pass counter counts one decoding of known length the same for the
+autoregressive model and for InsNet; the Pareto front and the paired bootstrap on known inputs."""
+import pytest
+import torch
+from fairseq.sequence_generator import SequenceGenerator
+
+from benchmarks.frontier import PassCounter, paired_bootstrap, pareto
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.decoding.options import DecodingOptions
+
+from conftest import build_tiny_ar, build_tiny_model, random_batch, sample_of
+
+
+@pytest.mark.parametrize("length", [1, 4, 9])
+def test_a_forced_trajectory_of_n_tokens_is_n_plus_one_passes_for_both_models(length):
+    """n output tokens: AR runs n steps and the step that emits </s>; InsNet sequential, its initial pass over
+    <s> </s> and n insertion steps (its termination head silenced, a step cap of n). Both: n + 1 passes of one
+    row, counted at the first layer of every decoder stack."""
+    model, d = build_tiny_model(seed=3, vocab=30)
+    model.decoder.heads.termination_proj.bias.data.fill_(-1e4)  # never stops: the cap ends it
+    ar = build_tiny_ar(d)
+    src, src_lengths, _ = random_batch(d, [5], src_len=6, seed=1)
+    sample = sample_of(src, src_lengths)
+
+    counter = PassCounter([ar])
+    out = SequenceGenerator([ar], d, beam_size=1, max_len_a=0, max_len_b=length, min_len=length).generate(
+        [ar], sample)
+    assert len(out[0][0]["tokens"]) == length + 1  # n tokens and </s>
+    assert (counter.calls, counter.rows) == (length + 1, length + 1)
+    counter.remove()
+
+    counter = PassCounter([model])
+    gen = InsertionGenerator(d, DecodingOptions.for_mode("sequential", max_steps=length))
+    hyp = gen.generate([model], sample)[0][0]
+    assert hyp["steps"] == length and len(hyp["tokens"]) == length + 1  # n words and </s>
+    assert (counter.calls, counter.rows) == (length + 1, length + 1)
+    counter.remove()
+
+
+def test_rows_follow_the_batch_dimension_and_removing_restores_the_layer():
+    """A batch of 3 sentences: every call is 3 rows (AR: T x B x C, InsNet: B x T x C); after remove() nothing
+    more is counted."""
+    model, d = build_tiny_model(seed=3, vocab=30)
+    model.decoder.heads.termination_proj.bias.data.fill_(-1e4)
+    ar = build_tiny_ar(d)
+    src, src_lengths, _ = random_batch(d, [5, 5, 5], src_len=6, seed=1)
+    src_lengths = torch.full_like(src_lengths, 6)  # no padding: all three rows decode every step
+    src[:, :] = src[0]
+    sample = sample_of(src, src_lengths)
+    for m, run in ((ar, lambda: SequenceGenerator([ar], d, beam_size=1, max_len_a=0, max_len_b=3, min_len=3)
+                    .generate([ar], sample)),
+                   (model, lambda: InsertionGenerator(d, DecodingOptions.for_mode("sequential", max_steps=3))
+                    .generate([model], sample))):
+        counter = PassCounter([m])
+        run()
+        assert counter.calls == 4 and counter.rows == 12, (type(m).__name__, counter.calls, counter.rows)
+        counter.remove()
+        run()
+        assert counter.calls == 4  # the layer is the model's own again
+
+
+def test_pareto_front_and_paired_bootstrap_on_known_inputs():
+    assert pareto([(1, 30), (2, 29), (3, 35)]) == [(1, 30), (3, 35)]
+    assert pareto([(5, 10), (1, 10), (2, 12)]) == [(1, 10), (2, 12)]
+    refs = ["the cat sat on the mat .", "a dog runs in the park .", "two men play football outside ."] * 20
+    assert paired_bootstrap(refs, refs, refs, n_samples=100) == (0.0, 0.0, 0.0, 1.0)
+    worse = [r.replace("the", "a") for r in refs]
+    diff, low, high, p = paired_bootstrap(worse, refs, refs, n_samples=200)
+    assert diff < 0 and low <= diff <= high < 0 and p < 0.05
+    diff2, low2, high2, _ = paired_bootstrap(refs, worse, refs, n_samples=200)
+    assert diff2 == pytest.approx(-diff)  # the difference is antisymmetric
