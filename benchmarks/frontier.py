@@ -36,14 +36,20 @@ import argparse
 import contextlib
 import csv
 import os
+import shlex
 import sys
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import sacrebleu
 import torch
+from fairseq import checkpoint_utils, options, tasks, utils
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
+from fairseq_cli.generate import get_symbols_to_strip_from_output
 from torch import nn
 
 COLUMNS = ["system", "sacrebleu", "diff", "diff_low", "diff_high", "p_value", "passes_per_token", "calls_per_token",
@@ -77,8 +83,6 @@ class PassCounter:
 
     @staticmethod
     def _batch_dim(layer: nn.Module) -> int:
-        from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
-
         return 1 if isinstance(layer, TransformerDecoderLayerBase) else 0
 
     def _patch(self, layer: nn.Module):
@@ -121,15 +125,13 @@ class System:
     counter: Optional[PassCounter] = None
     hyps: Dict[int, str] = field(default_factory=dict)
     tokens: Dict[int, int] = field(default_factory=dict)
-    seconds: Dict[int, float] = field(default_factory=lambda: {1: 0.0, 64: 0.0})
+    seconds: Dict[int, float] = field(default_factory=lambda: defaultdict(float))  # batch size -> seconds
     calls: int = 0
     rows: int = 0
 
 
 def read_systems(path: str) -> List[System]:
     """``NAME<TAB>CHECKPOINT<TAB>FLAGS`` lines (``#`` comments and blank lines skipped)."""
-    import shlex
-
     systems = []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -151,10 +153,6 @@ def read_systems(path: str) -> List[System]:
 
 def load(system: System, data: str, subset: str, src: str, tgt: str):
     """fairseq-generate's set-up for one system: its task, models, generator and post-processing."""
-    from fairseq import checkpoint_utils, options, tasks, utils
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq_cli.generate import get_symbols_to_strip_from_output
-
     argv = [data, "--path", system.checkpoint, "--gen-subset", subset, "--remove-bpe", "--tokenizer", "moses",
             "--source-lang", src, "--target-lang", tgt, "--user-dir", "insnet_fairseq", *system.flags]
     args = options.parse_args_and_arch(options.get_generation_parser(), argv)
@@ -187,8 +185,6 @@ def batches(system: System, subset: str, batch_size: int, max_sentences: int = 0
 
 def decode(system: System, sample: dict, record: bool) -> float:
     """Decode one batch; its seconds (inference only). ``record``: keep the outputs and the passes."""
-    from fairseq import utils
-
     system.counter.reset()
     start = time.perf_counter()
     with torch.no_grad():
@@ -198,14 +194,14 @@ def decode(system: System, sample: dict, record: bool) -> float:
         system.calls += system.counter.calls
         system.rows += system.counter.rows
         tgt_dict = system.task.target_dictionary
-        special = {tgt_dict.eos(), tgt_dict.bos(), tgt_dict.pad()}
+        special = torch.tensor([tgt_dict.eos(), tgt_dict.bos(), tgt_dict.pad()])
         for i, sid in enumerate(sample["id"].tolist()):
             best = hypos[i][0]["tokens"].int().cpu()
             _, hyp_str, _ = utils.post_process_prediction(
                 hypo_tokens=best, src_str="", alignment=None, align_dict=None, tgt_dict=tgt_dict,
                 remove_bpe=system.cfg.common_eval.post_process, extra_symbols_to_ignore=system.strip)
             system.hyps[sid] = system.decode_fn(hyp_str)
-            system.tokens[sid] = sum(int(t) not in special for t in best.tolist())
+            system.tokens[sid] = int((~torch.isin(best, special)).sum())
     return seconds
 
 
@@ -308,11 +304,10 @@ def main(argv=None):
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="de")
     p.add_argument("--threads", type=int, default=1, help="torch threads, the same for every system")
-    p.add_argument("--batch-sizes", default="1,64", help="the batch sizes timed (1,64)")
     p.add_argument("--max-sentences", type=int, default=0, help="decode only the first N sentences (0: all)")
     p.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples")
     p.add_argument("--score-only", action="store_true",
-                   help="decode at batch 64 and score, with no timing and no pass count (choices on valid)")
+                   help="decode at batch 64 only and score: no batch-1 timing, no pass count (choices on valid)")
     p.add_argument("--out", required=True, help="OUT.csv and OUT.png")
     args = p.parse_args(argv)
 
@@ -325,9 +320,7 @@ def main(argv=None):
     with contextlib.redirect_stdout(sys.stderr):
         for s in systems:
             load(s, args.data, args.subset, args.src, args.tgt)
-    sizes = [64] if args.score_only else [int(b) for b in args.batch_sizes.split(",")]
-    if 1 not in sizes and not args.score_only:
-        sys.exit("--batch-sizes must include 1: the passes are counted at batch 1")
+    sizes = [64] if args.score_only else [1, 64]  # the passes are counted at batch 1
     for b in sizes:
         per = [batches(s, args.subset, b, args.max_sentences) for s in systems]
         ids = [sorted(i for x in bs for i in x["id"].tolist()) for bs in per]
@@ -363,21 +356,21 @@ def main(argv=None):
             "passes_per_token": round(s.rows / ntok, 3) if 1 in sizes else "",
             "calls_per_token": round(s.calls / ntok, 3) if 1 in sizes else "",
             "ms_b1": round(1000 * s.seconds[1] / n_sent, 2) if 1 in sizes else "",
-            "ms_b64": round(1000 * s.seconds.get(64, float("nan")) / n_sent, 2) if 64 in sizes else "",
+            "ms_b64": round(1000 * s.seconds[64] / n_sent, 2),
             "tokens_per_sentence": round(ntok / n_sent, 2), "threads": args.threads,
             "checkpoint": s.checkpoint, "flags": " ".join(s.flags),
         })
     b_row = next(r for r in rows if r["system"] == base.name)
     for r in rows:
         r["ratio_b1"] = round(r["ms_b1"] / b_row["ms_b1"], 3) if 1 in sizes else ""
-        r["ratio_b64"] = round(r["ms_b64"] / b_row["ms_b64"], 3) if 64 in sizes else ""
+        r["ratio_b64"] = round(r["ms_b64"] / b_row["ms_b64"], 3)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".csv", "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         for r in rows:
             w.writerow(r)
-    if 64 in sizes and 1 in sizes:
+    if 1 in sizes:
         plot(rows, args.out + ".png", args.threads, args.subset)
     print(f"{args.subset}, {n_sent} sentences, {args.threads} thread(s); diff: BLEU minus {base.name}'s, "
           f"95% paired-bootstrap interval")
