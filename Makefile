@@ -7,7 +7,7 @@ INSTALLED := $(VENV)/.installed
 SHARED_MULTI30K := $(abspath ../shared/data/multi30k)
 MULTI30K_DIR ?= $(SHARED_MULTI30K)
 
-.PHONY: install test demo frontier multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom lm-parse-multi30k infill-multi30k infill-baseline-multi30k bench-train bench-memory kill-campaign fuzz clean
+.PHONY: install test demo frontier multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom lm-parse-multi30k infill-multi30k infill-baseline-multi30k bench-train bench-memory kill-campaign fuzz constraint-check clean
 
 # make install: .venv with torch 2.13.0, fairseq-fixed 0.12.3.1 and this package (editable, with its C++ kernel).
 # TORCH_VARIANT picks the torch build: auto (default: cuda when `nvidia-smi -L` finds a GPU, else cpu), cpu or cuda.
@@ -157,6 +157,12 @@ fuzz: install
 	@if [ -z "$(CKPT)" ]; then echo "usage: make fuzz CKPT=checkpoint.pt [DATA=data-bin/...] [LINES=1000]" >&2; exit 2; fi
 	PATH=$(BIN):$$PATH $(BIN)/python benchmarks/fuzz_input.py --path '$(CKPT)' --data '$(DATA)' --lines $(LINES) \
 	  $(if $(BPE_CODES),--bpe-codes '$(BPE_CODES)') $(FUZZ_ARGS)
+
+# Constraint phrases kept whole by fairseq-interactive --constraints in every decoding mode: 200 test sentences, 1-2
+# reference phrases each (default checkpoint: make demo's parallel model; the test set's BPE text of make multi30k)
+CONSTRAINT_CKPT ?= checkpoints/demo-parallel/checkpoint_last.pt
+constraint-check: install
+	PATH=$(BIN):$$PATH $(BIN)/python benchmarks/constraint_phrases.py --path '$(CONSTRAINT_CKPT)' --data '$(DATA)'
 
 clean:
 	rm -rf checkpoints

@@ -64,7 +64,7 @@ from insnet_fairseq.decoding.rerank import Judge
 from insnet_fairseq.decoding.state import DecoderState
 from insnet_fairseq.decoding.step import InsertionSteps
 from insnet_fairseq.decoding.stopping import StopCheck, Stopping
-from insnet_fairseq.decoding.templates import check_blanks, split_template
+from insnet_fairseq.decoding.templates import check_blanks, phrase_template, split_template
 from insnet_fairseq.decoding.verify import verified
 
 logger = logging.getLogger(__name__)
@@ -105,7 +105,10 @@ class InsertionGenerator(InsertionSteps):
         that the output must contain (never deleted or reordered); ``initial_order[b]`` (a
         permutation of their indices, default left to right) is the order in which they are
         inserted after ``<s> </s>``. ``constraints`` (fairseq-interactive ``--constraints``)
-        gives the same as packed phrases, in order.
+        gives packed phrases, kept in order and whole in every mode: words are inserted only between phrases
+        (:func:`~insnet_fairseq.decoding.templates.phrase_template`), and never a word that joins the next one (BPE
+        ``x@@``) right before a phrase (:class:`~insnet_fairseq.decoding.state.Phrases`), so that after BPE removal
+        every phrase appears as whole words.
 
         Infilling: ``blanks[b]`` lists the blanks of sentence b's template ``initial_tokens[b]``, each
         as the number of template tokens before it (0: before the first; sorted, no repeats); words
@@ -126,8 +129,9 @@ class InsertionGenerator(InsertionSteps):
         net_input = sample["net_input"]
         src_tokens, src_lengths = net_input["src_tokens"], net_input["src_lengths"]
         B = src_tokens.size(0)
-        if constraints is not None and initial_tokens is None:
-            initial_tokens = [[int(t) for c in unpack_constraints(row) for t in c] for row in constraints.cpu()]
+        phrases = constraints is not None and initial_tokens is None and blanks is None
+        if phrases:  # each phrase kept whole: blanks only between phrases, no joining word right before one
+            initial_tokens, blanks = zip(*(phrase_template(unpack_constraints(row)) for row in constraints.cpu()))
         if o.keywords_from_source and initial_tokens is None:  # insertion_lm: the source holds the keywords
             words = (src_tokens != self.pad) & (src_tokens != self.eos)
             initial_tokens = [row[keep].tolist() for row, keep in zip(src_tokens.cpu(), words.cpu())]
@@ -161,7 +165,7 @@ class InsertionGenerator(InsertionSteps):
         todo = [b for b in range(B) if finalized[b] is None]
         for rows in self.length_groups([len(given[b]) for b in todo]):
             self._decode_rows(model, sample, [todo[r] for r in rows], cap, max_len, min_len, initial_tokens,
-                              initial_order, finalized, blanks, judge)
+                              initial_order, finalized, blanks, judge, phrases)
         return [h if isinstance(h, list) else [h] for h in finalized]
 
     @staticmethod
@@ -176,9 +180,11 @@ class InsertionGenerator(InsertionSteps):
         return [groups[k] for k in sorted(groups)]
 
     def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, min_len: Tensor, initial_tokens,
-                     initial_order, finalized: List[Optional[dict]], blanks=None, judge: Optional[Judge] = None) -> None:
+                     initial_order, finalized: List[Optional[dict]], blanks=None, judge: Optional[Judge] = None,
+                     phrases: bool = False) -> None:
         """Decode the batch rows ``todo`` together; fills ``finalized[b]`` for each: its beam's hypotheses, or its
-        candidates best first (by the model's own score, the ``judge``'s, or minimum Bayes risk)."""
+        candidates best first (by the model's own score, the ``judge``'s, or minimum Bayes risk). ``phrases``: the
+        given tokens are constraint phrases, kept whole words."""
         o = self.options
         decoder = model.decoder
         src_tokens, src_lengths = sample["net_input"]["src_tokens"], sample["net_input"]["src_lengths"]
@@ -197,7 +203,7 @@ class InsertionGenerator(InsertionSteps):
         if source_pad is not None and not bool(source_pad.any()):  # nothing padded (batch 1): no mask on every step
             source_pad = None
         state = self.initial_state(decoder, len(owner), src_tokens.device, source_kv, source_pad, initial_tokens,
-                                   initial_order, blanks, capacity=int(max_len.max()))
+                                   initial_order, blanks, capacity=int(max_len.max()), phrases=phrases)
         if o.beam > 1:  # --insertion-beam: every finished hypothesis, best first
             found = BeamSearch(self, o.beam, o.lenpen).search(
                 decoder, state, source_kv, source_pad, cap, max_len, min_len if o.min_length_ratio > 0 else None)

@@ -19,6 +19,24 @@ HOLE = 1 << 30  # position of a hole: right of everything
 
 
 @dataclasses.dataclass(frozen=True)
+class Phrases:
+    """Constraint phrases kept whole words: columns 2 .. ``end`` - 1 of every state hold the phrases' tokens (the
+    constrained start; a phrase's inner slots are closed, see ``DecoderState.open_right``), and a word that joins the
+    word after it (``joins_next``, bool [V]: subword-nmt's ``x@@``) is never inserted right before a phrase, where it
+    would glue itself to the phrase's first word."""
+
+    end: int
+    joins_next: Tensor  # [V] bool
+
+    def mask_logits(self, logits: Tensor, right: Tensor) -> Tensor:
+        """logits [N, V] of N slots whose right neighbours are the columns ``right`` [N] -> the same, with the joining
+        words at -inf in the slots right before a phrase. Example: end 4, right [1, 2], joins_next [F, T]: row 1 (left
+        of column 2, a phrase's first token) loses word 1; row 0 (left of ``</s>``) keeps every word."""
+        before = (right >= 2) & (right < self.end)  # [N]
+        return logits.masked_fill(before.unsqueeze(1) & self.joins_next.unsqueeze(0), float("-inf"))
+
+
+@dataclasses.dataclass(frozen=True)
 class DecoderState:
     """Immutable per-step state of a batch of partial sequences (B sentences, S tokens)."""
 
@@ -34,6 +52,7 @@ class DecoderState:
     parts: Optional[Tuple[Tensor, Tensor]] = None  # (f_l(h) [B, S, Dl], f_r(h) [B, S, Dr]); None: heads without them
     store: Optional[ColumnStore] = None  # the buffers the per-token tensors above are views of (cached decoding)
     slot_queries: Optional[Tensor] = None  # [B, S - 1, D] every slot's query (fused --slot-query-stream decoding)
+    phrases: Optional[Phrases] = None  # constraint phrases kept whole (None: no constraint)
 
     def columns(self) -> Dict[str, Tensor]:
         """The per-token tensors that only ever grow by new columns (all but ``positions``), by name."""
@@ -48,7 +67,7 @@ class DecoderState:
 
     @staticmethod
     def from_store(store: ColumnStore, size: int, positions: Tensor, last: Tensor, steps: Tensor,
-                   slot_queries: Optional[Tensor] = None) -> "DecoderState":
+                   slot_queries: Optional[Tensor] = None, phrases: Optional[Phrases] = None) -> "DecoderState":
         """The state whose per-token tensors are the first ``size`` columns of ``store``'s buffers."""
         v = store.views(size)
         n_layers = sum(column_dim(name) == 2 for name in v) // 2
@@ -56,7 +75,7 @@ class DecoderState:
             tokens=v["tokens"], positions=positions, real=v["real"], hidden=v["hidden"],
             cache=[(v[kn], v[vn]) for kn, vn in layer_names(n_layers)], last=last, scores=v["scores"], steps=steps,
             open_right=v.get("open_right"), parts=(v["part_l"], v["part_r"]) if "part_l" in v else None, store=store,
-            slot_queries=slot_queries,
+            slot_queries=slot_queries, phrases=phrases,
         )
 
     def select(self, keep: Tensor) -> "DecoderState":
@@ -65,13 +84,13 @@ class DecoderState:
             size = self.tokens.size(1)
             return DecoderState.from_store(self.store.select(keep, size), size, self.positions[keep], self.last[keep],
                                            self.steps[keep],
-                                           None if self.slot_queries is None else self.slot_queries[keep])
+                                           None if self.slot_queries is None else self.slot_queries[keep], self.phrases)
         return DecoderState(
             tokens=self.tokens[keep], positions=self.positions[keep], real=self.real[keep],
             hidden=self.hidden[keep], cache=[(k[keep], v[keep]) for k, v in self.cache],
             last=self.last[keep], scores=self.scores[keep], steps=self.steps[keep],
             open_right=None if self.open_right is None else self.open_right[keep],
-            parts=None if self.parts is None else (self.parts[0][keep], self.parts[1][keep]),
+            parts=None if self.parts is None else (self.parts[0][keep], self.parts[1][keep]), phrases=self.phrases,
         )
 
     @functools.cached_property

@@ -18,7 +18,7 @@ from torch import Tensor
 from insnet_fairseq.decoding.cache import ColumnStore, layer_names
 from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.sampling import sample
-from insnet_fairseq.decoding.state import HOLE, DecoderState, Picks, compact, group_offsets
+from insnet_fairseq.decoding.state import HOLE, DecoderState, Phrases, Picks, compact, group_offsets
 from insnet_fairseq.decoding.stopping import Forced
 from insnet_fairseq.decoding.word_rules import StepWords, word_rules
 from insnet_fairseq.geometry.offsets import offsets_from_rank, rank_matrix
@@ -35,6 +35,8 @@ class InsertionSteps:
         self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
         self.banned = torch.tensor(sorted({self.bos, self.eos, self.pad}))
         self._banned_on = {}  # device -> self.banned there
+        # words that join the word after them (subword-nmt's "x@@"): never inserted right before a constraint phrase
+        self.joins_next = torch.tensor([str(s).endswith("@@") for s in tgt_dict.symbols], dtype=torch.bool)
         self._compiled = {}  # (id(context), pass name) -> the compiled pass (--compile-decoder)
         self.word_rules = word_rules(options, self.choose_tokens)  # --skip-repeats, --min-token-prob
 
@@ -61,10 +63,11 @@ class InsertionSteps:
         return self._banned_on[key]
 
     def initial_state(self, decoder, B, device, source_kv, source_pad, initial_tokens=None, initial_order=None,
-                      blanks=None, capacity: int = 16):
+                      blanks=None, capacity: int = 16, phrases: bool = False):
         """Encode ``<s> </s>`` (+ given tokens, in their insertion order) as a trajectory; with ``blanks``
-        (see :meth:`generate`) only the blanks' slots are open. With the cache, its buffers have room for
-        ``capacity`` more tokens (they grow when full)."""
+        (see :meth:`generate`) only the blanks' slots are open. ``phrases``: the given tokens are constraint phrases
+        kept whole words (:class:`~insnet_fairseq.decoding.state.Phrases`; their blanks lie between phrases). With the
+        cache, its buffers have room for ``capacity`` more tokens (they grow when full)."""
         rows_tok, rows_pos, rows_open = [], [], []
         for b in range(B):
             given = list(initial_tokens[b]) if initial_tokens is not None else []
@@ -91,11 +94,12 @@ class InsertionSteps:
                 open_right[b, : len(row)] = torch.tensor(row, dtype=torch.bool)
             open_right = open_right.to(device)
         hidden, cache = self._encode_all(decoder, tokens, positions, real, source_kv, source_pad)
+        whole = Phrases(S, self.joins_next.to(device)) if phrases else None
         state = DecoderState(
             tokens=tokens, positions=positions, real=real, hidden=hidden, cache=cache,
             last=real.sum(1) - 1, scores=torch.zeros(B, S, device=device),
             steps=torch.zeros(B, dtype=torch.long, device=device), open_right=open_right,
-            parts=self.slot_parts(decoder, hidden),
+            parts=self.slot_parts(decoder, hidden), phrases=whole,
         )
         if not self.options.use_cache:
             return state
@@ -105,7 +109,7 @@ class InsertionSteps:
         if self.fused(decoder):  # every slot's query, for the first step
             z = decoder.context.query_stream(*self.query_geometry(positions, real, self.all_slots(positions)), cache,
                                              source_kv, source_pad)
-        return DecoderState.from_store(store, S, positions, state.last, state.steps, z)
+        return DecoderState.from_store(store, S, positions, state.last, state.steps, z, whole)
 
     def fused(self, decoder) -> bool:
         """Whether a step computes the next step's slot queries in its own pass (see ``fuse_slot_queries``)."""
@@ -296,19 +300,24 @@ class InsertionSteps:
         :class:`Picks`, made here when not given); ``slots``: the neighbours from :meth:`slot_distribution`.
 
         With ``--slot-query-stream`` each chosen slot's query reads the whole partial sequence
-        from the cache, at the offsets its word will have once inserted there.
+        from the cache, at the offsets its word will have once inserted there. With constraint phrases
+        (``state.phrases``) a slot right before a phrase gets no word that would join the phrase's first word.
         """
         picks = picks or Picks.of(chosen)
         e = cls.chosen_slot_repr(decoder, state, slots, chosen, picks)  # [N, D]
         if decoder.context.slot_query is None:
-            return decoder.heads.token_logits(e)
-        if state.slot_queries is not None:  # computed by the pass that made this state
-            return decoder.heads.token_logits(e, picks.take(state.slot_queries))
-        slot_of, _, _ = compact(chosen, picks)  # [B, G]
-        offsets, blocked = cls.query_geometry(state.positions, state.real, slot_of)  # [B, G, S]
-        z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, G, D]
-        within = picks.take(chosen.long().cumsum(1) - 1)  # [N] each chosen slot's rank in its row: its column of z
-        return decoder.heads.token_logits(e, z[picks.rows, within])
+            logits = decoder.heads.token_logits(e)
+        elif state.slot_queries is not None:  # computed by the pass that made this state
+            logits = decoder.heads.token_logits(e, picks.take(state.slot_queries))
+        else:
+            slot_of, _, _ = compact(chosen, picks)  # [B, G]
+            offsets, blocked = cls.query_geometry(state.positions, state.real, slot_of)  # [B, G, S]
+            z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, G, D]
+            within = picks.take(chosen.long().cumsum(1) - 1)  # [N] each chosen slot's rank in its row: its column of z
+            logits = decoder.heads.token_logits(e, z[picks.rows, within])
+        if state.phrases is not None:
+            logits = state.phrases.mask_logits(logits, picks.take(slots[1]))
+        return logits
 
     def insert(self, decoder, state: DecoderState, chosen: Tensor, tokens: Tensor, scores: Tensor,
                source_kv, source_pad, picks: Optional[Picks] = None) -> DecoderState:
@@ -376,7 +385,7 @@ class InsertionSteps:
             if state.parts is not None:
                 new["part_l"], new["part_r"] = self.slot_parts(decoder, h_new)
             store = store.append(S, new)
-            return DecoderState.from_store(store, S + G, pos_all, last, steps, z)
+            return DecoderState.from_store(store, S + G, pos_all, last, steps, z, state.phrases)
         tokens_all = torch.cat([state.tokens, g_tok], 1)
         real_all = torch.cat([state.real, g_real], 1)
         hidden, cache = self._encode_all(decoder, tokens_all, pos_all, real_all, source_kv, source_pad)
@@ -385,5 +394,5 @@ class InsertionSteps:
             tokens=tokens_all, positions=pos_all, real=real_all, hidden=hidden, cache=cache,
             last=last, scores=torch.cat([state.scores, g_score], 1), steps=steps,
             open_right=None if state.open_right is None else torch.cat([state.open_right, g_real], 1),
-            parts=parts,
+            parts=parts, phrases=state.phrases,
         )

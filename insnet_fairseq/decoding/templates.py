@@ -1,5 +1,7 @@
-"""Infilling templates: a template's tokens and blanks (:func:`split_template`), and the blanks given to the
-generator checked against them (:func:`check_blanks`), each error naming the row at fault."""
+"""Templates: a sentence's given tokens and the blanks where words may go. An infilling template's tokens and blanks
+(:func:`split_template`); constraint phrases as a template whose blanks lie only between whole phrases
+(:func:`phrase_template`); the blanks given to the generator checked against them (:func:`check_blanks`), each error
+naming the row at fault."""
 from typing import List, Sequence, Tuple
 
 
@@ -14,6 +16,18 @@ def split_template(ids: Sequence[int], blank_id: int) -> Tuple[List[int], List[i
                 blanks.append(len(tokens))
         else:
             tokens.append(int(t))
+    return tokens, blanks
+
+
+def phrase_template(phrases: Sequence[Sequence[int]]) -> Tuple[List[int], List[int]]:
+    """Constraint phrases as a template: their tokens in order, and a blank before the first phrase, between every two
+    and after the last, none inside a phrase (so no word is ever inserted inside one). Empty phrases hold no token.
+    Example: [[a, b], [c]] -> ([a, b, c], [0, 2, 3]); [] -> ([], [0])."""
+    tokens, blanks = [], [0]
+    for phrase in phrases:
+        tokens.extend(int(t) for t in phrase)
+        if len(tokens) != blanks[-1]:
+            blanks.append(len(tokens))
     return tokens, blanks
 
 
