@@ -2,12 +2,18 @@
 
     sum_t  -log p(token | e_slot)  - log o(slot | step t)  - log q(stop_t | h_t)
 
-with optional label smoothing on tokens. Each term is logged on its own, normalised per
-inserted target token (base 2, like fairseq's other criteria).
+with optional label smoothing on tokens, and with ``--repeat-penalty W`` an unlikelihood term (Welleck et al.,
+2020) against a slot's word repeating a neighbour of the slot:
+
+    W * sum_t sum_{n in left, right of slot t, n != token_t}  -log(1 - p(n | e_slot))
+
+so that the model learns what ``--skip-repeats`` patches at decoding. Each term is logged on its own, normalised
+per inserted target token (base 2, like fairseq's other criteria).
 """
 import math
 from dataclasses import dataclass, field
 
+import torch
 import torch.nn.functional as F
 from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
@@ -15,16 +21,35 @@ from fairseq.dataclass import FairseqDataclass
 
 from .token_loss import smoothed_nll
 
-TERMS = ("token", "position", "termination")
+TERMS = ("token", "position", "termination", "repeat")
+NLL_TERMS = TERMS[:3]  # the trajectory's negative log-likelihood (nll_loss, ppl)
 
 
 @dataclass
 class InsNetLossConfig(FairseqDataclass):
     label_smoothing: float = field(default=0.0, metadata={"help": "label smoothing on the token head"})
+    repeat_penalty: float = field(default=0.0, metadata={
+        "help": "weight of an unlikelihood term against a slot's word equal to a neighbour of the slot (0: none)"})
 
 
-def term_losses(net_output, label_smoothing: float = 0.0):
-    """Summed NLL of each named term; returns {name: (loss, nll)} (equal unless smoothing)."""
+def repeat_unlikelihood(logits, target, neighbours):
+    """Summed -log(1 - p(n)) over each slot's neighbour words n that are not its target.
+
+    logits [N, V], target [N], neighbours ([N], [N]) -> 0-dim float32. Example: logits zeros [1, 4] (p = 1/4 each),
+    target [2], neighbours ([1], [2]): only the left neighbour counts (the right one is the target): -log(3/4).
+    """
+    logits = logits.float()
+    lse = torch.logsumexp(logits, -1, keepdim=True)  # [N, 1]
+    total = logits.new_zeros(())
+    for n in neighbours:
+        p = (logits.gather(1, n.unsqueeze(1)) - lse).exp().squeeze(1)  # [N]
+        total = total - torch.log1p(-p.clamp(max=1 - 1e-6)).masked_fill(n == target, 0.0).sum()
+    return total
+
+
+def term_losses(net_output, label_smoothing: float = 0.0, repeat_penalty: float = 0.0):
+    """Summed NLL of each named term; returns {name: (loss, nll)} (equal unless smoothing); with ``repeat_penalty``
+    also ``repeat``: (weight x the unlikelihood term, the term)."""
     tok = net_output["token"]
     # [N, V] logits, real steps only: fairseq's label_smoothed_nll_loss with a one-pass backward
     tok_loss, tok_nll = smoothed_nll(tok["logits"], tok["target"], label_smoothing)
@@ -37,20 +62,29 @@ def term_losses(net_output, label_smoothing: float = 0.0):
     term_nll = F.binary_cross_entropy_with_logits(
         term["logits"][term["mask"]].float(), term["target"][term["mask"]].float(), reduction="sum"
     )
-    return {"token": (tok_loss, tok_nll), "position": (pos_nll, pos_nll), "termination": (term_nll, term_nll)}
+    terms = {"token": (tok_loss, tok_nll), "position": (pos_nll, pos_nll), "termination": (term_nll, term_nll)}
+    if repeat_penalty > 0:
+        if "neighbours" not in tok:
+            raise ValueError("--repeat-penalty needs the slots' neighbour words, which only InsNet models "
+                             "(--arch insnet_*) give")
+        rep = repeat_unlikelihood(tok["logits"], tok["target"], tok["neighbours"])
+        terms["repeat"] = (repeat_penalty * rep, rep)
+    return terms
 
 
 @register_criterion("insnet_loss", dataclass=InsNetLossConfig)
 class InsNetLoss(FairseqCriterion):
-    def __init__(self, task, label_smoothing=0.0):
+    def __init__(self, task, label_smoothing=0.0, repeat_penalty=0.0):
         super().__init__(task)
-        self.label_smoothing = label_smoothing
+        if repeat_penalty < 0:
+            raise ValueError(f"--repeat-penalty {repeat_penalty}: must be >= 0")
+        self.label_smoothing, self.repeat_penalty = label_smoothing, repeat_penalty
 
     def forward(self, model, sample, reduce=True):
         net_output = model(**sample["net_input"])
-        terms = term_losses(net_output, self.label_smoothing)
+        terms = term_losses(net_output, self.label_smoothing, self.repeat_penalty)
         loss = sum(t[0] for t in terms.values())
-        nll = sum(t[1] for t in terms.values())
+        nll = sum(t[1] for name, t in terms.items() if name in NLL_TERMS)  # the model's NLL, without the penalty
         sample_size = int(net_output["token"]["target"].numel())
         logging_output = {
             "loss": loss.data,
@@ -71,6 +105,8 @@ class InsNetLoss(FairseqCriterion):
         if sample_size == 0:
             return
         for key in ["loss", "nll_loss"] + [f"{t}_nll" for t in TERMS]:
+            if not any(key in log for log in logging_outputs):  # a term this run does not train
+                continue
             total = sum(log.get(key, 0) for log in logging_outputs)
             metrics.log_scalar(key, total / sample_size / math.log(2), sample_size, round=3)
         if any("layers" in log for log in logging_outputs):
