@@ -7,10 +7,12 @@ Python interface (``InsNetModel.from_pretrained(...).translate``, plain and with
     make fuzz CKPT=checkpoints/demo/checkpoint_last.pt [DATA=data-bin/multi30k_en_de]
 
 The lines (seeded, built from the model's own dictionaries) cycle through the categories of
-:data:`CATEGORIES`: empty lines, whitespace only, control characters, invalid UTF-8, very long
-lines (within and beyond the source limit, and beyond what is worth tokenising), unknown words
-only, special symbols, stray tabs, constraint phrases absent from the vocabulary, constraint
-phrases longer than the output may be, and ordinary lines. A channel passes when:
+:data:`CATEGORIES`: empty lines, whitespace only, zero-width characters only (U+200B, U+FEFF: an
+empty line), control characters, invalid UTF-8, very long lines (within and beyond the source
+limit, and beyond what is worth tokenising), unknown words only, unreadable lines (other scripts
+and emoji only: every token ``<unk>``), special symbols, stray tabs, constraint phrases absent
+from the vocabulary, constraint phrases longer than the output may be, and ordinary lines. A
+channel passes when:
 
 * it exits cleanly and prints no traceback;
 * it answers every line once, in input order (``H-0``, ``H-1``, ... / one string per line);
@@ -24,8 +26,10 @@ fairseq-interactive reads the plain run from stdin (under ``PYTHONIOENCODING=utf
 a strict UTF-8 locale) and the constrained run from ``--input FILE``, both in batches (and
 buffers) of ``--batch-size`` (64) lines. ``--bpe-codes`` adds ``--tokenizer moses --bpe
 subword_nmt`` (raw text in, as a user would type it).
-Printed per channel: lines sent, outputs received, lines with a reason, refused lines,
-tracebacks, order/count; the exit status is 1 when any check fails. Decoding is capped at
+Printed per channel (interactive: plain; interactive-constraints; api and api-constraints: the
+hub): lines in, outputs out, lines warned (a warning names them), lines refused ("not
+translated"), tracebacks, order/count; the exit status is 1 when any check fails. The warning of
+the fuzz's own ``--max-insertion-steps`` cap is not counted. Decoding is capped at
 ``--max-insertion-steps`` (20) steps per sentence to keep long lines cheap; ``--extra`` passes more
 flags to fairseq-interactive.
 """
@@ -47,12 +51,14 @@ BIN = os.path.dirname(sys.executable)
 CATEGORIES = {
     "empty": (True, True),
     "whitespace": (True, True),
+    "zero_width": (True, True),  # only U+200B / U+FEFF / U+2060: an empty line
     "control": (False, False),
     "invalid_utf8": (True, True),
     "long_ok": (False, False),  # long but within the source limit
     "too_long": (True, True),  # more tokens than the source limit
     "huge": (True, True),  # more characters than is worth tokenising
-    "unknown_words": (False, False),
+    "unknown_words": (False, False),  # letters of the dictionary may make it partly readable
+    "unreadable": (True, True),  # CJK, emoji, other scripts only: every token <unk>, warned about
     "special_symbols": (False, False),
     "stray_tabs": (False, False),
     "unknown_constraint": (False, True),
@@ -76,6 +82,9 @@ def read_words(path):
                 words.append(w)
     return words or ["a"]
 
+# characters no dictionary of a European language pair holds: CJK, Hangul, Thai, Devanagari, Arabic, emoji
+SCRIPTS = "漢字語日本中文한국어ไทยहिन्दीالعربية😀🚀🎉"
+
 
 def hostile_lines(n, seed, src_words, tgt_words, source_limit=1024, target_limit=1022):
     """``n`` lines as (category, bytes without the newline); line i is of the i-th category
@@ -98,6 +107,12 @@ def hostile_lines(n, seed, src_words, tgt_words, source_limit=1024, target_limit
             return b"" if rng.random() < 0.7 else b"\r"
         if cat == "whitespace":
             return rng.choice([" ", "   ", "\t", " \t \t ", "\x0b\x0c", "\u3000\u00a0", "\x1c\x1f", "\x85 "]).encode()
+        if cat == "zero_width":
+            return "".join(rng.choice(["\u200b", "\ufeff", "\u2060", " "]) for _ in range(rng.randint(1, 6))).strip() \
+                .encode() or "\u200b".encode()
+        if cat == "unreadable":
+            return " ".join("".join(rng.choice(SCRIPTS) for _ in range(rng.randint(1, 4))) + rng.choice(["", "\u200b"])
+                            for _ in range(rng.randint(1, 8))).encode()
         if cat == "control":
             ctl = rng.choice(["\x00", "\x1b[31m", "\x07", "\x7f", "\u200b", "\u2028", "\r", "\x08\x08", "\ufeff"])
             return (short + ctl + words(src_words, 3) + rng.choice(["", ctl])).encode()
@@ -140,14 +155,15 @@ def hostile_lines(n, seed, src_words, tgt_words, source_limit=1024, target_limit
 # ------------------------------------------------------------------------------------------------ checks
 REASON = re.compile(r"WARNING.*?sample id (\d+)")
 TRACEBACK = "Traceback (most recent call last)"
+STEP_CAP = "stopped at the step cap (--max-insertion-steps"  # the fuzz's own cap, not a reason about the line
 
 
 def reasons_of(log_lines):
-    """{sample id: [warning lines]} of the warnings that name a line."""
+    """{sample id: [warning lines]} of the warnings that name a line (the step cap's left out)."""
     found = {}
     for line in log_lines:
         m = REASON.search(line)
-        if m:
+        if m and STEP_CAP not in line:
             found.setdefault(int(m.group(1)), []).append(line)
     return found
 
@@ -345,7 +361,8 @@ def main(argv=None):
             tail = [l for l in log if l.strip()][-15:]
             if any(TRACEBACK in l for l in log):
                 print("  log tail:\n    " + "\n    ".join(t[:200] for t in tail))
-    header = ("channel", "lines sent", "outputs", "with reason", "refused", "tracebacks", "order/count", "seconds")
+    header = ("channel", "lines in", "outputs out", "lines warned", "lines refused", "tracebacks", "order/count",
+              "seconds")
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]
     print()
     for r in [header] + rows:

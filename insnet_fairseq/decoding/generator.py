@@ -137,11 +137,8 @@ class InsertionGenerator(InsertionSteps):
             initial_tokens = [row[keep].tolist() for row, keep in zip(src_tokens.cpu(), words.cpu())]
             if o.blank_id is not None:  # ... or a template: split off its blanks
                 initial_tokens, blanks = zip(*(split_template(row, o.blank_id) for row in initial_tokens))
-        if initial_tokens is not None:
-            initial_tokens = self.check_initial_tokens(initial_tokens, B)
-            for b, row in enumerate(initial_tokens if initial_order is not None else []):
-                if row and sorted(initial_order[b]) != list(range(len(row))):
-                    raise ValueError(f"initial_order[{b}] must be a permutation of 0..{len(row) - 1}")
+        if initial_tokens is not None or initial_order is not None:
+            initial_tokens = self.check_initial_tokens(initial_tokens, B, initial_order, model)
         if blanks is not None:
             blanks = check_blanks(blanks, [len(r) for r in initial_tokens] if initial_tokens is not None else [0] * B)
         given = initial_tokens if initial_tokens is not None else [[] for _ in range(B)]
@@ -257,8 +254,9 @@ class InsertionGenerator(InsertionSteps):
     def _finish_rows(self, sample, decoder, state: DecoderState, stop: Tensor, done: Tensor, ids: Tensor,
                      owner: List[int], hyps: List[Optional[dict]], history) -> None:
         """The hypotheses of the rows ``stop`` (bool [B]; ``done``: those the model stopped, the others at a cap),
-        with a warning for a row cut by the model's length limit."""
+        with a warning for a row cut by the model's length limit, or by ``--max-insertion-steps``."""
         at_limit = ~done & (state.lengths >= decoder.max_target_positions)  # [B]
+        self._warn_step_cap(sample, state, stop & ~done & ~at_limit, ids, owner)
         for row in stop.nonzero().view(-1).tolist():
             i = int(ids[row])
             b = owner[i]
@@ -268,6 +266,20 @@ class InsertionGenerator(InsertionSteps):
                 logger.warning(f"sample id {sid}: output reached the model's limit of "
                                f"{decoder.max_target_positions - 2} words before the model stopped "
                                "(train with a larger --max-target-positions for longer outputs)")
+
+    def _warn_step_cap(self, sample, state: DecoderState, capped: Tensor, ids: Tensor, owner: List[int]) -> None:
+        """One warning per sentence of the rows ``capped`` (bool [B], stopped before the model stopped) that
+        ``--max-insertion-steps`` stopped: a cap small enough to cut outputs is warned about, not refused (no value
+        is wrong for every sentence). The default cap (0: 2 x source length + 10) is not warned about."""
+        n = self.options.max_steps
+        if n <= 0 or not bool(capped.any()):
+            return
+        rows = (capped & (state.steps >= n)).nonzero().view(-1).tolist()
+        batch_rows = sorted({owner[int(ids[row])] for row in rows})  # a sentence's candidates once
+        for b in batch_rows:
+            sid = int(sample["id"][b]) if sample.get("id") is not None else b
+            logger.warning(f"sample id {sid}: stopped at the step cap (--max-insertion-steps {n}) before the model "
+                           "stopped: its output may be cut short")
 
     def encode_sources(self, model, sample, todo: List[int], K: int):
         """The cross-attention keys/values and padding mask of the decoded rows (each of the batch rows ``todo`` K
@@ -332,23 +344,51 @@ class InsertionGenerator(InsertionSteps):
         """The hypothesis of a sentence that is not decoded: ``tokens`` (maybe none), then ``</s>``."""
         return self._hypothesis(torch.tensor(list(tokens) + [self.eos]), torch.zeros(len(tokens) + 1), 0, [])
 
-    def check_initial_tokens(self, initial_tokens, B: int) -> List[List[int]]:
-        """Rows of integer word ids, one per sentence; special symbols and ids outside the
-        dictionary are refused with the row that holds them."""
+    def check_initial_tokens(self, initial_tokens, B: int, initial_order=None, model=None) -> Optional[List[List[int]]]:
+        """Rows of integer word ids, one per sentence (None: none given); special symbols and ids outside the
+        dictionary are refused with the row that holds them, and so is a row of more words than the output of
+        ``model`` holds (its decoder's ``max_target_positions`` - 2, as the command line refuses long constraints;
+        no limit without ``model``). ``initial_order`` is checked against them (:meth:`check_initial_order`), and
+        refused without them. Each refusal is a one-line ValueError. Example: B 2, [[5, 6], []] -> [[5, 6], []];
+        [[5]] -> "initial_tokens has 1 rows for a batch of 2 sentences"."""
+        if initial_tokens is None:
+            if initial_order is not None:
+                raise ValueError("initial_order orders the tokens of initial_tokens: pass initial_tokens (or "
+                                 "--constraints) with it")
+            return None
         if len(initial_tokens) != B:
             raise ValueError(f"initial_tokens has {len(initial_tokens)} rows for a batch of {B} sentences")
+        max_target_positions = None if model is None else model.decoder.max_target_positions
+        limit = None if max_target_positions is None else max_target_positions - 2  # <s> and </s> around the words
         rows = []
         for b, row in enumerate(initial_tokens):
-            ids = torch.as_tensor(row)
-            if ids.numel() and (ids.dim() != 1 or ids.is_floating_point() or ids.dtype == torch.bool):
-                raise ValueError(f"initial_tokens[{b}] must be a list of integer token ids, got {row!r}")
-            ids = ids.long()
+            ids = int_row("initial_tokens", b, row, "a list of integer token ids")
             bad = (ids < 0) | (ids >= len(self.tgt_dict)) | torch.isin(ids, self.banned)
             if bool(bad.any()):
-                raise ValueError(f"initial_tokens[{b}] holds {ids[bad].tolist()}: not word ids of the target "
+                raise ValueError(f"initial_tokens[{b}] holds {ids[bad].tolist()[:10]}: not word ids of the target "
                                  f"dictionary ({len(self.tgt_dict)} symbols; <s>, </s> and <pad> cannot be inserted)")
+            if limit is not None and len(ids) > limit:
+                raise ValueError(f"initial_tokens[{b}] has {len(ids)} tokens, more than the model's output limit of "
+                                 f"{limit} words (--max-target-positions {max_target_positions})")
             rows.append(ids.tolist())
+        if initial_order is not None:
+            self.check_initial_order(initial_order, rows)
         return rows
+
+    @staticmethod
+    def check_initial_order(initial_order, rows: Sequence[Sequence[int]]) -> None:
+        """``initial_order[b]``: the order in which the tokens ``rows[b]`` are inserted, a permutation of their
+        indices (a row without tokens takes any); anything else is a one-line ValueError naming the row. Example:
+        rows [[5, 6]]: [[1, 0]] passes; [[0, 0]] -> "initial_order[0] must be a permutation of 0..1"; [] ->
+        "initial_order has 0 rows for a batch of 1 sentences"."""
+        if len(initial_order) != len(rows):
+            raise ValueError(f"initial_order has {len(initial_order)} rows for a batch of {len(rows)} sentences")
+        for b, (order, row) in enumerate(zip(initial_order, rows)):
+            if not row:
+                continue
+            ids = int_row("initial_order", b, order, f"a permutation of 0..{len(row) - 1}")
+            if ids.sort().values.tolist() != list(range(len(row))):
+                raise ValueError(f"initial_order[{b}] must be a permutation of 0..{len(row) - 1}, got {order!r:.80}")
 
     # -- initial state ----------------------------------------------------------------------------
     # -- output ---------------------------------------------------------------------------------
@@ -403,3 +443,17 @@ class Rows:
         return Rows(self.ids[keep], self.cap[keep], self.max_len[keep], self.min_len[keep],
                     [(k[keep], v[keep]) for k, v in self.source_kv],
                     None if self.source_pad is None else self.source_pad[keep])
+
+
+def int_row(name: str, b: int, row, what: str) -> Tensor:
+    """``row`` (a list, array or tensor of integers) -> a 1-D LongTensor, or a one-line ValueError naming ``name[b]``
+    and ``what`` it must be: float ids are refused, not truncated. Example: int_row("initial_tokens", 0, [5, 6], ...)
+    -> tensor([5, 6]); [5.0] raises."""
+    try:
+        ids = torch.as_tensor(row)
+    except (TypeError, ValueError, RuntimeError):
+        ids = None
+    if ids is None or (ids.numel() and (ids.dim() != 1 or ids.is_floating_point() or ids.is_complex()
+                                        or ids.dtype == torch.bool)):
+        raise ValueError(f"{name}[{b}] must be {what}, got {row!r:.80}")
+    return ids.long().view(-1)

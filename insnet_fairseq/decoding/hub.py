@@ -12,8 +12,16 @@ input, in order, and no exception for a bad line. Lines are screened first
 an empty output and one warning naming it (``input line N (sample id N-1)``, N counted from 1
 in the list given). Bytes are decoded as UTF-8 (invalid bytes replaced, with a warning).
 ``constraints=...`` reads ``source<TAB>phrase<TAB>...`` lines as fairseq-interactive's
-``--constraints`` does (fairseq's own interface cannot pass constraints per sentence). The
-checkpoint's ``--max-tokens`` (a training setting) never stops a line that fits the model.
+``--constraints`` does (fairseq's own interface cannot pass constraints per sentence); they are kept
+in the order given, and ``constraints="unordered"`` is refused. ``unreadable_source="empty"`` answers
+a line whose every token is ``<unk>`` with an empty output instead of the model's guess (both warn;
+default: the checkpoint's ``--unreadable-source``, translate). The checkpoint's ``--max-tokens`` (a
+training setting) never stops a line that fits the model.
+
+``generate`` takes token ids: a row that is not 1-D integer ids, an empty row or an id outside the
+source dictionary is refused with a one-line ``ValueError`` naming ``tokenized_sentences[i]``
+(:func:`~insnet_fairseq.decoding.inputs.check_source_ids`); a missing ``bpe_codes`` file is one
+``DataError`` naming it.
 """
 import copy
 import logging
@@ -26,16 +34,30 @@ from fairseq.hub_utils import GeneratorHubInterface
 from fairseq.token_generation_constraints import pack_constraints
 from omegaconf import open_dict
 
-from insnet_fairseq.decoding.inputs import as_text, clean_line, line_label
+from insnet_fairseq.decoding.inputs import as_text, check_bpe_files, check_source_ids, clean_line, line_label
+from insnet_fairseq.decoding.options import check_constraints, check_unreadable_source
 
 logger = logging.getLogger(__name__)
 
 
 class InsNetHubInterface(GeneratorHubInterface):
-    def sample(self, sentences, beam: int = 1, verbose: bool = False, **kwargs):
-        """Translate one line (str or bytes) or a list of them; one string per line, in order."""
+    def __init__(self, cfg, task, models):
+        check_bpe_files(getattr(cfg, "bpe", None))  # before fairseq's encoder opens it
+        super().__init__(cfg, task, models)
+
+    def sample(self, sentences, beam: int = 1, verbose: bool = False, unreadable_source: Optional[str] = None,
+               **kwargs):
+        """Translate one line (str or bytes) or a list of them; one string per line, in order.
+        ``unreadable_source``: "translate" or "empty", for a line whose every token is ``<unk>``."""
         if isinstance(sentences, (str, bytes, bytearray)):
-            return self.sample([sentences], beam=beam, verbose=verbose, **kwargs)[0]
+            return self.sample([sentences], beam=beam, verbose=verbose, unreadable_source=unreadable_source,
+                               **kwargs)[0]
+        check_constraints(kwargs.get("constraints") or self.cfg.generation.constraints)
+        screen_args = {}
+        if unreadable_source is not None:
+            check_unreadable_source(unreadable_source)
+            if not getattr(self.task, "has_keywords", False):  # keywords: the task checks its words itself
+                screen_args["unreadable_source"] = unreadable_source
         constrained = bool(kwargs.get("constraints") or self.cfg.generation.constraints)
         lines, refused = [], {}
         for i, item in enumerate(sentences):
@@ -46,7 +68,7 @@ class InsNetHubInterface(GeneratorHubInterface):
                 text = ""
             lines.append(clean_line(text))
         lines = self.task.screen_inference_lines(lines, 0, self._encode_text, self.max_positions,
-                                                 constrained=constrained)
+                                                 constrained=constrained, **screen_args)
         refused.update(self.task.refused_inputs)
         sources, phrases = [], []
         for line in lines:
@@ -73,19 +95,29 @@ class InsNetHubInterface(GeneratorHubInterface):
 
         ``constraint_tokens[i]``: the constraint phrases (target ids) of sentence i;
         ``refused``: {index: reason} of sentences answered with an empty hypothesis, undecoded.
-        A sentence longer than the model's source limit is refused here too (with a warning), and
-        ``skip_invalid_size_inputs`` is ignored: no sentence is ever left out.
+        A sentence longer than the model's source limit, or whose constraints hold more words than
+        its output may, is refused here too (with a warning), and ``skip_invalid_size_inputs`` is
+        ignored: no sentence is ever left out. Ids that are no sentence are refused with a
+        ValueError (:func:`~insnet_fairseq.decoding.inputs.check_source_ids`).
         """
         if torch.is_tensor(tokenized_sentences) and tokenized_sentences.dim() == 1:
             return self.generate(tokenized_sentences.unsqueeze(0), beam=beam, verbose=verbose, **kwargs)[0]
-        tokens = [torch.as_tensor(t).long() for t in tokenized_sentences]
+        tokens = check_source_ids(tokenized_sentences, len(self.src_dict))
         refused = dict(refused or {})
         constraint_tokens = None if constraint_tokens is None else list(constraint_tokens)
-        limit = self.max_positions[0]
+        if constraint_tokens is not None and len(constraint_tokens) != len(tokens):
+            raise ValueError(f"constraint_tokens has {len(constraint_tokens)} rows for {len(tokens)} sentences")
+        limit, words = self.max_positions[0], self.max_positions[1] - 1
         for i, t in enumerate(tokens):
+            n = 0 if constraint_tokens is None else sum(len(p) for p in constraint_tokens[i])
             if i not in refused and t.numel() > limit:
                 refused[i] = f"{t.numel()} source tokens, more than the limit of {limit} (--max-source-positions)"
-                logger.warning(f"{line_label(i)}: {refused[i]}; not translated, output is empty")
+            elif i not in refused and n > words:  # as the raw-line screening words it (decoding/inputs.py)
+                refused[i] = (f"its constraint phrases have {n} tokens, more than the model's output limit of "
+                              f"{words} words (--max-target-positions)")
+            else:
+                continue
+            logger.warning(f"{line_label(i)}: {refused[i]}; not translated, output is empty")
         for i in refused:  # decoded as nothing: an empty source without constraints
             tokens[i] = torch.tensor([self.src_dict.eos()])
             if constraint_tokens is not None:

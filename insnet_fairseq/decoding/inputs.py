@@ -19,12 +19,28 @@ Warned and kept: invalid UTF-8 (bytes replaced by U+FFFD, see :func:`decode_line
 constraint phrases from stray tabs (dropped: they hold no token), constraint words missing from
 the target dictionary (inserted as ``<unk>``). Empty sources are the generator's: it outputs
 exactly their constraint tokens, with a warning naming the sample id.
+
+Zero-width and format characters (Unicode category Cf: U+200B, U+FEFF, U+200D ...) are removed
+first: no BPE vocabulary learned on text holds them, and a line made only of them is an empty
+line. A source whose every token is then ``<unk>`` (another script, emoji) is *unreadable*: it is
+warned about, and translated anyway (``--unreadable-source translate``, the default: the model's
+guess) or refused (``--unreadable-source empty``); a source more than half ``<unk>`` is warned
+about too.
+
+:func:`check_source_ids` screens the token ids given to the hub's ``generate``, and
+:func:`check_bpe_files` the BPE files a tokeniser is built from (one-line errors naming the argument
+or flag).
 """
 import logging
+import os
 import re
+import unicodedata
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import torch
 from fairseq.tokenizer import tokenize_line
+
+from insnet_fairseq.errors import DataError
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +57,15 @@ def clean_line(text: str) -> str:
     """Strip whitespace at both ends, except tabs: with constraints ``<TAB>phrase`` is an empty
     source with one constraint, not the source ``phrase``."""
     return _EDGE_SPACE.sub("", text)
+
+
+def drop_format_chars(text: str) -> str:
+    """``text`` without its zero-width and format characters (Unicode category Cf), whitespace at
+    the ends stripped again (:func:`clean_line`). Example: "\\ufeffa man\\u200b" -> "a man";
+    "\\u200b\\u200b" -> "" (an empty line)."""
+    if text.isprintable():  # no Cf character is printable: the common case costs one C-level scan
+        return text
+    return clean_line("".join(c for c in text if unicodedata.category(c) != "Cf"))
 
 
 def decode_line(raw: bytes, sample_id: int) -> str:
@@ -83,6 +108,7 @@ def screen_lines(
     max_positions: Tuple[int, int],
     constrained: bool = False,
     max_tokens: Optional[int] = None,
+    unreadable: Optional[str] = None,
 ) -> Tuple[List[str], Dict[int, str]]:
     """Check lines ``first_id``, ``first_id + 1``, ... before batching.
 
@@ -93,8 +119,11 @@ def screen_lines(
             around them).
         constrained: lines are ``source<TAB>phrase...`` (``--constraints``).
         max_tokens: fairseq-interactive's ``--max-tokens`` (a longer line cannot be batched).
+        unreadable: ``--unreadable-source`` (translate, empty) for a source whose every token is
+            ``<unk>``; None: no check of ``<unk>`` (a task that checks its own words).
 
-    Returns the lines to batch (refused ones replaced by ``""``, stray empty phrases dropped) and
+    Returns the lines to batch (refused ones replaced by ``""``, zero-width and format characters
+    removed, stray empty phrases dropped) and
     ``{sample id: reason}`` of the refused lines; every refusal and warning is logged.
     """
     source_limit, source_flag = max_positions[0], f"--max-source-positions {max_positions[0]}"
@@ -107,7 +136,7 @@ def screen_lines(
         sid = first_id + i
         try:
             line, reason = _screen(line, sid, encode_fn, src_dict, tgt_dict, constrained, source_limit, source_flag,
-                                   target_words, specials)
+                                   target_words, specials, unreadable)
         except Exception as e:  # a tokeniser or BPE failure on this line only
             reason = f"tokenisation failed ({type(e).__name__}: {_short([str(e)], 1)})"
         if reason is not None:
@@ -117,15 +146,21 @@ def screen_lines(
     return out, refused
 
 
-def _screen(line, sid, encode_fn, src_dict, tgt_dict, constrained, source_limit, source_flag, target_words, specials):
+def _screen(line, sid, encode_fn, src_dict, tgt_dict, constrained, source_limit, source_flag, target_words, specials,
+            unreadable=None):
     """One line -> (line to batch, None) or (line, reason for refusing it)."""
     if len(line) > MAX_CHARS_PER_TOKEN * source_limit:
         return line, (f"{len(line)} characters, more than {MAX_CHARS_PER_TOKEN} per token of the source limit "
                       f"({source_limit} tokens, {source_flag})")
+    line = drop_format_chars(line)
     source, *phrases = line.split("\t") if constrained else [line]
-    n = len(src_dict.encode_line(encode_fn(source), add_if_not_exist=False))
+    ids = src_dict.encode_line(encode_fn(source), add_if_not_exist=False)
+    n = len(ids)
     if n > source_limit:
         return line, f"{n} source tokens with </s>, more than the limit of {source_limit} ({source_flag})"
+    reason = None if unreadable is None else _unreadable(ids[:-1], src_dict.unk(), sid, unreadable)
+    if reason is not None:
+        return line, reason
     if not constrained:
         return line, None
     kept, empty, unknown, total = [], 0, [], 0
@@ -151,3 +186,69 @@ def _screen(line, sid, encode_fn, src_dict, tgt_dict, constrained, source_limit,
         logger.warning(f"{line_label(sid)}: {len(unknown)} constraint word(s) not in the target dictionary, "
                        f"inserted as <unk>: {_short(unknown)}")
     return "\t".join([source] + kept), None
+
+
+def _unreadable(words, unk: int, sid: int, unreadable: str) -> Optional[str]:
+    """A source's word ids ``words`` [n] (without ``</s>``) -> the reason for refusing it, or None.
+
+    All ``<unk>``: warned about and translated (``unreadable`` "translate"), or refused ("empty");
+    more than half ``<unk>``: warned about. Example: unk 3, [3, 3, 7] -> None, with the warning
+    "2 of 3 source tokens are <unk> ...".
+    """
+    n, k = len(words), int(words.eq(unk).sum())
+    if n == 0 or 2 * k <= n:
+        return None
+    what = (f"all {n} source tokens are <unk>" if k == n else f"{k} of {n} source tokens are <unk>") + \
+        " (not in the source dictionary)"
+    if k == n and unreadable == "empty":
+        return f"{what}, --unreadable-source empty"
+    guess = "the output is the model's guess (--unreadable-source empty: an empty output)" if k == n else \
+        "the output may not translate it"
+    logger.warning(f"{line_label(sid)}: {what}; {guess}")
+    return None
+
+
+def check_source_ids(sentences: Sequence, vocab_size: int) -> List[torch.Tensor]:
+    """The hub's ``generate`` input -> one LongTensor of source ids per sentence, each ending with
+    ``</s>`` as ``encode`` gives it. A row that is not a 1-D sequence of integer ids (a float id is
+    refused, not truncated), an empty row and an id outside the source dictionary (0..V-1) are
+    refused with a one-line ValueError naming ``tokenized_sentences[i]``. Example: [[4, 9, 2]] ->
+    [tensor([4, 9, 2])]; [[4.0, 2.0]] and [[V, 2]] raise."""
+    rows = []
+    for i, row in enumerate(sentences):
+        name = f"tokenized_sentences[{i}]"
+        try:
+            ids = torch.as_tensor(row)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"{name} must be a 1-D sequence of integer token ids, got {type(row).__name__}") from None
+        if ids.dim() != 1:
+            raise ValueError(f"{name} must be a 1-D sequence of integer token ids, got shape {tuple(ids.shape)}")
+        if ids.numel() == 0:
+            raise ValueError(f"{name} is empty: a sentence's ids end with </s> (an empty sentence is encode(''))")
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise ValueError(f"{name} must hold integer token ids, got {ids.dtype} (ids are not rounded)")
+        bad = (ids < 0) | (ids >= vocab_size)
+        if bool(bad.any()):
+            raise ValueError(f"{name} holds {ids[bad].tolist()[:10]}: not ids of the source dictionary "
+                             f"(0..{vocab_size - 1})")
+        rows.append(ids.long())
+    return rows
+
+
+BPE_FILES = {  # the file fields of fairseq's BPE configs -> their flags
+    "bpe_codes": "--bpe-codes", "sentencepiece_model": "--sentencepiece-model", "bpe_merges": "--bpe-merges",
+    "bpe_vocab": "--bpe-vocab",
+}
+
+
+def check_bpe_files(bpe_cfg) -> None:
+    """Refuse a BPE (fairseq's ``cfg.bpe``, or None) whose file is missing, with one line naming
+    the flag and the file, before fairseq's encoder fails on it (an ``OSError`` deep in its
+    loader). URLs are left to fairseq. Example: --bpe-codes nowhere.codes raises DataError."""
+    for name, flag in BPE_FILES.items():
+        path = getattr(bpe_cfg, name, None) if bpe_cfg is not None else None
+        if not isinstance(path, str) or path in ("", "???") or "://" in path or os.path.isfile(path):
+            continue
+        what = "is a directory, not a file" if os.path.isdir(path) else "no such file"
+        hint = " (the recipes write the codes of data-bin/NAME to work/NAME/bpe.codes)" if name == "bpe_codes" else ""
+        raise DataError(f"{flag} {path}: {what}{hint}")

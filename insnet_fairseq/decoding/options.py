@@ -27,6 +27,7 @@ from insnet_fairseq.errors import FlagError
 from insnet_fairseq.geometry.orders import DEFAULT_ANCHOR_DEPTH
 
 MODES = ("sequential", "parallel")
+UNREADABLE_SOURCE = ("translate", "empty")  # --unreadable-source: a source line whose every token is <unk>
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")  # --compile-decoder: torch.compile's modes
 
 # the defaults of the flags not given, per --insertion-mode (parallel: the best measured on valid; for_mode)
@@ -52,7 +53,9 @@ class DecodingOptions:
     # step (each sentence fills at least its best). Flag default 0.9 (valid 21.06 against 15.59 at the paper's 0.7,
     # results/slot_top_p_valid.csv); sequential decoding ignores it
     slot_top_p: float = 0.7
-    # --max-insertion-steps N: a sentence's step cap; 0: max_steps_a x source length + max_steps_b
+    # --max-insertion-steps N: a sentence's step cap; 0: max_steps_a x source length + max_steps_b. A sentence that N
+    # stops before the model does gets a warning naming the flag (greedy and candidate decoding): warned, not refused,
+    # as no N cuts every sentence
     max_steps: int = 0
     # set by the task, no flag: the step and output-length cap a x source length + b (insertion_lm: 0 x + its
     # --max-output-words)
@@ -123,6 +126,10 @@ class DecodingOptions:
     conditional: bool = True
     keywords_from_source: bool = False
     blank_id: Optional[int] = None
+    # --unreadable-source: a raw source line whose every token is <unk> (after BPE, zero-width and format characters
+    # removed) is warned about, naming the line, and translated (translate: the model's guess) or answered with an
+    # empty output (empty); read by the raw-line screening of fairseq-interactive and the hub (decoding/inputs.py)
+    unreadable_source: str = "translate"
 
     def __post_init__(self):
         self.check()
@@ -131,8 +138,9 @@ class DecodingOptions:
         """Refuse a value decoding cannot use, or a combination it does not make, naming the flag."""
         if self.mode not in MODES:
             raise FlagError(f"--insertion-mode must be one of {', '.join(MODES)}, not {self.mode!r}")
-        if self.mode == "parallel" and not 0.0 < self.slot_top_p <= 1.0:  # sequential decoding ignores it
+        if not 0.0 < self.slot_top_p <= 1.0:  # refused in every mode, though sequential decoding ignores it
             raise FlagError(f"--slot-top-p must be in (0, 1], got {self.slot_top_p}")
+        check_unreadable_source(self.unreadable_source)
         for flag, value, ok, allowed in (
             ("--stop-threshold", self.stop_threshold, 0.0 < self.stop_threshold < 1.0, "in (0, 1)"),
             ("--min-token-prob", self.min_token_prob, 0.0 <= self.min_token_prob < 1.0, "in [0, 1)"),
@@ -235,6 +243,7 @@ class DecodingOptions:
 
         if cfg.skip_repeats and cfg.no_skip_repeats:
             raise FlagError("--skip-repeats and --no-skip-repeats exclude each other: pass one of them")
+        check_constraints(gen("constraints", None))
         reranking = gen("iter_decode_with_external_reranker", False) if known else cfg.channel_weight > 0 or \
             str(cfg.judge_order) != "l2r"
         return cls.for_mode(
@@ -266,8 +275,24 @@ class DecodingOptions:
             verify_max_len=(gen("max_len_a", 0.0), gen("max_len_b", 200)),
             fuse_slot_queries=cfg.fuse_slot_queries,
             compile_decoder=str(cfg.compile_decoder),
+            unreadable_source=str(getattr(cfg, "unreadable_source", "translate")),
             **task_options,
         )
+
+
+def check_constraints(constraints) -> None:
+    """fairseq's ``--constraints`` (``cfg.generation.constraints``, the hub's ``constraints=``): None or ordered.
+    Insertion decoding keeps the phrases in the order given, so ``unordered`` is refused rather than read as
+    ordered. Example: check_constraints("unordered") raises FlagError."""
+    if constraints is not None and str(constraints) == "unordered":
+        raise FlagError("--constraints unordered is not supported by insertion decoding: constraint phrases are kept "
+                        "in the order given; use --constraints (ordered)")
+
+
+def check_unreadable_source(value) -> None:
+    """``--unreadable-source`` (the hub's ``unreadable_source=``): one of :data:`UNREADABLE_SOURCE`."""
+    if str(value) not in UNREADABLE_SOURCE:
+        raise FlagError(f"--unreadable-source must be one of {', '.join(UNREADABLE_SOURCE)}, got {value!r}")
 
 
 @dataclass
@@ -285,8 +310,9 @@ class DecodingFlags(FairseqDataclass):
                                 "0.9, the best on valid; the paper's 0.7)"}
     )
     max_insertion_steps: int = field(
-        default=0, metadata={"help": "step cap per sentence; 0: 2 * source length + 10 (outputs are also "
-                             "capped at 2 * source length + 10 tokens)"}
+        default=0, metadata={"help": "step cap per sentence, with a warning for each sentence it stops before the "
+                             "model does; 0: 2 * source length + 10 (outputs are also capped at 2 * source length + "
+                             "10 tokens)"}
     )
     skip_repeats: Optional[bool] = field(
         default=None,
@@ -382,4 +408,11 @@ class DecodingFlags(FairseqDataclass):
     )
     no_insertion_cache: bool = field(
         default=False, metadata={"help": "re-encode the whole partial sequence every step (for checks and timing)"}
+    )
+    unreadable_source: ChoiceEnum(list(UNREADABLE_SOURCE)) = field(
+        default="translate",
+        metadata={"help": "fairseq-interactive: a source line whose every token is <unk> after BPE (zero-width and "
+                  "format characters removed) is warned about, naming the line, and translate: translated anyway "
+                  "(the model's guess), empty: answered with an empty output; a line more than half <unk> is warned "
+                  "about too"},
     )

@@ -9,7 +9,8 @@ fairseq-fixed 0.12.3.1's ``fairseq_cli.interactive``:
   lone ``\\r``, so the lines it counts are not those of ``wc -l``.
   :func:`read_lines` replaces it: lines end at ``\\n`` only (a trailing ``\\r`` is dropped),
   invalid bytes become U+FFFD with a warning naming the line, and whitespace at both ends but
-  tabs is stripped.
+  tabs is stripped. A missing ``--input`` file is one line naming the flag and the file
+  (``DataError``), not a ``FileNotFoundError``.
 * ``make_batches`` gets each buffer without its place in the input, and the batches it makes
   reach the task without their sample ids: an over-long line aborted its whole buffer (or, with
   ``--skip-invalid-size-inputs-valid-test``, vanished, with a warning counting from the start of
@@ -24,15 +25,19 @@ fairseq-interactive entry point has already loaded is patched: importing it here
 logging for every program that merely imports this package.
 """
 import logging
+import os
 import sys
 
 from insnet_fairseq.decoding.inputs import clean_line, decode_line
+from insnet_fairseq.errors import DataError
 
 logger = logging.getLogger(__name__)
 
 
 def read_lines(input, buffer_size):
     """``buffered_read`` replacement: lists of at most ``buffer_size`` lines of ``input`` (``-``: stdin)."""
+    if input != "-" and (os.path.isdir(input) or not os.path.exists(input)):  # a pipe (<(cmd)) is read
+        raise DataError(f"--input {input}: {'is a directory, not a file' if os.path.isdir(input) else 'no such file'}")
     stream = sys.stdin.buffer if input == "-" else open(input, "rb")
     try:
         buffer, n = [], 0

@@ -20,9 +20,9 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.hub import InsNetHubInterface
-from insnet_fairseq.decoding.inputs import screen_lines
-from insnet_fairseq.decoding.options import DecodingFlags, DecodingOptions
-from insnet_fairseq.errors import DataError
+from insnet_fairseq.decoding.inputs import check_bpe_files, screen_lines
+from insnet_fairseq.decoding.options import DecodingFlags, DecodingOptions, check_unreadable_source
+from insnet_fairseq.errors import DataError, FlagError
 from insnet_fairseq.geometry.layers import (PAD_LAYER, compact, delay_last_words, num_layers, sequential_layers,
                                             trajectory, uniform_layers)
 from insnet_fairseq.geometry.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES,
@@ -113,6 +113,9 @@ def data_paths(data: str, task_name: str, how: str):
     if not paths:
         raise DataError(f"{task_name} needs a data directory (the positional DATA argument)")
     for path in paths:
+        if os.path.isfile(path):
+            raise DataError(f"data directory {path!r} is a file, not a directory: DATA is the directory "
+                            f"fairseq-preprocess wrote ({how} {path})")
         if not os.path.isdir(path):
             raise DataError(f"data directory {path!r} does not exist: binarise the corpus first ({how} {path})")
     return paths
@@ -327,12 +330,30 @@ class InsertionTask(TranslationTask):
         self.layer_batch(sample, model)
         return super().valid_step(sample, model, criterion)
 
-    def screen_inference_lines(self, lines, first_id, encode_fn, max_positions, constrained=False, max_tokens=None):
+    def screen_inference_lines(self, lines, first_id, encode_fn, max_positions, constrained=False, max_tokens=None,
+                               unreadable_source=None):
         """Check raw lines ``first_id``, ... before batching (:func:`insnet_fairseq.decoding.inputs.screen_lines`): returns the lines
-        to batch; refused ones become empty and are remembered, to be answered with an empty output."""
+        to batch; refused ones become empty and are remembered, to be answered with an empty output.
+        ``unreadable_source``: a source all ``<unk>`` is translated or refused (default: ``--unreadable-source``);
+        a task whose source is keywords checks its words itself."""
+        unreadable = unreadable_source or str(getattr(self.cfg, "unreadable_source", "translate"))
+        check_unreadable_source(unreadable)
         lines, self.refused_inputs = screen_lines(lines, first_id, encode_fn, self.source_dictionary,
-                                                  self.target_dictionary, max_positions, constrained, max_tokens)
+                                                  self.target_dictionary, max_positions, constrained, max_tokens,
+                                                  unreadable=None if self.has_keywords else unreadable)
         return lines
+
+    def build_bpe(self, args):
+        """fairseq's BPE, a missing file (``--bpe-codes``) refused in one line naming the flag and the file."""
+        check_bpe_files(args)
+        return super().build_bpe(args)
+
+    def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None, *args, **kwargs):
+        """fairseq's, with ``--batch-size 0`` refused (fairseq reads it as no limit)."""
+        if max_sentences is not None and max_sentences < 1:
+            raise FlagError(f"--batch-size must be >= 1 (or left out: as many sentences as --max-tokens allows), got "
+                            f"{max_sentences}")
+        return super().get_batch_iterator(dataset, max_tokens, max_sentences, *args, **kwargs)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         ids, self.pending_sample_ids = getattr(self, "pending_sample_ids", None), None

@@ -78,6 +78,16 @@ def test_verdict_catches_what_it_should():
     assert any("traceback" in x for x in f)
 
 
+def test_reasons_leave_out_the_fuzz_step_cap_and_new_categories_are_made():
+    step_cap = ("WARNING:g:sample id 0: stopped at the step cap (--max-insertion-steps 20) before the model stopped: "
+                "its output may be cut short")
+    unreadable = "WARNING:i:input line 2 (sample id 1): all 2 source tokens are <unk> (not in the source dictionary)"
+    assert fuzz_input.reasons_of([step_cap, unreadable]) == {1: [unreadable]}
+    lines = dict(fuzz_input.hostile_lines(len(fuzz_input.CATEGORIES), 3, ["a"], ["b"]))
+    assert lines["zero_width"].decode().strip("\u200b\ufeff\u2060 ") == ""
+    assert all(c in fuzz_input.SCRIPTS + " \u200b" for c in lines["unreadable"].decode())
+
+
 # -- the generator's part ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def model_and_batch():

@@ -248,7 +248,8 @@ def test_decoding_flags_are_checked_where_they_apply():
         InsertionGenerator(d, DecodingOptions(max_steps=-5))
     with pytest.raises(ValueError, match=r"--slot-top-p must be in \(0, 1\], got 1.5"):
         InsertionGenerator(d, DecodingOptions(mode="parallel", slot_top_p=1.5))
-    InsertionGenerator(d, DecodingOptions(mode="sequential", slot_top_p=1.5))  # sequential decoding does not use it
+    with pytest.raises(ValueError, match=r"--slot-top-p must be in \(0, 1\], got 0"):  # in every mode
+        InsertionGenerator(d, DecodingOptions(mode="sequential", slot_top_p=0))
 
 
 def adjacent_repeats(tokens):
