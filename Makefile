@@ -142,7 +142,8 @@ bench-train: install
 bench-memory: install multi30k
 	$(BIN)/python benchmarks/memory_scaling.py --decode
 
-# SIGKILL the trainer KILLS (20) times, at random moments and during checkpoint writes, resuming each time
+# SIGKILL the trainer KILLS (20) times, half mid-training (after an update drawn up front) and half during a
+# checkpoint write, resuming each time; the resumed run must equal an uninterrupted one, unrounded (minutes)
 KILLS ?= 20
 kill-campaign: install multi30k
 	PATH=$(BIN):$$PATH $(BIN)/python benchmarks/kill_campaign.py --kills $(KILLS)

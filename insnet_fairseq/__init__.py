@@ -36,11 +36,13 @@ The package, by layer; a module imports only from its own layer and the layers b
    checkpoint copies that a kill can leave truncated (:mod:`.fairseq_fixes.atomic_checkpoints`), InsT's
    ``--label-tau`` loss failing on its float64 targets (:mod:`.fairseq_fixes.insertion_targets`),
    ``--task language_modeling`` under numpy 2 (:mod:`.fairseq_fixes.numpy_compat`), tracebacks printed for a
-   bad flag or file (:mod:`.fairseq_fixes.clean_errors`: one line instead), and ``fairseq-train`` aborting at
-   exit when its batch-prefetch thread is still inside torch (:mod:`.fairseq_fixes.clean_exit`).
+   bad flag or file (:mod:`.fairseq_fixes.clean_errors`: one line instead), ``fairseq-train`` aborting at
+   exit when its batch-prefetch thread is still inside torch (:mod:`.fairseq_fixes.clean_exit`), and optimizer
+   steps that the tensors kept from the weights do not notice (:mod:`.fairseq_fixes.optimizer_versions`).
 """
 from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, checkpoint_compat, clean_errors, clean_exit,
-                                          distributed_cpu, insertion_targets, interactive, numpy_compat)
+                                          distributed_cpu, insertion_targets, interactive, numpy_compat,
+                                          optimizer_versions)
 
 checkpoint_compat.install()
 batching.install()
@@ -51,6 +53,7 @@ clean_errors.install()
 insertion_targets.install()
 numpy_compat.install()
 clean_exit.install()
+optimizer_versions.install()
 
 # the models and tasks register themselves with fairseq as they are imported
 from insnet_fairseq.models import (expansion_lm, indigo, infill_transformer, insnet,  # noqa: E402,F401
