@@ -111,7 +111,7 @@ class InsNetDecoder(FairseqDecoder):
 
         Returns named terms (T = n - 2 prediction steps t = 1..n-2, K = n - 2 slots):
             token: logits [N, V] and target [N] for the N real steps (``position.mask``), and ``neighbours``: the
-                tokens left and right of each one's slot in its context ([N], [N])
+                tokens left and right of each one's slot in its context ([2, N]: row 0 left, row 1 right)
             position: logits [B, T, K] (-inf at slots that do not exist), target [B, T], mask
             termination: logits [B, n - 1] for t = 1..n-1, target (1 at the last step), mask
         and with ``return_states`` also ``states``: :meth:`encode_trajectory`'s tensors of this pass.
@@ -157,8 +157,8 @@ class InsNetDecoder(FairseqDecoder):
             "token": {
                 "logits": self.heads.token_logits(e[step_valid], None if z is None else z[step_valid]),
                 "target": tokens[:, 2:][step_valid],
-                # the words left and right of each token's slot in its context, [N] each (--repeat-penalty)
-                "neighbours": (tokens.gather(1, left_t)[step_valid], tokens.gather(1, right_t)[step_valid]),
+                # the words left and right of each token's slot in its context, [2, N] (--repeat-penalty)
+                "neighbours": torch.stack([tokens.gather(1, left_t)[step_valid], tokens.gather(1, right_t)[step_valid]]),
             },
             "position": {"logits": pos_logits, "target": slot, "mask": step_valid},
             "termination": {

@@ -35,8 +35,8 @@ class InsNetLossConfig(FairseqDataclass):
 def repeat_unlikelihood(logits, target, neighbours):
     """Summed -log(1 - p(n)) over each slot's neighbour words n that are not its target.
 
-    logits [N, V], target [N], neighbours ([N], [N]) -> 0-dim float32. Example: logits zeros [1, 4] (p = 1/4 each),
-    target [2], neighbours ([1], [2]): only the left neighbour counts (the right one is the target): -log(3/4).
+    logits [N, V], target [N], neighbours [2, N] (left, right) -> 0-dim float32. Example: logits zeros [1, 4] (p = 1/4
+    each), target [2], neighbours [[1], [2]]: only the left neighbour counts (the right one is the target): -log(3/4).
     """
     logits = logits.float()
     lse = torch.logsumexp(logits, -1, keepdim=True)  # [N, 1]

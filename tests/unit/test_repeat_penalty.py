@@ -40,7 +40,7 @@ def test_neighbours_match_a_naive_walk_of_random_trajectories():
 
 def test_unlikelihood_docstring_example_and_gradient():
     logits = torch.zeros(1, 4, requires_grad=True)
-    got = repeat_unlikelihood(logits, torch.tensor([2]), (torch.tensor([1]), torch.tensor([2])))
+    got = repeat_unlikelihood(logits, torch.tensor([2]), torch.tensor([[1], [2]]))
     assert math.isclose(float(got), -math.log(0.75), rel_tol=1e-6)
     got.backward()
     assert logits.grad[0, 1] > 0 and logits.grad[0, 2] < 0  # lowers the repeated word, raises the others
