@@ -7,29 +7,29 @@
 #
 #   teacher  recipes/distill.py: the AR teacher (recipes/train.sh ar, TEACHER_UPDATES (2000) updates) and its beam-5
 #            translation of the training set, data-bin/multi30k_en_de-distill
-#   train    on that corpus, UPDATES (1000) updates each, THREADS (1) per run, two runs at a time:
+#   train    on that corpus, UPDATES (2000) updates each, THREADS (1) per run, two runs at a time:
 #              ar_kd    fairseq's transformer (recipes/train.sh ar)
 #              l2r_kd   InsNet, left-to-right order (decoded sequentially)
-#              dinic    InsNet-Dinic: l2r_kd's checkpoint at BASE_UPDATES (500), then UPDATES - BASE_UPDATES updates of
+#              dinic    InsNet-Dinic: l2r_kd's checkpoint at BASE_UPDATES (1000), then UPDATES - BASE_UPDATES updates of
 #                       Dinic fine-tuning (anchored order, slot query stream, --dinic-tau TAU (3) --dinic-lagged
 #                       --dinic-lagged-warm, fixed lr 5e-4), so its total is UPDATES as well
-#              dinic_rep  the same with --repeat-penalty 1 (a slot's word that repeats a neighbour is unlikely)
-#            Every run keeps its checkpoints every 250 updates (recipes/train.sh KEEP_INTERVAL).
+#            Every run keeps its last 4 checkpoints of those saved every 250 updates (recipes/train.sh KEEP_INTERVAL).
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it
 #   test     benchmarks/frontier.py on the test set -> results/frontier_multi30k_cpu.{csv,png}
 #
 # Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet-Dinic 1 candidate with the
-# default flags (--insertion-mode parallel only) and without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check
+# default flags (--insertion-mode parallel only), with --fuse-slot-queries (the same outputs, one pass per step) and
+# without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check
 # 0.6, a sentence stops once 6 have finished: the best multi-candidate decoding of docs/insnet.md, chosen there on
-# valid), InsNet-Dinic repeat loss 1 candidate with the default flags and without skip repeats.
+# valid).
 # Environment: CK (checkpoints/frontier), OUT (results/frontier_multi30k_cpu), MULTI30K_DIR (the raw corpus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=multi30k_en_de; data=data-bin/$name; kd=data-bin/$name-distill
 ck=${CK:-checkpoints/frontier}; out=${OUT:-results/frontier_multi30k_cpu}
-updates=${UPDATES:-1000}; base_updates=${BASE_UPDATES:-500}; threads=${THREADS:-1}
+updates=${UPDATES:-2000}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:-1}
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
 stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train choose test)
 
@@ -43,30 +43,32 @@ train_run() {  # KIND SAVE UPDATES [flags]: resumes from SAVE/checkpoint_last.pt
   local kind=$1 save=$2 n=$3; shift 3
   [ -f "$save/done" ] && return
   mkdir -p "$save" logs/frontier
-  THREADS=$threads UPDATES=$n KEEP_INTERVAL=10 bash recipes/train.sh "$kind" "$kd" "$save" "$@" \
+  THREADS=$threads UPDATES=$n KEEP_INTERVAL=4 bash recipes/train.sh "$kind" "$kd" "$save" "$@" \
     >>"logs/frontier/$(basename "$save").log" 2>&1
   touch "$save/done"
 }
 
-dinic_run() {  # SAVE [flags]: waits for l2r_kd's checkpoint at BASE_UPDATES
-  local save=$1 from=$ck/l2r_kd/checkpoint_*_${base_updates}.pt; shift
-  until compgen -G "$from" >/dev/null; do sleep 30; done
+dinic_run() {  # SAVE [flags]: waits for l2r_kd's checkpoint at BASE_UPDATES (a resumed run goes on from its own)
+  local save=$1 from=$ck/l2r_kd/checkpoint_*_${base_updates}.pt start=(); shift
+  if [ ! -f "$save/checkpoint_last.pt" ]; then
+    until compgen -G "$from" >/dev/null; do sleep 30; done
+    start=(--finetune-from-model "$(compgen -G "$from" | head -1)")
+  fi
   SCHEDULER=fixed LR=5e-4 train_run insnet "$save" $((updates - base_updates)) \
     --insertion-order anchored --slot-query-stream --dinic-tau="${TAU:-3}" --dinic-lagged --dinic-lagged-warm \
-    --finetune-from-model "$(compgen -G "$from" | head -1)" "$@"
+    "${start[@]}" "$@"
 }
 
 train() {
   [ -f "$kd/train.en-de.de.bin" ] || { echo "frontier.sh: $kd missing: run the teacher stage first" >&2; exit 2; }
   [ "$base_updates" -lt "$updates" ] && [ $((base_updates % 250)) = 0 ] \
     || { echo "frontier.sh: BASE_UPDATES must be a multiple of 250 below UPDATES" >&2; exit 2; }
-  echo "frontier.sh: training ar_kd, l2r_kd, then dinic and dinic_rep from l2r_kd's update $base_updates ($updates" \
+  echo "frontier.sh: training ar_kd, l2r_kd, then dinic from l2r_kd's update $base_updates ($updates" \
        "updates each, $threads thread(s) each; logs in logs/frontier/)"
   train_run ar "$ck/ar_kd" "$updates" & local ar=$!
   train_run insnet "$ck/l2r_kd" "$updates" & local l2r=$!
   dinic_run "$ck/dinic" & local dinic=$!
-  dinic_run "$ck/dinic_rep" --repeat-penalty 1 & local rep=$!
-  wait $ar $l2r $dinic $rep
+  wait $ar $l2r $dinic
 }
 
 checkpoint() {  # RUN RULE -> the path
@@ -79,20 +81,17 @@ checkpoint() {  # RUN RULE -> the path
 }
 
 systems_file() {  # RULE FILE: the frontier's systems, with checkpoints by RULE
-  local ar l2r dinic rep; ar=$(checkpoint ar_kd "$1"); l2r=$(checkpoint l2r_kd "$1"); dinic=$(checkpoint dinic "$1")
-  rep=$(checkpoint dinic_rep "$1")
+  local ar l2r dinic; ar=$(checkpoint ar_kd "$1"); l2r=$(checkpoint l2r_kd "$1"); dinic=$(checkpoint dinic "$1")
   local ins="--task insertion_translation"
   {
     printf 'AR+KD greedy\t%s\t--beam 1\n' "$ar"
     printf 'AR+KD beam 5\t%s\t--beam 5\n' "$ar"
     printf 'InsNet l2r+KD sequential\t%s\t%s --insertion-mode sequential\n' "$l2r" "$ins"
     printf 'InsNet-Dinic 1 candidate\t%s\t%s --insertion-mode parallel\n' "$dinic" "$ins"
+    printf 'InsNet-Dinic 1 candidate, fused slot queries\t%s\t%s --insertion-mode parallel --fuse-slot-queries\n' "$dinic" "$ins"
     printf 'InsNet-Dinic 1 candidate, no skip repeats\t%s\t%s --insertion-mode parallel --no-skip-repeats\n' "$dinic" "$ins"
     printf 'InsNet-Dinic 8 candidates + MBR\t%s\t%s --insertion-mode parallel --stop-check-prob 0.6 --insertion-candidates 8 --insertion-candidates-finish 6 --insertion-candidates-mbr 1\n' \
       "$dinic" "$ins"
-    printf 'InsNet-Dinic repeat loss 1 candidate\t%s\t%s --insertion-mode parallel\n' "$rep" "$ins"
-    printf 'InsNet-Dinic repeat loss 1 candidate, no skip repeats\t%s\t%s --insertion-mode parallel --no-skip-repeats\n' \
-      "$rep" "$ins"
   } >"$2"
 }
 
@@ -101,7 +100,7 @@ choose() {
   local best="" best_sum=-1
   for rule in last avg; do
     systems_file $rule "$ck/valid_$rule.tsv"
-    grep -v -e "beam 5" -e "MBR" -e "no skip" "$ck/valid_$rule.tsv" >"$ck/valid_$rule.default.tsv"
+    grep -v -e "beam 5" -e "MBR" -e "no skip" -e "fused" "$ck/valid_$rule.tsv" >"$ck/valid_$rule.default.tsv"
     python benchmarks/frontier.py --data "$data" --systems "$ck/valid_$rule.default.tsv" --subset valid \
       --raw-ref "$raw/valid.de" --baseline "AR+KD greedy" --threads "$threads" --score-only \
       --out "$ck/valid_$rule" | tee "$ck/valid_$rule.txt"
