@@ -58,6 +58,7 @@ from torch import Tensor
 
 from insnet_fairseq.decoding.beam import BeamSearch
 from insnet_fairseq.decoding.candidates import Candidates
+from insnet_fairseq.decoding.inputs import integer_ids
 from insnet_fairseq.decoding.mbr import mbr_ranks
 from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.rerank import Judge
@@ -206,6 +207,8 @@ class InsertionGenerator(InsertionSteps):
                 decoder, state, source_kv, source_pad, cap, max_len, min_len if o.min_length_ratio > 0 else None)
             for b, hyps in zip(todo, found):
                 finalized[b] = hyps
+            # the best hypothesis of a sentence stopped by --max-insertion-steps (the beam stops every one there)
+            self._warn_at_cap(sample, [b for b, hyps in zip(todo, found) if hyps and hyps[0]["steps"] >= o.max_steps])
             return
         ids = torch.arange(len(owner), device=src_tokens.device)
         hyps = self._decode_greedy(decoder, sample, state, Rows(ids, cap, max_len, min_len, source_kv, source_pad),
@@ -268,14 +271,21 @@ class InsertionGenerator(InsertionSteps):
                                "(train with a larger --max-target-positions for longer outputs)")
 
     def _warn_step_cap(self, sample, state: DecoderState, capped: Tensor, ids: Tensor, owner: List[int]) -> None:
-        """One warning per sentence of the rows ``capped`` (bool [B], stopped before the model stopped) that
-        ``--max-insertion-steps`` stopped: a cap small enough to cut outputs is warned about, not refused (no value
-        is wrong for every sentence). The default cap (0: 2 x source length + 10) is not warned about."""
+        """:meth:`_warn_at_cap` for the rows ``capped`` (bool [B], stopped before the model stopped) that reached
+        ``--max-insertion-steps``, a sentence's candidates once."""
         n = self.options.max_steps
         if n <= 0 or not bool(capped.any()):
             return
         rows = (capped & (state.steps >= n)).nonzero().view(-1).tolist()
-        batch_rows = sorted({owner[int(ids[row])] for row in rows})  # a sentence's candidates once
+        self._warn_at_cap(sample, sorted({owner[int(ids[row])] for row in rows}))
+
+    def _warn_at_cap(self, sample, batch_rows: List[int]) -> None:
+        """One warning per sentence of ``batch_rows`` stopped by ``--max-insertion-steps``: a cap small enough to cut
+        outputs is warned about, not refused (no value is wrong for every sentence). The default cap (0: 2 x source
+        length + 10) is not warned about."""
+        n = self.options.max_steps
+        if n <= 0:
+            return
         for b in batch_rows:
             sid = int(sample["id"][b]) if sample.get("id") is not None else b
             logger.warning(f"sample id {sid}: stopped at the step cap (--max-insertion-steps {n}) before the model "
@@ -362,7 +372,7 @@ class InsertionGenerator(InsertionSteps):
         limit = None if max_target_positions is None else max_target_positions - 2  # <s> and </s> around the words
         rows = []
         for b, row in enumerate(initial_tokens):
-            ids = int_row("initial_tokens", b, row, "a list of integer token ids")
+            ids = integer_ids(f"initial_tokens[{b}]", row, "a list of integer token ids")
             bad = (ids < 0) | (ids >= len(self.tgt_dict)) | torch.isin(ids, self.banned)
             if bool(bad.any()):
                 raise ValueError(f"initial_tokens[{b}] holds {ids[bad].tolist()[:10]}: not word ids of the target "
@@ -386,7 +396,7 @@ class InsertionGenerator(InsertionSteps):
         for b, (order, row) in enumerate(zip(initial_order, rows)):
             if not row:
                 continue
-            ids = int_row("initial_order", b, order, f"a permutation of 0..{len(row) - 1}")
+            ids = integer_ids(f"initial_order[{b}]", order, f"a permutation of 0..{len(row) - 1}")
             if ids.sort().values.tolist() != list(range(len(row))):
                 raise ValueError(f"initial_order[{b}] must be a permutation of 0..{len(row) - 1}, got {order!r:.80}")
 
@@ -443,17 +453,3 @@ class Rows:
         return Rows(self.ids[keep], self.cap[keep], self.max_len[keep], self.min_len[keep],
                     [(k[keep], v[keep]) for k, v in self.source_kv],
                     None if self.source_pad is None else self.source_pad[keep])
-
-
-def int_row(name: str, b: int, row, what: str) -> Tensor:
-    """``row`` (a list, array or tensor of integers) -> a 1-D LongTensor, or a one-line ValueError naming ``name[b]``
-    and ``what`` it must be: float ids are refused, not truncated. Example: int_row("initial_tokens", 0, [5, 6], ...)
-    -> tensor([5, 6]); [5.0] raises."""
-    try:
-        ids = torch.as_tensor(row)
-    except (TypeError, ValueError, RuntimeError):
-        ids = None
-    if ids is None or (ids.numel() and (ids.dim() != 1 or ids.is_floating_point() or ids.is_complex()
-                                        or ids.dtype == torch.bool)):
-        raise ValueError(f"{name}[{b}] must be {what}, got {row!r:.80}")
-    return ids.long().view(-1)

@@ -208,30 +208,39 @@ def _unreadable(words, unk: int, sid: int, unreadable: str) -> Optional[str]:
     return None
 
 
+def integer_ids(name: str, row, what: str) -> torch.Tensor:
+    """``row`` (a list, array or tensor of integers) -> a 1-D LongTensor, or a one-line ValueError saying that
+    ``name`` must be ``what``, and what it got: a type that is not a sequence, a shape that is not 1-D, or a float,
+    complex or bool dtype (float ids are refused, not rounded). An empty row passes. Example:
+    integer_ids("initial_tokens[0]", [5, 6], "a list of integer token ids") -> tensor([5, 6]); [5.0] raises
+    "initial_tokens[0] must be a list of integer token ids, got torch.float32 (ids are not rounded)"."""
+    try:
+        ids = torch.as_tensor(row)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(f"{name} must be {what}, got {type(row).__name__}") from None
+    if ids.numel() and ids.dim() != 1:
+        raise ValueError(f"{name} must be {what}, got shape {tuple(ids.shape)}")
+    if ids.numel() and (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool):
+        raise ValueError(f"{name} must be {what}, got {ids.dtype} (ids are not rounded)")
+    return ids.long().view(-1)
+
+
 def check_source_ids(sentences: Sequence, vocab_size: int) -> List[torch.Tensor]:
     """The hub's ``generate`` input -> one LongTensor of source ids per sentence, each ending with
-    ``</s>`` as ``encode`` gives it. A row that is not a 1-D sequence of integer ids (a float id is
-    refused, not truncated), an empty row and an id outside the source dictionary (0..V-1) are
-    refused with a one-line ValueError naming ``tokenized_sentences[i]``. Example: [[4, 9, 2]] ->
-    [tensor([4, 9, 2])]; [[4.0, 2.0]] and [[V, 2]] raise."""
+    ``</s>`` as ``encode`` gives it. A row that is not a 1-D sequence of integer ids (:func:`integer_ids`), an empty
+    row and an id outside the source dictionary (0..V-1) are refused with a one-line ValueError naming
+    ``tokenized_sentences[i]``. Example: [[4, 9, 2]] -> [tensor([4, 9, 2])]; [[4.0, 2.0]] and [[V, 2]] raise."""
     rows = []
     for i, row in enumerate(sentences):
         name = f"tokenized_sentences[{i}]"
-        try:
-            ids = torch.as_tensor(row)
-        except (TypeError, ValueError, RuntimeError):
-            raise ValueError(f"{name} must be a 1-D sequence of integer token ids, got {type(row).__name__}") from None
-        if ids.dim() != 1:
-            raise ValueError(f"{name} must be a 1-D sequence of integer token ids, got shape {tuple(ids.shape)}")
+        ids = integer_ids(name, row, "a 1-D sequence of integer token ids")
         if ids.numel() == 0:
             raise ValueError(f"{name} is empty: a sentence's ids end with </s> (an empty sentence is encode(''))")
-        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
-            raise ValueError(f"{name} must hold integer token ids, got {ids.dtype} (ids are not rounded)")
         bad = (ids < 0) | (ids >= vocab_size)
         if bool(bad.any()):
             raise ValueError(f"{name} holds {ids[bad].tolist()[:10]}: not ids of the source dictionary "
                              f"(0..{vocab_size - 1})")
-        rows.append(ids.long())
+        rows.append(ids)
     return rows
 
 

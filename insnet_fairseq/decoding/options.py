@@ -54,8 +54,8 @@ class DecodingOptions:
     # results/slot_top_p_valid.csv); sequential decoding ignores it
     slot_top_p: float = 0.7
     # --max-insertion-steps N: a sentence's step cap; 0: max_steps_a x source length + max_steps_b. A sentence that N
-    # stops before the model does gets a warning naming the flag (greedy and candidate decoding): warned, not refused,
-    # as no N cuts every sentence
+    # stops before the model does (beam search: whose best hypothesis N stopped) gets a warning naming the flag:
+    # warned, not refused, as no N cuts every sentence
     max_steps: int = 0
     # set by the task, no flag: the step and output-length cap a x source length + b (insertion_lm: 0 x + its
     # --max-output-words)

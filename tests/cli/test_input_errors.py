@@ -91,7 +91,7 @@ def hub(small_data, tiny_checkpoint):
     ("V", r"tokenized_sentences\[1\] holds \[{V}\]: not ids of the source dictionary \(0..{last}\)"),
     ("V+1000", r"tokenized_sentences\[1\] holds \[{V1000}\]: not ids of the source dictionary"),
     ("-1", r"tokenized_sentences\[1\] holds \[-1\]: not ids of the source dictionary"),
-    ("float", r"tokenized_sentences\[1\] must hold integer token ids, got torch.float32 \(ids are not rounded\)"),
+    ("float", r"tokenized_sentences\[1\] must be a 1-D sequence of integer token ids, got torch.float32 \(ids are not rounded\)"),
     ("2-D", r"tokenized_sentences\[1\] must be a 1-D sequence of integer token ids, got shape \(2, 3\)"),
     ("empty", r"tokenized_sentences\[1\] is empty: a sentence's ids end with </s>"),
 ])

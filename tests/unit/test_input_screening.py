@@ -35,7 +35,7 @@ def model_and_batch():
     (dict(initial_tokens=[[5, 6], [7]], initial_order=[[0, 0], [0]]), r"initial_order\[0\] must be a permutation of 0..1"),
     (dict(initial_tokens=[[5, 6], [7]], initial_order=[[0, 2], [0]]), r"initial_order\[0\] must be a permutation of 0..1"),
     (dict(initial_tokens=[[5, 6], [7]], initial_order=[[1.0, 0.0], [0]]),
-     r"initial_order\[0\] must be a permutation of 0..1, got \[1.0, 0.0\]"),
+     r"initial_order\[0\] must be a permutation of 0..1, got torch.float32 \(ids are not rounded\)"),
     (dict(initial_tokens=[[5] * 2000, [7]]),
      r"initial_tokens\[0\] has 2000 tokens, more than the model's output limit of 62 words \(--max-target-positions 64\)"),
     (dict(initial_tokens=[[5] * 63, [7]]), r"initial_tokens\[0\] has 63 tokens, more than the model's output limit"),
@@ -59,17 +59,20 @@ def test_initial_tokens_at_the_output_limit_are_kept(model_and_batch):
     assert all(t in it for t in (7, 8))  # kept, left to right, though inserted 8 first
 
 
-def test_a_step_cap_that_cuts_outputs_is_warned_about(model_and_batch, caplog):
+@pytest.mark.parametrize("decoding", [dict(), dict(mode="sequential", beam=2)], ids=["greedy", "beam"])
+def test_a_step_cap_that_cuts_outputs_is_warned_about(model_and_batch, caplog, decoding):
     model, d, sample = model_and_batch
     with caplog.at_level(logging.WARNING):
-        hyps = InsertionGenerator(d, DecodingOptions(max_steps=1)).generate([model], sample)
-    assert all(h[0]["steps"] == 1 for h in hyps)
+        hyps = InsertionGenerator(d, DecodingOptions(max_steps=1, **decoding)).generate([model], sample)
+    capped = [sid for sid, h in enumerate(hyps) if h[0]["steps"] == 1]  # the others stopped before the cap
+    assert capped == [0, 1] if not decoding else capped, [h[0]["steps"] for h in hyps]
     for sid in (0, 1):
-        assert (f"sample id {sid}: stopped at the step cap (--max-insertion-steps 1) before the model stopped: its "
+        said = (f"sample id {sid}: stopped at the step cap (--max-insertion-steps 1) before the model stopped: its "
                 "output may be cut short") in caplog.text
+        assert said == (sid in capped)
     caplog.clear()
     with caplog.at_level(logging.WARNING):
-        InsertionGenerator(d, DecodingOptions()).generate([model], sample)  # the default cap: no warning
+        InsertionGenerator(d, DecodingOptions(**decoding)).generate([model], sample)  # the default cap: no warning
     assert "--max-insertion-steps" not in caplog.text
 
 
