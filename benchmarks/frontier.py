@@ -23,7 +23,10 @@ post-processing (``--remove-bpe --tokenizer moses``, as fairseq-generate), and g
   query stream where it runs as its own pass, every candidate row, and the autoregressive model's
   step that emits ``</s>``; a beam of 5 is 5 rows a step. ``calls_per_token``: the same calls
   without the rows (the number of sequential decoder runs: what latency at batch 1 follows when
-  rows run in parallel). Counted in the batch-1 run, so no padding row is counted;
+  rows run in parallel). ``positions_per_token``: the target positions those calls computed (rows x
+  positions a call: 1 for an AR step, the new words of an InsNet step, and one per slot query), the
+  arithmetic a step's layers do, which bounds the time where a batch is large. Counted in the batch-1
+  run, so no padding row is counted;
 * ``ms_b1``, ``ms_b64``: milliseconds per sentence at batch 1 and at batch 64, the time of
   ``task.inference_step`` only (what fairseq-generate's own timer measures), with every system timed
   interleaved: batch by batch, each batch decoded by every system in a rotating order, after one
@@ -53,7 +56,7 @@ from fairseq_cli.generate import get_symbols_to_strip_from_output
 from torch import nn
 
 COLUMNS = ["system", "sacrebleu", "diff", "diff_low", "diff_high", "p_value", "passes_per_token", "calls_per_token",
-           "ms_b1", "ms_b64", "ratio_b1", "ratio_b64", "tokens_per_sentence", "threads", "checkpoint", "flags"]
+           "positions_per_token", "ms_b1", "ms_b64", "ratio_b1", "ratio_b64", "tokens_per_sentence", "threads", "checkpoint", "flags"]
 
 
 # ------------------------------------------------------------------------------------------- pass counting
@@ -63,10 +66,12 @@ class PassCounter:
     A stack is an ``nn.ModuleList`` named ``layers`` inside a model's ``decoder``. Every method that
     runs that layer over target-side states is counted (``forward``; InsNet's ``forward_with_queries``
     and ``query``, the slot query stream). ``rows`` adds the hypothesis rows of each call: the batch
-    dimension of the states (fairseq's layers take ``T x B x C``, InsNet's ``B x T x C``).
+    dimension of the states (fairseq's layers take ``T x B x C``, InsNet's ``B x T x C``), ``positions`` their
+    rows x positions (the target positions the call computes).
 
     Example: AR greedy decoding of one sentence into 4 tokens + ``</s>`` is 5 calls of 1 row; beam 5,
-    5 calls of 5 rows; InsNet sequential decoding of 4 tokens, 1 initial pass + 4 steps = 5 calls.
+    5 calls of 5 rows; InsNet sequential decoding of 4 tokens, 1 initial pass + 4 steps = 5 calls, and
+    2 + 4 = 6 positions (``<s> </s>``, then one word a step), 4 more with the slot query stream.
     """
 
     METHODS = ("forward", "forward_with_queries", "query")
@@ -74,6 +79,7 @@ class PassCounter:
     def __init__(self, models: Sequence[nn.Module]):
         self.calls = 0
         self.rows = 0
+        self.positions = 0
         self._patched = []
         for model in models:
             decoder = getattr(model, "decoder", model)
@@ -96,13 +102,14 @@ class PassCounter:
                 x = args[0] if args else next(iter(kwargs.values()))
                 self.calls += 1
                 self.rows += int(x.size(dim))
+                self.positions += int(x.size(0)) * int(x.size(1))
                 return __original(*args, **kwargs)
 
             setattr(layer, method, counted)  # an instance attribute: nn.Module.__call__ finds it first
             self._patched.append((layer, method))
 
     def reset(self):
-        self.calls = self.rows = 0
+        self.calls = self.rows = self.positions = 0
 
     def remove(self):
         for layer, method in self._patched:
@@ -128,6 +135,7 @@ class System:
     seconds: Dict[int, float] = field(default_factory=lambda: defaultdict(float))  # batch size -> seconds
     calls: int = 0
     rows: int = 0
+    positions: int = 0
 
 
 def read_systems(path: str) -> List[System]:
@@ -193,6 +201,7 @@ def decode(system: System, sample: dict, record: bool) -> float:
     if record:
         system.calls += system.counter.calls
         system.rows += system.counter.rows
+        system.positions += system.counter.positions
         tgt_dict = system.task.target_dictionary
         special = torch.tensor([tgt_dict.eos(), tgt_dict.bos(), tgt_dict.pad()])
         for i, sid in enumerate(sample["id"].tolist()):
@@ -331,7 +340,7 @@ def main(argv=None):
         record = b == 1 or args.score_only
         if record:
             for s in systems:
-                s.hyps, s.tokens, s.calls, s.rows = {}, {}, 0, 0
+                s.hyps, s.tokens, s.calls, s.rows, s.positions = {}, {}, 0, 0, 0
         time_interleaved(systems, per, b, record)
     n_sent = len(systems[0].hyps)
     ids = sorted(systems[0].hyps)
@@ -355,6 +364,7 @@ def main(argv=None):
             "diff_high": round(high, 2), "p_value": round(pval, 4),
             "passes_per_token": round(s.rows / ntok, 3) if 1 in sizes else "",
             "calls_per_token": round(s.calls / ntok, 3) if 1 in sizes else "",
+            "positions_per_token": round(s.positions / ntok, 3) if 1 in sizes else "",
             "ms_b1": round(1000 * s.seconds[1] / n_sent, 2) if 1 in sizes else "",
             "ms_b64": round(1000 * s.seconds[64] / n_sent, 2),
             "tokens_per_sentence": round(ntok / n_sent, 2), "threads": args.threads,
@@ -374,11 +384,11 @@ def main(argv=None):
         plot(rows, args.out + ".png", args.threads, args.subset)
     print(f"{args.subset}, {n_sent} sentences, {args.threads} thread(s); diff: BLEU minus {base.name}'s, "
           f"95% paired-bootstrap interval")
-    print(f"{'system':<44} {'BLEU':>6} {'diff [95% CI]':>22} {'pass/tok':>8} {'ms b1':>7} {'ms b64':>7} "
+    print(f"{'system':<44} {'BLEU':>6} {'diff [95% CI]':>22} {'pass/tok':>8} {'pos/tok':>7} {'ms b1':>7} {'ms b64':>7} "
           f"{'x b1':>6} {'x b64':>6}")
     for r in rows:
         ci = f"{r['diff']:+.2f} [{r['diff_low']:+.2f}, {r['diff_high']:+.2f}]"
-        print(f"{r['system']:<44} {r['sacrebleu']:>6.2f} {ci:>22} {r['passes_per_token']!s:>8} {r['ms_b1']!s:>7} "
+        print(f"{r['system']:<44} {r['sacrebleu']:>6.2f} {ci:>22} {r['passes_per_token']!s:>8} {r['positions_per_token']!s:>7} {r['ms_b1']!s:>7} "
               f"{r['ms_b64']!s:>7} {r['ratio_b1']!s:>6} {r['ratio_b64']!s:>6}")  # '' where --score-only measured nothing
     return rows
 

@@ -5,7 +5,7 @@ import sys
 
 from conftest import ROOT, run
 
-COLUMNS = ["system", "sacrebleu", "diff_low", "diff_high", "passes_per_token", "ms_b1", "ms_b64"]
+COLUMNS = ["system", "sacrebleu", "diff_low", "diff_high", "passes_per_token", "positions_per_token", "ms_b1", "ms_b64"]
 
 
 def test_frontier_writes_every_column(small_data, raw_corpus, tiny_checkpoint, ar_checkpoint, tmp_path):
@@ -39,6 +39,10 @@ def test_frontier_writes_every_column(small_data, raw_corpus, tiny_checkpoint, a
     # greedy AR and sequential InsNet: one row a call, one call per output token and one more (</s>; the initial pass)
     for name in ("AR+KD greedy", "InsNet sequential"):
         assert passes[name][0] == passes[name][1] > 1.0, (name, passes[name])
+    # AR greedy: one position a call; InsNet: <s> </s> first, then the words of each step
+    positions = {r["system"]: float(r["positions_per_token"]) for r in rows}
+    assert positions["AR+KD greedy"] == passes["AR+KD greedy"][0]
+    assert positions["InsNet sequential"] > passes["InsNet sequential"][0]
     # a beam of 2 runs 2 rows every step (rounding: 3 decimals)
     assert abs(passes["AR+KD beam 2"][0] - 2 * passes["AR+KD beam 2"][1]) <= 0.002
     # 2 candidates run 2 rows a step while both are unfinished
