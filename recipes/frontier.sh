@@ -7,7 +7,8 @@
 #
 #   teacher  recipes/distill.py: the AR teacher (recipes/train.sh ar, TEACHER_UPDATES (2000) updates) and its beam-5
 #            translation of the training set, data-bin/multi30k_en_de-distill
-#   train    on that corpus, UPDATES (2000) updates each, THREADS (1) per run, two runs at a time:
+#   train    on that corpus, UPDATES (2000) updates each, THREADS (1) per run, all three at once (dinic from l2r_kd's
+#            update BASE_UPDATES on):
 #              ar_kd    fairseq's transformer (recipes/train.sh ar)
 #              l2r_kd   InsNet, left-to-right order (decoded sequentially)
 #              dinic    InsNet-Dinic: l2r_kd's checkpoint at BASE_UPDATES (1000), then UPDATES - BASE_UPDATES updates of
