@@ -98,15 +98,19 @@ class PassCounter:
                 continue
             original = getattr(layer, method)
 
-            def counted(*args, __original=original, **kwargs):
-                x = args[0] if args else next(iter(kwargs.values()))
-                self.calls += 1
-                self.rows += int(x.size(dim))
-                self.positions += int(x.size(0)) * int(x.size(1))
+            def counted(*args, __original=original, __method=method, **kwargs):
+                self.count(__method, dim, args, kwargs)
                 return __original(*args, **kwargs)
 
             setattr(layer, method, counted)  # an instance attribute: nn.Module.__call__ finds it first
             self._patched.append((layer, method))
+
+    def count(self, method: str, dim: int, args, kwargs) -> None:
+        """One call of ``method`` of a counted layer, its states first (batch dimension ``dim``)."""
+        x = args[0] if args else next(iter(kwargs.values()))
+        self.calls += 1
+        self.rows += int(x.size(dim))
+        self.positions += int(x.size(0)) * int(x.size(1))
 
     def reset(self):
         self.calls = self.rows = self.positions = 0

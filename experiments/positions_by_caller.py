@@ -19,6 +19,7 @@ import traceback
 import torch
 
 from benchmarks.decode_latency import batches, load
+from benchmarks.frontier import PassCounter
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
 
@@ -31,10 +32,26 @@ def stage_of(method: str, frames) -> str:
         return "stop check"
     if method == "query" and "initial_state" in frames:
         return "slot queries"  # fused: the first step's queries
-    for name in reversed(frames):
-        if name in STAGES:
-            return "slot queries" if method == "forward_with_queries" and name == "insert" else STAGES[name]
-    return "other"
+    return next((STAGES[name] for name in reversed(frames) if name in STAGES), "other")
+
+
+class StagePositions(PassCounter):
+    """frontier.py's pass counter, its positions also tallied by decoding stage."""
+
+    def __init__(self, models):
+        self.by_stage = collections.Counter()
+        super().__init__(models)
+
+    def count(self, method, dim, args, kwargs):
+        super().count(method, dim, args, kwargs)
+        x = args[0]  # [B, T, D]
+        if method == "forward_with_queries":  # (xq [B, T + Q, D], T, ...): T new words and Q queries in one call
+            n_new = int(args[1])
+            self.by_stage["words"] += x.size(0) * n_new
+            self.by_stage["slot queries"] += x.size(0) * (x.size(1) - n_new)
+        else:
+            frames = [f.name for f in traceback.extract_stack(limit=20)]
+            self.by_stage[stage_of(method, frames)] += x.size(0) * x.size(1)
 
 
 def main(argv=None):
@@ -46,23 +63,8 @@ def main(argv=None):
     p.add_argument("--fused", action="store_true", help="--fuse-slot-queries")
     args = p.parse_args(argv)
     model, task = load(args.path, args.data, "cpu")
-    layer = model.decoder.context.layers[0]
-    tally = collections.Counter()
-    for method in ("forward", "forward_with_queries", "query"):
-        original = getattr(layer, method)
-
-        def counted(*a, __original=original, __method=method, **k):
-            x = a[0]  # [B, T, D]
-            frames = [f.name for f in traceback.extract_stack(limit=16)]
-            if __method == "forward_with_queries":  # (xq [B, T + Q, D], T, ...): T new words, Q queries, one call
-                n_new = int(a[1])
-                tally["words"] += x.size(0) * n_new
-                tally["slot queries"] += x.size(0) * (x.size(1) - n_new)
-            else:
-                tally[stage_of(__method, frames)] += x.size(0) * x.size(1)
-            return __original(*a, **k)
-
-        setattr(layer, method, counted)
+    counter = StagePositions([model])  # the first layer of every decoder stack, as frontier.py counts
+    tally = counter.by_stage
     flags = dict(stop_check_prob=0.0) if args.no_stop_check else {}
     gen = InsertionGenerator(task.target_dictionary, DecodingOptions.for_mode("parallel", fuse_slot_queries=args.fused,
                                                                               **flags))

@@ -21,7 +21,7 @@ from fairseq.tasks.fairseq_task import FairseqTask
 
 def bump_versions(model) -> None:
     """Mark every parameter of ``model`` as modified in place (what an update through ``.data`` does not)."""
-    params = [p for p in model.parameters()]
+    params = list(model.parameters())
     if params:
         torch.autograd.graph.increment_version(params)
 
