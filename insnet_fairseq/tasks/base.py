@@ -95,8 +95,9 @@ class InsertionConfig(TranslationConfig, DecodingFlags):
     late_words: float = field(
         default=0.0, metadata={"help": "layered training (--layerization uniform, --dinic-tau): each word of a "
                                "sentence's last layer moves, with this probability, to a new layer after it, so "
-                               "that q(stop) sees partial outputs that look finished but miss words (the state "
-                               "where parallel decoding stops too early); 0: off"},
+                               "that q(stop) and the fill head see partial outputs that look finished but miss "
+                               "words (the state where parallel decoding stops too early); with --dinic-lagged the "
+                               "moved words keep their stored layer; 0: off"},
     )
     searched_order_beam: int = field(
         default=0, metadata={"help": "InDIGO's searched adaptive order (--arch indigo_*): each batch's orders are "
@@ -156,9 +157,6 @@ class InsertionTask(TranslationTask):
         if cfg.dinic_lagged_warm and not cfg.dinic_lagged:
             raise ValueError("--dinic-lagged-warm lays out a sentence's first visit of --dinic-lagged training: use it "
                              "with --dinic-lagged")
-        if cfg.dinic_lagged and cfg.late_words > 0:
-            raise ValueError("--dinic-lagged promotes from the layering the training pass encoded, and --late-words "
-                             "changes it: use one of them")
         if cfg.insertion_order in GIVEN_POLICIES and not self.has_keywords:
             raise ValueError(f"--insertion-order {cfg.insertion_order} trains on each sentence's keywords: use it with "
                              "--task insertion_lm")
@@ -245,6 +243,8 @@ class InsertionTask(TranslationTask):
             g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + int(update_num))
             u = torch.rand(layers.shape, generator=g).to(layers.device)
             layers = delay_last_words(layers, u, self.cfg.late_words)
+            if lagged is not None:  # the trajectory encoded: --dinic-lagged promotes the stored one from its states
+                sample["encoded_layers"] = layers
         net_input["order"], net_input["context"] = trajectory(layers)
         sample["layers"] = num_layers(layers)
         return lagged
@@ -253,17 +253,25 @@ class InsertionTask(TranslationTask):
         """--dinic-lagged: one promotion round of the training batch's ``layers`` [B, n] from its training
         pass (``net_output``: its context states, and its token log-probabilities as the words' scores at
         their slots now; heads in eval mode for the scores one layer up, no gradient), stored for the
-        sentences' next visit."""
+        sentences' next visit.
+
+        With ``--late-words`` the pass encoded ``sample["encoded_layers"]``, the stored layering with some words of
+        its last layer moved to a new one. The other words' promotions are the stored layering's: a word moves up
+        into the context of the layers two below its own, which lie before every moved word in the encoding order
+        (the same states), and its score now is taken in the same context at the same slot. The moved words stay
+        where they are this round (their score now was taken in the new layer's context)."""
+        encoded = sample.get("encoded_layers", layers)
         h, kv, rank, tokens, lengths, source_kv, source_pad = net_output["states"]
         current = token_logprobs_by_step(net_output["token"], lengths, layers.size(1))
         detach = lambda pairs: [(k.detach(), v.detach()) for k, v in pairs]  # noqa: E731
         was_training = model.training
         model.eval()
         try:
-            up = promotions_from_states(model.decoder, layers, h.detach(), detach(kv), rank, tokens, lengths,
+            up = promotions_from_states(model.decoder, encoded, h.detach(), detach(kv), rank, tokens, lengths,
                                         detach(source_kv), source_pad, self.dinic_tau, current=current)
         finally:
             model.train(was_training)
+        up = up & encoded.eq(layers)  # the moved words (--late-words) stay
         self._keep_layers("train", sample["id"], compact(layers - up.long()))
 
     @staticmethod
@@ -395,10 +403,17 @@ class InsertionTask(TranslationTask):
                 hyps[b] = h
         return hyps
 
-    def decoding_options(self, args, **task_options) -> DecodingOptions:
-        """The options of :class:`InsertionGenerator`: the task's decoding flags and fairseq's generation flags
-        ``args`` (``--sampling`` ...), with ``task_options`` (the fields a task sets itself)."""
-        return DecodingOptions.from_args(self.cfg, args, **task_options)
+    def decoding_options(self, args, models=(), **task_options) -> DecodingOptions:
+        """The options of :class:`InsertionGenerator` for the decoded ``models``: the task's decoding flags and
+        fairseq's generation flags ``args`` (``--sampling`` ...), with ``task_options`` (the fields a task sets
+        itself). Models with a fill head (``--slot-fill-head``) get its defaults (``--slot-fill-threshold 0.5``, no
+        stop check); ``--slot-fill-threshold`` for a model without one is refused."""
+        fill = [getattr(m.decoder.heads, "fill_proj", None) is not None for m in models]
+        options = DecodingOptions.from_args(self.cfg, args, fill_head=bool(fill) and all(fill), **task_options)
+        if options.slot_fill_threshold > 0 and not all(fill):
+            raise FlagError(f"--slot-fill-threshold {options.slot_fill_threshold} stops by the slots' fill head, "
+                            "which this model lacks (train with --slot-fill-head); drop the flag to stop by q(stop)")
+        return options
 
     def hub_interface(self, cfg, models):
         """The Python interface of ``InsNetModel.from_pretrained`` over this task and ``models``."""

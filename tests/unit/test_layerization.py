@@ -314,6 +314,33 @@ def test_promotions_from_the_training_pass_equal_a_promotion_round(slot_query, t
             assert int(expected.sum()) > 0  # something moves: the check is not vacuous
 
 
+@pytest.mark.parametrize("slot_query", [False, True])
+@pytest.mark.parametrize("tau", [1.0, math.inf])
+def test_lagged_promotions_of_a_late_words_pass_are_the_stored_layerings_for_the_words_not_moved(slot_query, tau):
+    """--dinic-lagged with --late-words: the pass encodes the stored layering with some last-layer words moved to a
+    new layer; the promotions it gives the other words are those of the stored layering's own pass (the moved
+    words stay, TrainingTask.promote_lagged)."""
+    model, d = build_tiny_model(seed=13, slot_query_stream=slot_query)
+    lengths = [11, 4, 14, 9, 7, 12]
+    src, src_lengths, target = random_batch(d, lengths, seed=14)
+    n_tok = target.ne(d.pad()).sum(1)
+    order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        layers = layerize(model, src, src_lengths, target, order, tau, max_rounds=2)[0]
+        late = delay_last_words(layers, torch.rand(layers.shape, generator=torch.Generator().manual_seed(3)), 0.5)
+        kept = late.eq(layers)
+        ups = []
+        for encoded in (layers, late):
+            out = model(src, src_lengths, target, *trajectory(encoded), return_states=True)
+            current = token_logprobs_by_step(out["token"], n_tok, target.size(1))
+            ups.append(promotions_from_states(model.decoder, encoded, *out["states"], tau, current=current))
+    assert not bool(kept.all())  # words were moved
+    assert torch.equal(ups[0] & kept, ups[1] & kept)
+    assert int((ups[0] & kept).sum()) > 0  # something moves: the check is not vacuous
+    if tau == math.inf:  # every word with a free slot moves: words of the last layer among them
+        assert int((ups[0] & kept & (layers == num_layers(layers).unsqueeze(1))).sum()) > 0
+
+
 def test_token_logprobs_by_step_docstring_example():
     logits = torch.randn(4, 6)
     target = torch.tensor([1, 4, 2, 5])

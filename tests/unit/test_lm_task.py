@@ -279,8 +279,45 @@ def test_lagged_dinic_trains_on_the_stored_layering_and_promotes_from_its_pass(l
     assert int(valid["layers"].sum()) == int(num_layers(layerize(*args)[0]).sum())
     with pytest.raises(ValueError, match="--dinic-lagged promotes tokens of InsNet-Dinic layerings"):
         lm_task(copy_data(lm_data, str(tmp_path / "bin2")), layerization="uniform", dinic_lagged=True)
-    with pytest.raises(ValueError, match="--late-words changes it"):
-        lm_task(copy_data(lm_data, str(tmp_path / "bin3")), dinic_tau=1.0, late_words=0.5, dinic_lagged=True)
+
+
+def test_lagged_dinic_with_late_words_promotes_the_stored_layering_but_the_moved_words(lm_data, tmp_path):
+    """--dinic-lagged --late-words: the pass encodes the stored layering with late words moved
+    (``sample["encoded_layers"]``); the store becomes the stored layering one promotion round further for every
+    word but the moved ones, which stay (same weights, dropout 0)."""
+    from insnet_fairseq.geometry.layers import compact, num_layers
+    from insnet_fairseq.training.layerization import promotions
+    from insnet_fairseq.tasks.criterion import InsNetLoss
+
+    task = lm_task(copy_data(lm_data, str(tmp_path / "bin")), dinic_tau=1.0, insertion_order="binary",
+                   dinic_lagged=True, late_words=0.5)
+    task.load_dataset("test")
+    dataset = task.datasets["test"]
+    model = tiny_lm_model(task)
+    model.train()
+    sample = lambda: dataset.collater([dataset[i] for i in range(16)])  # noqa: E731
+    moved_any = False
+    for visit in (1, 2, 3):
+        batch = sample()
+        ni = batch["net_input"]
+        lengths = ni["target"].ne(task.dictionary.pad()).sum(1)
+        before, known = task._stored_layers("train", batch["id"], lengths, ni["target"].size(1))
+        _, _, log = task.train_step(batch, model, InsNetLoss(task), Backward(), visit)
+        after, _ = task._stored_layers("train", batch["id"], lengths, ni["target"].size(1))
+        if visit == 1:
+            continue  # the first visit trains on the sequential layering: one word per layer, none to move
+        encoded = batch["encoded_layers"]
+        kept = encoded.eq(before)
+        moved_any |= not bool(kept.all())
+        model.eval()
+        with torch.no_grad():
+            source_kv, source_pad = model.decoder.encode_source(model.encoder(ni["src_tokens"],
+                                                                              src_lengths=ni["src_lengths"]))
+            up = promotions(model.decoder, ni["target"], before, source_kv, source_pad, 1.0)
+        model.train()
+        assert torch.equal(after, compact(before - (up & kept).long()))
+        assert int(log["layers"]) == int(num_layers(encoded).sum())
+    assert moved_any
 
 
 @pytest.mark.parametrize("max_rounds", [0, 2])
