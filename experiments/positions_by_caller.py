@@ -66,9 +66,8 @@ def main(argv=None):
     counter = StagePositions([model])  # the first layer of every decoder stack, as frontier.py counts
     tally = counter.by_stage
     flags = dict(stop_check_prob=0.0) if args.no_stop_check else {}
-    fill_head = getattr(model.decoder.heads, "fill_proj", None) is not None  # its defaults, as fairseq-generate's
-    gen = InsertionGenerator(task.target_dictionary, DecodingOptions.for_mode("parallel", fill_head=fill_head,
-                                                                              fuse_slot_queries=args.fused, **flags))
+    gen = InsertionGenerator(task.target_dictionary, DecodingOptions.for_mode("parallel", fuse_slot_queries=args.fused,
+                                                                              **flags))
     tokens = 0
     with torch.no_grad():
         for sample in batches(task, list(range(args.sentences)), 1, "cpu"):

@@ -13,8 +13,7 @@
 #              l2r_kd   InsNet, left-to-right order (decoded sequentially)
 #              dinic    InsNet-Dinic: l2r_kd's checkpoint at BASE_UPDATES (1000), then UPDATES - BASE_UPDATES updates of
 #                       Dinic fine-tuning (anchored order, slot query stream, --dinic-tau TAU (3) --dinic-lagged
-#                       --dinic-lagged-warm, fixed lr 5e-4), with the fill head and late words (--slot-fill-head
-#                       --late-words 0.5: termination learned per slot), so its total is UPDATES as well
+#                       --dinic-lagged-warm, fixed lr 5e-4), so its total is UPDATES as well
 #            Every run keeps its last 4 checkpoints of those saved every 250 updates (recipes/train.sh KEEP_INTERVAL).
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
@@ -22,10 +21,10 @@
 #   test     benchmarks/frontier.py on the test set -> results/frontier_multi30k_cpu.{csv,png}
 #
 # Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet-Dinic 1 candidate with the
-# default flags (--insertion-mode parallel only: the model's fill head stops a sentence), with --fuse-slot-queries
-# (the same outputs, one pass per step), without skip repeats, and stopped by q(stop) and the stop check instead
-# (--slot-fill-threshold 0 --stop-check-prob 0.75, the defaults of a model without a fill head), InsNet-Dinic 8
-# candidates + MBR (a sentence stops once 6 have finished: the best multi-candidate decoding of docs/insnet.md).
+# default flags (--insertion-mode parallel only), with --fuse-slot-queries (the same outputs, one pass per step) and
+# without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check
+# 0.6, a sentence stops once 6 have finished: the best multi-candidate decoding of docs/insnet.md, chosen there on
+# valid).
 # Environment: CK (checkpoints/frontier), OUT (results/frontier_multi30k_cpu), MULTI30K_DIR (the raw corpus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,7 +57,6 @@ dinic_run() {  # SAVE [flags]: waits for l2r_kd's checkpoint at BASE_UPDATES (a 
   fi
   SCHEDULER=fixed LR=5e-4 train_run insnet "$save" $((updates - base_updates)) \
     --insertion-order anchored --slot-query-stream --dinic-tau="${TAU:-3}" --dinic-lagged --dinic-lagged-warm \
-    --slot-fill-head --late-words 0.5 \
     "${start[@]}" "$@"
 }
 
@@ -93,9 +91,7 @@ systems_file() {  # RULE FILE: the frontier's systems, with checkpoints by RULE
     printf 'InsNet-Dinic 1 candidate\t%s\t%s --insertion-mode parallel\n' "$dinic" "$ins"
     printf 'InsNet-Dinic 1 candidate, fused slot queries\t%s\t%s --insertion-mode parallel --fuse-slot-queries\n' "$dinic" "$ins"
     printf 'InsNet-Dinic 1 candidate, no skip repeats\t%s\t%s --insertion-mode parallel --no-skip-repeats\n' "$dinic" "$ins"
-    printf 'InsNet-Dinic 1 candidate, q(stop) + stop check\t%s\t%s --insertion-mode parallel --slot-fill-threshold 0 --stop-check-prob 0.75\n' \
-      "$dinic" "$ins"
-    printf 'InsNet-Dinic 8 candidates + MBR\t%s\t%s --insertion-mode parallel --insertion-candidates 8 --insertion-candidates-finish 6 --insertion-candidates-mbr 1\n' \
+    printf 'InsNet-Dinic 8 candidates + MBR\t%s\t%s --insertion-mode parallel --stop-check-prob 0.6 --insertion-candidates 8 --insertion-candidates-finish 6 --insertion-candidates-mbr 1\n' \
       "$dinic" "$ins"
   } >"$2"
 }
@@ -105,7 +101,7 @@ choose() {
   local best="" best_sum=-1
   for rule in last avg; do
     systems_file $rule "$ck/valid_$rule.tsv"
-    grep -v -e "beam 5" -e "MBR" -e "no skip" -e "fused" -e "q(stop)" "$ck/valid_$rule.tsv" >"$ck/valid_$rule.default.tsv"
+    grep -v -e "beam 5" -e "MBR" -e "no skip" -e "fused" "$ck/valid_$rule.tsv" >"$ck/valid_$rule.default.tsv"
     python benchmarks/frontier.py --data "$data" --systems "$ck/valid_$rule.default.tsv" --subset valid \
       --raw-ref "$raw/valid.de" --baseline "AR+KD greedy" --threads "$threads" --score-only \
       --out "$ck/valid_$rule" | tee "$ck/valid_$rule.txt"

@@ -7,13 +7,11 @@
 
 Raw text in: Moses tokenisation and BPE as in the recipes. ``--keywords`` starts from those
 target words (constrained generation: they are kept, in order). ``--explain`` also prints, under each
-partial output, the termination head's q(stop) (a model with a fill head: also its largest p(fill), which decides
-the stop) and the most probable slots, each with its mass and its best word (and that word's probability): why the
-model stopped, and what it would have inserted. ``--stop-check-prob P`` and ``--slot-fill-threshold F`` decode with
-those flags (a model with a fill head stops by it, at 0.5, unless given 0).
+partial output, the termination head's q(stop) and the most probable slots, each with its mass and its
+best word (and that word's probability): why the model stopped, and what it would have inserted.
+``--stop-check-prob P`` decodes with that flag.
 """
 import argparse
-import math
 
 import torch
 from fairseq import checkpoint_utils
@@ -45,18 +43,13 @@ class ExplainingGenerator(InsertionGenerator):
         decoder, source_kv, source_pad = self.source
         q_stop = torch.sigmoid(self.termination_logit(decoder, state))[0].item()
         self.q_stops.append(q_stop)
-        fill = ""
-        if self.options.slot_fill_threshold > 0:  # 1 - max p(fill) is what the stop reads: print max p(fill)
-            t = self.options.slot_fill_threshold
-            most = math.log(t / (1 - t)) - self.stop_log_odds(decoder, state)[0]  # the largest fill logit
-            fill = f"max p(fill) {torch.sigmoid(most).item():.2f} | "
         pos_lprobs, open_slots, words, word_lprobs = self.best_words(decoder, state, source_kv, source_pad)
         left, right = state.neighbour_tokens(open_slots)  # [N] each open slot's neighbours
         mass = pos_lprobs[open_slots].exp()  # [N]
         d = self.tgt_dict
         cells = [f"{d[left[i]]} _ {d[right[i]]}: {mass[i]:.2f} -> {d[words[i]]} {word_lprobs[i].exp():.2f}"
                  for i in mass.argsort(descending=True)[: self.top].tolist()]
-        return f"q(stop) {q_stop:.2f} | " + fill + " | ".join(cells)
+        return f"q(stop) {q_stop:.2f} | " + " | ".join(cells)
 
 
 def main():
@@ -73,8 +66,6 @@ def main():
     p.add_argument("--keywords", default="")
     p.add_argument("--explain", action="store_true", help="print q(stop) and the best slots with their words per state")
     p.add_argument("--stop-check-prob", type=float, default=0.0, help="decode with --stop-check-prob")
-    p.add_argument("--slot-fill-threshold", type=float, default=None,
-                   help="decode with --slot-fill-threshold (default: 0.5 for a model with a fill head, else 0)")
     args = p.parse_args()
     from sacremoses import MosesDetokenizer, MosesTokenizer
     from subword_nmt.apply_bpe import BPE
@@ -92,12 +83,9 @@ def main():
     keywords = [encode(args.keywords, args.tgt, task.target_dictionary, False).tolist()] if args.keywords else None
     sample = {"id": torch.tensor([0]), "net_input": {"src_tokens": src, "src_lengths": torch.tensor([src.size(1)])}}
     generator = ExplainingGenerator if args.explain else InsertionGenerator
-    fill_head = getattr(models[0].decoder.heads, "fill_proj", None) is not None
-    fill = args.slot_fill_threshold if args.slot_fill_threshold is not None else 0.5 if fill_head else 0.0
     gen = generator(task.target_dictionary, DecodingOptions(mode=args.mode, slot_top_p=args.slot_top_p, retain_history=True,
                                                             skip_repeats=args.skip_repeats,
-                                                            stop_check_prob=args.stop_check_prob,
-                                                            slot_fill_threshold=fill))
+                                                            stop_check_prob=args.stop_check_prob))
     hypo = gen.generate(models, sample, initial_tokens=keywords)[0][0]
     detok = MosesDetokenizer(lang=args.tgt)
     for step, h in enumerate(hypo["history"]):

@@ -17,9 +17,7 @@ tokens 0) and, on ``</s>``, log q(stop) at the end: they sum to the trajectory's
 quantity ``model.forward`` scores in training (tested). ``--stop-threshold T`` (greedy: stop when q(stop) > T)
 shifts the termination head's log-odds by -logit(T) in the beam as well, so q(stop) > T is where stopping
 outscores going on; with T != 0.5 the scores are those of that recalibrated head (tested against the model with its
-termination bias shifted). A model with a fill head decoded with ``--slot-fill-threshold F`` stops by its slots
-instead: the beam's log q(stop) is log sigmoid(logit(F) - max logit p(fill)) over the open slots (log(1 - max
-p(fill)) at F = 0.5), the log-odds greedy decoding stops on.
+termination bias shifted).
 
 The decoder state, the slot and word scores and the insertion itself are :class:`InsertionGenerator`'s;
 this module adds only the choice of the next beam (:func:`choose_beam`) and the bookkeeping of finished
@@ -104,7 +102,7 @@ class BeamSearch:
         while True:
             R = state.tokens.size(0)
             n = R // W
-            t = gen.stop_log_odds(decoder, state)  # [R]; --stop-threshold (--slot-fill-threshold) shifts the log-odds
+            t = gen.termination_logit(decoder, state) - gen.options.stop_logit  # [R]; --stop-threshold shifts the log-odds
             log_stop, log_go = F.logsigmoid(t), F.logsigmoid(-t)
             alive = torch.isfinite(cum)
             must_stop = (state.steps >= cap) | (state.lengths >= max_len)  # [R]

@@ -12,8 +12,7 @@ Tokens are greedy (or sampled). The options (:class:`~insnet_fairseq.decoding.op
 fields are the flag reference) switch on the decoding rules, each a unit of its own that the loop calls:
 
 * the word rules of a step, ``--skip-repeats`` and ``--min-token-prob`` (:mod:`insnet_fairseq.decoding.word_rules`);
-* when a sentence stops: q(stop | h_last) > ``--stop-threshold`` (a model with a fill head: no open slot's
-  p(fill) > ``--slot-fill-threshold``), not before ``--min-length-ratio`` words per source
+* when a sentence stops: q(stop | h_last) > ``--stop-threshold``, not before ``--min-length-ratio`` words per source
   word, and the stop check ``--stop-check-prob`` (:mod:`insnet_fairseq.decoding.stopping`); a sentence also stops at
   its step or length cap, and leaves the batch;
 * ``--insertion-candidates K`` decoded side by side (:mod:`insnet_fairseq.decoding.candidates`), ranked by the model's
@@ -226,7 +225,7 @@ class InsertionGenerator(InsertionSteps):
         """Step the decoded ``rows`` (of batch rows ``owner``, ``sentences`` sentences) until each stops: the
         hypothesis of each decoded row (None: dropped unfinished by ``--insertion-candidates-finish``)."""
         device = state.tokens.device
-        stopping = Stopping(self.options)  # --min-length-ratio
+        stopping = Stopping(self.options)  # --stop-threshold, --min-length-ratio
         stop_check = StopCheck(self.options.stop_check_prob, len(owner), device)  # --stop-check-prob
         candidates = Candidates(self.options, sentences, device)  # --insertion-candidates(-finish)
         first_rank = candidates.first_ranks(rows.ids)  # the first step's word of each candidate
@@ -234,7 +233,7 @@ class InsertionGenerator(InsertionSteps):
         hyps: List[Optional[dict]] = [None] * len(owner)
         self._record(history, state, rows.ids)
         while True:
-            done, held = stopping(self.stop_log_odds(decoder, state), state.lengths, rows.min_len)
+            done, held = stopping(self.termination_logit(decoder, state), state.lengths, rows.min_len)
             done, forced = stop_check(self, decoder, state, rows.source_kv, rows.source_pad, done)
             stop = done | (state.steps >= rows.cap) | (state.lengths >= rows.max_len)
             cut = candidates.cut(stop, rows.ids)  # rows dropped unfinished

@@ -35,9 +35,6 @@ MODE_DEFAULTS = {
     "sequential": dict(slot_top_p=0.7, skip_repeats=False, stop_check_prob=0.0),
     "parallel": dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75),
 }
-# a model with a fill head (--slot-fill-head) stops when no slot wants a word, whatever the mode: it needs no stop
-# check; the others stop by q(stop)
-FILL_DEFAULTS = {True: dict(slot_fill_threshold=0.5, stop_check_prob=0.0), False: dict(slot_fill_threshold=0.0)}
 
 
 @dataclass(frozen=True)
@@ -84,10 +81,6 @@ class DecodingOptions:
     min_token_prob: float = 0.0
     # --stop-threshold Q: a sentence stops when the termination head's q(stop) > Q (higher: longer outputs)
     stop_threshold: float = 0.5
-    # --slot-fill-threshold F (a model trained with --slot-fill-head): a sentence stops when no open slot's
-    # p(fill) > F, in place of q(stop); 0: q(stop). Flag default: 0.5 for a model with a fill head (and the stop
-    # check off), 0 for the others
-    slot_fill_threshold: float = 0.0
     # --stop-check-prob P: a sentence that q(stop) stops gets one more step, inserting the best words of its open
     # slots of probability >= P that repeat neither neighbour (q(stop) of a layered model stops with words missing:
     # valid 30.96 -> 33.41 at 0.75, results/stop_check_valid.csv); 0: off. Flag default: 0.75 in parallel mode, off
@@ -152,7 +145,6 @@ class DecodingOptions:
             ("--stop-threshold", self.stop_threshold, 0.0 < self.stop_threshold < 1.0, "in (0, 1)"),
             ("--min-token-prob", self.min_token_prob, 0.0 <= self.min_token_prob < 1.0, "in [0, 1)"),
             ("--stop-check-prob", self.stop_check_prob, 0.0 <= self.stop_check_prob < 1.0, "in [0, 1)"),
-            ("--slot-fill-threshold", self.slot_fill_threshold, 0.0 <= self.slot_fill_threshold < 1.0, "in [0, 1)"),
             ("--max-insertion-steps", self.max_steps, self.max_steps >= 0, ">= 0 (0: 2 x source length + 10)"),
             ("--min-length-ratio", self.min_length_ratio, self.min_length_ratio >= 0, ">= 0"),
             ("--insertion-candidates", self.candidates, self.candidates >= 1, ">= 1"),
@@ -225,22 +217,19 @@ class DecodingOptions:
         return self.beam if self.beam > 1 else self.candidates
 
     @classmethod
-    def for_mode(cls, mode: str = "sequential", fill_head: bool = False, **given) -> "DecodingOptions":
-        """The options of ``mode`` with its defaults (:data:`MODE_DEFAULTS`; ``fill_head``, a model with a fill
-        head: :data:`FILL_DEFAULTS` first) for the options of ``given`` that are None or absent. Example:
-        for_mode("parallel", skip_repeats=None, slot_top_p=0.7) -> slot_top_p 0.7, skip_repeats True,
-        stop_check_prob 0.75, slot_fill_threshold 0; with fill_head True: stop_check_prob 0, slot_fill_threshold
-        0.5."""
-        for name, default in {**MODE_DEFAULTS.get(mode, {}), **FILL_DEFAULTS[bool(fill_head)]}.items():
+    def for_mode(cls, mode: str = "sequential", **given) -> "DecodingOptions":
+        """The options of ``mode`` with its defaults (:data:`MODE_DEFAULTS`) for the options of ``given`` that are
+        None or absent. Example: for_mode("parallel", skip_repeats=None, slot_top_p=0.7) -> slot_top_p 0.7,
+        skip_repeats True, stop_check_prob 0.75."""
+        for name, default in MODE_DEFAULTS.get(mode, {}).items():
             if given.get(name) is None:
                 given[name] = default
         return cls(mode=mode, **given)
 
     @classmethod
-    def from_args(cls, cfg, args=None, fill_head: bool = False, **task_options) -> "DecodingOptions":
+    def from_args(cls, cfg, args=None, **task_options) -> "DecodingOptions":
         """The options of the task's decoding flags ``cfg`` (:class:`DecodingFlags`) and fairseq's generation flags
-        ``args``; ``task_options``: the fields the task sets itself (caps, ``conditional`` ...); ``fill_head``: the
-        model has a fill head (its defaults, :meth:`for_mode`).
+        ``args``; ``task_options``: the fields the task sets itself (caps, ``conditional`` ...).
 
         ``args`` None: the task's own check of its flags before a model loads, when fairseq's generation flags are
         not known yet; a flag that needs one of them (``--channel-weight``: the judge) is taken as given with it,
@@ -259,7 +248,6 @@ class DecodingOptions:
             str(cfg.judge_order) != "l2r"
         return cls.for_mode(
             mode=str(cfg.insertion_mode),
-            fill_head=fill_head,
             slot_top_p=cfg.slot_top_p,
             max_steps=cfg.max_insertion_steps,
             use_cache=not cfg.no_insertion_cache,
@@ -272,7 +260,6 @@ class DecodingOptions:
             min_token_prob=cfg.min_token_prob,
             stop_threshold=cfg.stop_threshold,
             stop_check_prob=cfg.stop_check_prob,
-            slot_fill_threshold=getattr(cfg, "slot_fill_threshold", None),
             min_length_ratio=cfg.min_length_ratio,
             candidates=cfg.insertion_candidates,
             candidates_finish=cfg.insertion_candidates_finish,
@@ -350,12 +337,6 @@ class DecodingFlags(FairseqDataclass):
                   "the open slots that have at least this probability and repeat neither neighbour (the stop head "
                   "of a layered model stops with words missing); 0: off (default: 0.75 in parallel mode, 0 in "
                   "sequential)"},
-    )
-    slot_fill_threshold: Optional[float] = field(
-        default=None,
-        metadata={"help": "a model trained with --slot-fill-head: a sentence stops when no open slot's p(fill) "
-                  "exceeds this (in place of q(stop) and --stop-threshold); 0: q(stop) (default: 0.5 for a model "
-                  "with a fill head, which also turns the stop check off; 0 for the others)"},
     )
     min_length_ratio: float = field(
         default=0.0,

@@ -10,7 +10,6 @@ positions and offsets, one decoder pass over them with the cache written in plac
 cache). A step returns a new state. What it reads is given to its constructor: the target dictionary and the
 :class:`~insnet_fairseq.decoding.options.DecodingOptions`.
 """
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -219,24 +218,18 @@ class InsertionSteps:
         sentence's length, and closed slots (infilling: outside the blanks), get -inf. The slots are
         scored from the tokens' cached parts (:meth:`~insnet_fairseq.modules.slots.SlotHeads.step_position_logits`).
         """
-        (left, right), slot_ok = InsertionSteps.slot_geometry(state)
-        a, b = state.parts
-        logits = decoder.heads.step_position_logits(a, b, state.last_hidden, left, right)  # [B, K]
-        pos_lprobs = torch.log_softmax(logits.masked_fill(~slot_ok, float("-inf")), -1)
-        return (left, right), pos_lprobs
-
-    @staticmethod
-    def slot_geometry(state: DecoderState) -> Tuple[Tuple[Tensor, Tensor], Tensor]:
-        """((left, right) [B, K] steps of each slot's neighbours, open bool [B, K]): K = S - 1 slots, slot k between
-        the tokens of ranks k and k + 1; a slot is open when it lies within its sentence and (infilling) in a
-        blank. Example: "<s> a </s>" of steps (0, 2, 1) -> left [[0, 2]], right [[2, 1]], open [[True, True]]."""
-        K = state.hidden.size(1) - 1
+        heads = decoder.heads
+        h = state.hidden
+        K = h.size(1) - 1
         by_pos = state.sequence_order()  # [B, S]
         left, right = by_pos[:, :-1], by_pos[:, 1:]  # [B, K] slot k between ranks k and k + 1
-        slot_ok = torch.arange(K, device=left.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
+        slot_ok = torch.arange(K, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
         if state.open_right is not None:
             slot_ok = slot_ok & state.open_right.gather(1, left)  # [B, K] the left token's slot is open
-        return (left, right), slot_ok
+        a, b = state.parts
+        logits = heads.step_position_logits(a, b, state.last_hidden, left, right)  # [B, K]
+        pos_lprobs = torch.log_softmax(logits.masked_fill(~slot_ok, float("-inf")), -1)
+        return (left, right), pos_lprobs
 
     @staticmethod
     def chosen_slot_repr(decoder, state: DecoderState, slots: Tuple[Tensor, Tensor], chosen: Tensor,
@@ -253,23 +246,6 @@ class InsertionSteps:
     def termination_logit(decoder, state: DecoderState) -> Tensor:
         """Logit [B] of q(stop | h_last): the global vector says the partial sequence is complete."""
         return decoder.heads.termination_logit(state.last_hidden).float()
-
-    def stop_log_odds(self, decoder, state: DecoderState) -> Tensor:
-        """float [B]: the log-odds that each sentence is finished, shifted so that it stops where they are > 0.
-
-        By default q(stop | h_last): logit(q) - logit(--stop-threshold Q). With ``--slot-fill-threshold F`` (a model
-        with a fill head) the sentence is finished when no open slot wants a word: logit(F) - max over the open
-        slots of logit(p(fill)) (+inf without an open slot), i.e. log-odds of 1 - max p(fill) against 1 - F.
-        Example: fill probabilities (0.1, 0.3) and F 0.5 -> logit(0.5) - logit(0.3) = 0.85 > 0: stop.
-        """
-        fill = self.options.slot_fill_threshold
-        if fill == 0:
-            return self.termination_logit(decoder, state) - self.options.stop_logit
-        (left, right), slot_ok = self.slot_geometry(state)
-        a, b = state.parts
-        logits = decoder.heads.step_fill_logits(a, b, state.last_hidden, left, right)  # [B, K]
-        most = logits.masked_fill(~slot_ok, float("-inf")).max(-1).values  # [B]
-        return math.log(fill / (1 - fill)) - most
 
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len,
              one_word: Optional[Tensor] = None, word_rank: Optional[Tensor] = None,

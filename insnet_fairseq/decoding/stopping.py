@@ -1,5 +1,5 @@
-"""When a sentence stops: the termination head with ``--stop-threshold`` (or, for a model with a fill head, its
-slots with ``--slot-fill-threshold``) and ``--min-length-ratio`` (:class:`Stopping`), and the stop check that overrules it (``--stop-check-prob``, :class:`StopCheck`).
+"""When a sentence stops: the termination head with ``--stop-threshold`` and ``--min-length-ratio``
+(:class:`Stopping`), and the stop check that overrules it (``--stop-check-prob``, :class:`StopCheck`).
 
 The decoding loop asks both at every step, before the step; a sentence that stops leaves the batch.
 """
@@ -14,21 +14,21 @@ from insnet_fairseq.decoding.state import DecoderState
 
 
 class Stopping:
-    """A sentence stops where its stop log-odds (:meth:`~insnet_fairseq.decoding.step.InsertionSteps.stop_log_odds`:
-    q(stop | h_last) against ``--stop-threshold``, or the fill head against ``--slot-fill-threshold``) are > 0;
-    ``--min-length-ratio R``: not before its ``min_len`` tokens (R x source words + 2); such a sentence is *held* and
-    inserts one word per step (at its best slot) until then.
+    """``--stop-threshold Q``: a sentence stops when q(stop | h_last) > Q, i.e. the termination logit exceeds
+    logit(Q); ``--min-length-ratio R``: not before its ``min_len`` tokens (R x source words + 2); such a sentence is
+    *held* and inserts one word per step (at its best slot) until then.
 
-    Example: log-odds [2.0, -1.0, 3.0], lengths [5, 9, 4], min_len [4, 4, 6] -> done [True, False, False],
+    Example: logits [2.0, -1.0, 3.0], Q 0.5, lengths [5, 9, 4], min_len [4, 4, 6] -> done [True, False, False],
     held [False, False, True].
     """
 
     def __init__(self, options):
+        self.stop_logit = options.stop_logit
         self.min_length = options.min_length_ratio > 0
 
-    def __call__(self, stop_log_odds: Tensor, lengths: Tensor, min_len: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
-        """stop_log_odds, lengths, min_len [B] -> (done bool [B], held bool [B], or None without a minimum)."""
-        wants = stop_log_odds > 0
+    def __call__(self, termination_logit: Tensor, lengths: Tensor, min_len: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
+        """termination_logit, lengths, min_len [B] -> (done bool [B], held bool [B], or None without a minimum)."""
+        wants = termination_logit > self.stop_logit
         if not self.min_length:
             return wants, None
         held = wants & (lengths < min_len)

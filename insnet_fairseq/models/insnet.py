@@ -11,7 +11,7 @@ Model protocol used by the criterion and the generator:
 
 * ``forward(src_tokens, src_lengths, target, order)`` -> named loss terms of a whole insertion
   trajectory, computed in one pass of the context encoder (``token``, ``position``,
-  ``termination``, and ``fill`` with ``--slot-fill-head``; each a dict of logits / target / mask);
+  ``termination``; each a dict of logits / target / mask);
 * ``forward_encoder`` / ``decoder.encode_source`` / ``decoder.context`` for step-wise decoding.
 """
 import logging
@@ -46,25 +46,19 @@ class InsNetDecoder(FairseqDecoder):
         tied = embed_tokens if args.share_decoder_input_output_embed else None
         self.heads = SlotHeads(args.decoder_embed_dim, len(dictionary), tied,
                                slot_query=getattr(args, "slot_query_stream", False),
-                               global_vector=not getattr(args, "no_global_slot", False),
-                               slot_fill=getattr(args, "slot_fill_head", False))
+                               global_vector=not getattr(args, "no_global_slot", False))
         self.max_target_positions = args.max_target_positions
         self.termination_every_step = getattr(args, "termination_every_step", False)
 
     def upgrade_state_dict_named(self, state_dict, name):
-        """A checkpoint without the slot query stream or the fill head (e.g. ``--finetune-from-model`` of an l2r
-        model into a ``--slot-query-stream --slot-fill-head`` one) starts their parameters from their initial
-        values."""
-        new = {}
-        if self.context.slot_query is not None and f"{name}.context.slot_query" not in state_dict:
-            new[f"{name}.context.slot_query"] = self.context.slot_query
-            new.update({f"{name}.heads.query_norm.{k}": v for k, v in self.heads.query_norm.state_dict().items()})
-        fill = getattr(self.heads, "fill_proj", None)  # (InDIGO's heads have none)
-        if fill is not None and f"{name}.heads.fill_proj.weight" not in state_dict:
-            new.update({f"{name}.heads.fill_proj.{k}": v for k, v in fill.state_dict().items()})
-        if new:
-            logger.info(f"the checkpoint lacks {', '.join(new)}: they start from their initial values")
-            state_dict.update({k: v.detach().clone() for k, v in new.items()})
+        """A checkpoint without the slot query stream (e.g. ``--finetune-from-model`` of an l2r model
+        into a ``--slot-query-stream`` one) starts the stream's parameters from their initial values."""
+        if self.context.slot_query is None or f"{name}.context.slot_query" in state_dict:
+            return state_dict
+        new = {f"{name}.context.slot_query": self.context.slot_query}
+        new.update({f"{name}.heads.query_norm.{k}": v for k, v in self.heads.query_norm.state_dict().items()})
+        logger.info(f"the checkpoint has no slot query stream: {', '.join(new)} start from their initial values")
+        state_dict.update({k: v.detach().clone() for k, v in new.items()})
         return state_dict
 
     def encode_source(self, encoder_out: Dict):
@@ -120,9 +114,6 @@ class InsNetDecoder(FairseqDecoder):
                 tokens left and right of each one's slot in its context ([2, N]: row 0 left, row 1 right)
             position: logits [B, T, K] (-inf at slots that do not exist), target [B, T], mask
             termination: logits [B, n - 1] for t = 1..n-1, target (1 at the last step), mask
-            fill (``--slot-fill-head``): logits [B, n - 1, n - 1] of slot k after step t = 1..n-1, target (1 where
-                the slot's gap in the final sentence holds a word not inserted yet), mask (the slots that exist, at
-                the steps the termination term trains)
         and with ``return_states`` also ``states``: :meth:`encode_trajectory`'s tensors of this pass.
         """
         B, n = target.shape
@@ -137,14 +128,7 @@ class InsNetDecoder(FairseqDecoder):
         left_all, right_all = slot_neighbours(rank)  # [B, n, n]
         left, right = left_all[:, 1 : n - 1, :T], right_all[:, 1 : n - 1, :T]  # [B, T, K]
 
-        fill = self.heads.fill_proj is not None
-        if fill:  # every context t = 1..n-1 (the last one is the finished sentence, whose slots are all empty)
-            left_f, right_f = left_all[:, 1:, : n - 1], right_all[:, 1:, : n - 1]  # [B, n - 1, n - 1]
-            pos_logits, fill_logits = self.heads.slot_logits(h, steps[1:], left_f, right_f,
-                                                             [self.heads.position_proj, self.heads.fill_proj])
-            pos_logits = pos_logits[:, :T, :T]  # [B, T(context), K]
-        else:
-            pos_logits = self.heads.position_logits(h, pred, left, right)  # [B, T(context), K]
+        pos_logits = self.heads.position_logits(h, pred, left, right)  # [B, T(context), K]
         if context is not None:  # row of each token's context                    [B, T(token), K]
             pos_logits = pos_logits.gather(1, (ctx - 1).unsqueeze(2).expand(-1, -1, T))
         slot_exists = steps[:T].view(1, 1, T) < ctx.unsqueeze(2)  # [B, T, K]: k < context
@@ -183,11 +167,6 @@ class InsNetDecoder(FairseqDecoder):
                 "mask": term_mask,
             },
         }
-        if fill:  # a slot wants a word when its neighbours are not adjacent in the final sentence
-            at = lambda idx: order.gather(1, idx.reshape(B, -1)).view_as(idx)  # noqa: E731  final positions
-            exists = steps[: n - 1].view(1, 1, -1) < term_steps.view(1, -1, 1)  # [1, n - 1, n - 1]: k < t
-            out["fill"] = {"logits": fill_logits, "target": (at(right_f) - at(left_f) > 1).to(h.dtype),
-                           "mask": term_mask.unsqueeze(2) & exists}
         if return_states:  # the pass's context states (:meth:`encode_trajectory`): --dinic-lagged's promotions
             out["states"] = (h, kv, rank, tokens, lengths, source_kv, source_pad)
         return out
@@ -238,12 +217,6 @@ class InsNetModel(FairseqEncoderDecoderModel):
             help="layered training (--layerization / --dinic-tau): train the termination head after every "
             "token, as sequential training does (continue inside a layer too), not only at each layer's end: "
             "parallel decoding meets part-filled layers when it skips or misses slots",
-        )
-        parser.add_argument(
-            "--slot-fill-head", action="store_true",
-            help="a fill head: p(fill | slot), trained wherever the termination head is (each slot of those "
-            "contexts: does its gap still hold a word?); decoding stops a sentence when no open slot wants a "
-            "word (--slot-fill-threshold, on by default for such a model), a termination learned per slot",
         )
 
     @staticmethod
@@ -359,7 +332,6 @@ def insnet_base_architecture(args):
     args.offset_clip = getattr(args, "offset_clip", None) or 0
     args.no_global_slot = getattr(args, "no_global_slot", False)
     args.termination_every_step = getattr(args, "termination_every_step", False)
-    args.slot_fill_head = getattr(args, "slot_fill_head", False)
     args.max_source_positions = getattr(args, "max_source_positions", None) or 1024
     args.max_target_positions = getattr(args, "max_target_positions", None) or 1024
     transformer_base_architecture(args)

@@ -10,9 +10,7 @@ step ``t`` (the global vector; ``--no-global-slot``, the paper's InsNet-noglobal
 ``e = LayerNorm(concat(f_l(h_l), f_r(h_r)))``, everywhere slots are scored). Heads: token ``log_softmax(W_p e + b)`` (with
 ``--slot-query-stream``, ``W_p LayerNorm(e + z) + b``, z the slot's query, see :mod:`insnet_fairseq.modules.decoder`); position ``w_o . e``,
 log-softmax over the ``t`` slots of a step; termination ``q(stop | h_t)`` (which keeps ``h_t`` under
-``--no-global-slot``: the ablation removes it from the slot representation only); with ``--slot-fill-head`` also
-fill ``p(fill | e) = sigmoid(w_f . e + b_f)``, whether the slot's gap in the final sentence still holds a word (what a
-learned termination reads: a sentence is finished when no slot wants a word).
+``--no-global-slot``: the ablation removes it from the slot representation only).
 
 Training needs the position logit of every slot of every step: B x n x n x D if built naively.
 :meth:`SlotHeads.position_logits` never builds it: LayerNorm's mean and variance and the final
@@ -40,7 +38,7 @@ def gather_steps(x: Tensor, index: Tensor) -> Tensor:
 
 class SlotHeads(nn.Module):
     def __init__(self, embed_dim: int, vocab_size: int, tied_embedding: nn.Embedding = None, eps: float = 1e-5,
-                 slot_query: bool = False, global_vector: bool = True, slot_fill: bool = False):
+                 slot_query: bool = False, global_vector: bool = True):
         super().__init__()
         self.global_vector = global_vector  # False: --no-global-slot (InsNet-noglobal)
         self.query_norm = nn.LayerNorm(embed_dim, eps=eps) if slot_query else None  # --slot-query-stream
@@ -51,7 +49,6 @@ class SlotHeads(nn.Module):
         self.norm = nn.LayerNorm(embed_dim, eps=eps)
         self.position_proj = nn.Linear(embed_dim, 1)  # w_o (its bias cancels in the softmax)
         self.termination_proj = nn.Linear(embed_dim, 1)
-        self.fill_proj = nn.Linear(embed_dim, 1) if slot_fill else None  # --slot-fill-head: w_f, b_f
         self.token_proj = nn.Linear(embed_dim, vocab_size)
         if tied_embedding is not None:
             self.token_proj.weight = tied_embedding.weight
@@ -138,19 +135,15 @@ class SlotHeads(nn.Module):
         Example: decoding step of B sentences with S tokens: g = h_last [B, 1, D], left/right [B, 1, S - 1]
         (the neighbours of every slot) -> [B, 1, S - 1], without any [B, S - 1, D] tensor.
         """
-        return self.slot_logits_from_parts(a, b, g, left, right, [self.position_proj])[0]
-
-    def slot_logits_from_parts(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor,
-                               projections) -> list:
-        """``proj(e)`` for each of ``projections`` (``nn.Linear(D, 1)``: the position head's w_o, the fill head's
-        w_f) at every slot, from one set of LayerNorm statistics (see :meth:`position_logits_from_parts`): a list
-        of float [B, T, K], one per projection. Example: [position_proj, fill_proj] -> [position, fill logits]."""
         a, b, g = a.float(), b.float(), g.float()
         D = self.left_dim + self.right_dim
         if not self.global_vector:  # --no-global-slot: the same sums with a zero global vector
             g = torch.zeros_like(g)
         g_l, g_r = g.split([self.left_dim, self.right_dim], dim=-1)
         gamma, beta = self.norm.weight.float(), self.norm.bias.float()
+        w = self.position_proj.weight.float().view(-1)
+        wg = w * gamma  # [D]
+        wg_l, wg_r = wg.split([self.left_dim, self.right_dim])
 
         # per-token statistics of the two halves, gathered per slot   [B, T, K]
         def at(stat: Tensor, idx: Tensor) -> Tensor:  # stat [B, n] -> [B, T, K]
@@ -166,22 +159,11 @@ class SlotHeads(nn.Module):
             + g.pow(2).sum(-1, keepdim=True)
             + 2 * (cross_l.gather(2, left) + cross_r.gather(2, right))
         )
+        weighted = at(a @ wg_l, left) + at(b @ wg_r, right) + (g @ wg).unsqueeze(-1)
         mean = total / D
         var = (squares / D - mean.pow(2)).clamp_min(0.0)
         rstd = torch.rsqrt(var + self.norm.eps)
-        out = []
-        for proj in projections:
-            w = proj.weight.float().view(-1)
-            wg = w * gamma  # [D]
-            wg_l, wg_r = wg.split([self.left_dim, self.right_dim])
-            weighted = at(a @ wg_l, left) + at(b @ wg_r, right) + (g @ wg).unsqueeze(-1)
-            out.append(rstd * (weighted - mean * wg.sum()) + (w @ beta) + proj.bias.float())
-        return out
-
-    def slot_logits(self, h: Tensor, steps: Tensor, left: Tensor, right: Tensor, projections) -> list:
-        """:meth:`position_logits` for each of ``projections`` (see :meth:`slot_logits_from_parts`)."""
-        a, b = self.parts(h)
-        return [x.to(h.dtype) for x in self.slot_logits_from_parts(a, b, h[:, steps], left, right, projections)]
+        return rstd * (weighted - mean * wg.sum()) + (w @ beta) + self.position_proj.bias.float()
 
     def step_position_logits(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor) -> Tensor:
         """Decoding: the position logits of one step's slots, from the tokens' :meth:`parts` ``a`` [B, S, Dl],
@@ -196,12 +178,6 @@ class SlotHeads(nn.Module):
         """
         e = self.slot_repr_from_parts(gather_steps(a, left), gather_steps(b, right), g.unsqueeze(1))  # [B, K, D]
         return self.position_logit(e).float()
-
-    def step_fill_logits(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor) -> Tensor:
-        """Decoding, ``--slot-fill-head``: the fill logits of one step's slots, as :meth:`step_position_logits`
-        (the same arguments) -> float [B, K]."""
-        e = self.slot_repr_from_parts(gather_steps(a, left), gather_steps(b, right), g.unsqueeze(1))  # [B, K, D]
-        return self.fill_proj(e).squeeze(-1).float()
 
     def target_slot_repr(self, h: Tensor, steps: Tensor, left: Tensor, right: Tensor) -> Tensor:
         """Materialised e at one slot per prediction.

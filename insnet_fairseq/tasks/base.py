@@ -95,7 +95,7 @@ class InsertionConfig(TranslationConfig, DecodingFlags):
     late_words: float = field(
         default=0.0, metadata={"help": "layered training (--layerization uniform, --dinic-tau): each word of a "
                                "sentence's last layer moves, with this probability, to a new layer after it, so "
-                               "that q(stop) and the fill head see partial outputs that look finished but miss "
+                               "that q(stop) sees partial outputs that look finished but miss "
                                "words (the state where parallel decoding stops too early); with --dinic-lagged the "
                                "moved words keep their stored layer; 0: off"},
     )
@@ -403,17 +403,10 @@ class InsertionTask(TranslationTask):
                 hyps[b] = h
         return hyps
 
-    def decoding_options(self, args, models=(), **task_options) -> DecodingOptions:
-        """The options of :class:`InsertionGenerator` for the decoded ``models``: the task's decoding flags and
-        fairseq's generation flags ``args`` (``--sampling`` ...), with ``task_options`` (the fields a task sets
-        itself). Models with a fill head (``--slot-fill-head``) get its defaults (``--slot-fill-threshold 0.5``, no
-        stop check); ``--slot-fill-threshold`` for a model without one is refused."""
-        fill = [getattr(m.decoder.heads, "fill_proj", None) is not None for m in models]
-        options = DecodingOptions.from_args(self.cfg, args, fill_head=bool(fill) and all(fill), **task_options)
-        if options.slot_fill_threshold > 0 and not all(fill):
-            raise FlagError(f"--slot-fill-threshold {options.slot_fill_threshold} stops by the slots' fill head, "
-                            "which this model lacks (train with --slot-fill-head); drop the flag to stop by q(stop)")
-        return options
+    def decoding_options(self, args, **task_options) -> DecodingOptions:
+        """The options of :class:`InsertionGenerator`: the task's decoding flags and fairseq's generation flags
+        ``args`` (``--sampling`` ...), with ``task_options`` (the fields a task sets itself)."""
+        return DecodingOptions.from_args(self.cfg, args, **task_options)
 
     def hub_interface(self, cfg, models):
         """The Python interface of ``InsNetModel.from_pretrained`` over this task and ``models``."""

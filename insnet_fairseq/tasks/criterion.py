@@ -7,9 +7,7 @@ with optional label smoothing on tokens, and with ``--repeat-penalty W`` an unli
 
     W * sum_t sum_{n in left, right of slot t, n != token_t}  -log(1 - p(n | e_slot))
 
-so that the model learns what ``--skip-repeats`` patches at decoding; and for a model with ``--slot-fill-head`` the
-fill term, the summed binary cross-entropy of p(fill | slot) at every slot of the contexts the termination term
-trains (it is not part of the trajectory's NLL). Each term is logged on its own, normalised
+so that the model learns what ``--skip-repeats`` patches at decoding. Each term is logged on its own, normalised
 per inserted target token (base 2, like fairseq's other criteria).
 """
 import math
@@ -23,7 +21,7 @@ from fairseq.dataclass import FairseqDataclass
 
 from .token_loss import smoothed_nll
 
-TERMS = ("token", "position", "termination", "repeat", "fill")
+TERMS = ("token", "position", "termination", "repeat")
 NLL_TERMS = TERMS[:3]  # the trajectory's negative log-likelihood (nll_loss, ppl)
 
 
@@ -51,8 +49,7 @@ def repeat_unlikelihood(logits, target, neighbours):
 
 def term_losses(net_output, label_smoothing: float = 0.0, repeat_penalty: float = 0.0):
     """Summed NLL of each named term; returns {name: (loss, nll)} (equal unless smoothing); with ``repeat_penalty``
-    also ``repeat``: (weight x the unlikelihood term, the term); with a ``fill`` output (``--slot-fill-head``) also
-    ``fill``: its binary cross-entropy, twice."""
+    also ``repeat``: (weight x the unlikelihood term, the term)."""
     tok = net_output["token"]
     # [N, V] logits, real steps only: fairseq's label_smoothed_nll_loss with a one-pass backward
     tok_loss, tok_nll = smoothed_nll(tok["logits"], tok["target"], label_smoothing)
@@ -66,11 +63,6 @@ def term_losses(net_output, label_smoothing: float = 0.0, repeat_penalty: float 
         term["logits"][term["mask"]].float(), term["target"][term["mask"]].float(), reduction="sum"
     )
     terms = {"token": (tok_loss, tok_nll), "position": (pos_nll, pos_nll), "termination": (term_nll, term_nll)}
-    if "fill" in net_output:  # --slot-fill-head
-        fill = net_output["fill"]
-        fill_bce = F.binary_cross_entropy_with_logits(
-            fill["logits"][fill["mask"]].float(), fill["target"][fill["mask"]].float(), reduction="sum")
-        terms["fill"] = (fill_bce, fill_bce)
     if repeat_penalty > 0:
         if "neighbours" not in tok:
             raise ValueError("--repeat-penalty needs the slots' neighbour words, which only InsNet models "

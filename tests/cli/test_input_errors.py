@@ -35,8 +35,6 @@ def hypotheses(stdout):
     (("--slot-top-p", "0"), "--slot-top-p must be in (0, 1], got 0.0"),  # sequential mode too
     (("--insertion-mode", "parallel", "--slot-top-p", "1.5"), "--slot-top-p must be in (0, 1], got 1.5"),
     (("--unreadable-source", "guess"), "argument --unreadable-source: invalid choice: 'guess'"),
-    (("--slot-fill-threshold", "0.5"), "--slot-fill-threshold 0.5 stops by the slots' fill head, which this model "
-     "lacks (train with --slot-fill-head)"),
 ])
 def test_interactive_refuses_in_one_line(small_data, tiny_checkpoint, tmp_path, flags, message):
     flags = [f.format(tmp=tmp_path) for f in flags]
