@@ -95,9 +95,9 @@ class InsertionConfig(TranslationConfig, DecodingFlags):
     late_words: float = field(
         default=0.0, metadata={"help": "layered training (--layerization uniform, --dinic-tau): each word of a "
                                "sentence's last layer moves, with this probability, to a new layer after it, so "
-                               "that q(stop) sees partial outputs that look finished but miss "
-                               "words (the state where parallel decoding stops too early); with --dinic-lagged the "
-                               "moved words keep their stored layer; 0: off"},
+                               "that q(stop) sees partial outputs that look finished but miss words (the state "
+                               "where parallel decoding stops too early); with --dinic-lagged the moved words keep "
+                               "their stored layer; 0: off"},
     )
     searched_order_beam: int = field(
         default=0, metadata={"help": "InDIGO's searched adaptive order (--arch indigo_*): each batch's orders are "
@@ -256,9 +256,9 @@ class InsertionTask(TranslationTask):
         sentences' next visit.
 
         With ``--late-words`` the pass encoded ``sample["encoded_layers"]``, the stored layering with some words of
-        its last layer moved to a new one. The other words' promotions are the stored layering's: a word moves up
-        into the context of the layers two below its own, which lie before every moved word in the encoding order
-        (the same states), and its score now is taken in the same context at the same slot. The moved words stay
+        its last layer moved to a new one. The other words' promotions are the stored layering's: a word of layer l
+        moves up into the context of layers 0 .. l - 2, which lie before every moved word in the encoding order (the
+        same states), and its score now is taken in the same context at the same slot. The moved words stay
         where they are this round (their score now was taken in the new layer's context)."""
         encoded = sample.get("encoded_layers", layers)
         h, kv, rank, tokens, lengths, source_kv, source_pad = net_output["states"]
