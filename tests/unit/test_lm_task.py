@@ -246,6 +246,18 @@ def test_sequential_dinic_and_uniform_training_batches(lm_data, tmp_path, traini
         assert "layers" not in log
 
 
+def lagged_lm_task(lm_data, tmp_path, **flags):
+    """A --dinic-tau 1 --dinic-lagged LM task on the binary order (and ``flags``), a tiny model in training mode,
+    and a maker of the same 16-sentence test batch: (task, model, sample)."""
+    task = lm_task(copy_data(lm_data, str(tmp_path / "bin")), dinic_tau=1.0, insertion_order="binary",
+                   dinic_lagged=True, **flags)
+    task.load_dataset("test")
+    dataset = task.datasets["test"]
+    model = tiny_lm_model(task)
+    model.train()
+    return task, model, lambda: dataset.collater([dataset[i] for i in range(16)])
+
+
 def test_lagged_dinic_trains_on_the_stored_layering_and_promotes_from_its_pass(lm_data, tmp_path):
     """--dinic-lagged: a training batch trains on its sentences' stored layerings (sequential the first time)
     with no layering pass, and stores the layering one promotion round further, computed from that pass:
@@ -255,13 +267,7 @@ def test_lagged_dinic_trains_on_the_stored_layering_and_promotes_from_its_pass(l
     from insnet_fairseq.training.layerization import layerize
     from insnet_fairseq.tasks.criterion import InsNetLoss
 
-    task = lm_task(copy_data(lm_data, str(tmp_path / "bin")), dinic_tau=1.0, insertion_order="binary",
-                   dinic_lagged=True)
-    task.load_dataset("test")
-    dataset = task.datasets["test"]
-    model = tiny_lm_model(task)
-    model.train()
-    sample = lambda: dataset.collater([dataset[i] for i in range(16)])  # noqa: E731
+    task, model, sample = lagged_lm_task(lm_data, tmp_path)
     ni = sample()["net_input"]
     lengths = ni["target"].ne(task.dictionary.pad()).sum(1)
     args = (model, ni["src_tokens"], ni["src_lengths"], ni["target"], ni["order"], 1.0)
@@ -289,19 +295,13 @@ def test_lagged_dinic_with_late_words_promotes_the_stored_layering_but_the_moved
     from insnet_fairseq.training.layerization import promotions
     from insnet_fairseq.tasks.criterion import InsNetLoss
 
-    task = lm_task(copy_data(lm_data, str(tmp_path / "bin")), dinic_tau=1.0, insertion_order="binary",
-                   dinic_lagged=True, late_words=0.5)
-    task.load_dataset("test")
-    dataset = task.datasets["test"]
-    model = tiny_lm_model(task)
-    model.train()
-    sample = lambda: dataset.collater([dataset[i] for i in range(16)])  # noqa: E731
+    task, model, sample = lagged_lm_task(lm_data, tmp_path, late_words=0.5)
     moved_any = False
     for visit in (1, 2, 3):
         batch = sample()
         ni = batch["net_input"]
         lengths = ni["target"].ne(task.dictionary.pad()).sum(1)
-        before, known = task._stored_layers("train", batch["id"], lengths, ni["target"].size(1))
+        before, _ = task._stored_layers("train", batch["id"], lengths, ni["target"].size(1))
         _, _, log = task.train_step(batch, model, InsNetLoss(task), Backward(), visit)
         after, _ = task._stored_layers("train", batch["id"], lengths, ni["target"].size(1))
         if visit == 1:
