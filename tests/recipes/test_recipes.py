@@ -386,6 +386,109 @@ def test_distillation_teacher_decodes_by_its_task(tmp_path):
         distill.checkpoint_task(str(ckpt))
 
 
+# ---------------------------------------------------------------- distillation chosen with the student
+
+
+def test_select_distill_keeps_the_teacher_hypothesis_closest_to_the_student(small_data, ar_checkpoint,
+                                                                           tiny_checkpoint, tmp_path):
+    """recipes/select_distill.py on small_data: the AR teacher's 3-best and a tiny InsNet student. Each target is one
+    of the teacher's hypotheses, the one of highest sentence BLEU against the student's translation (recomputed here
+    with sacrebleu), the first of equals; --targets student writes the student's translations; both binarised."""
+    from sacrebleu.metrics import BLEU
+
+    from recipes import select_distill
+
+    (tmp_path / "bin").mkdir()
+    os.symlink(small_data, tmp_path / "bin" / "small")
+    env = dict(ENV, TEACHER=ar_checkpoint, BEAM="3", GEN_BATCH="100", GEN_ARGS="--max-len-a 0 --max-len-b 8")
+    cmd = [sys.executable, "recipes/select_distill.py", "small", "--student", tiny_checkpoint, "--nbest", "3",
+           "--data-dir", str(tmp_path / "bin"), "--work-dir", str(tmp_path / "work")]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert_ok(out)
+    work = tmp_path / "work" / "small-distill-selected"
+    _, refs, teacher = select_distill.read_hypotheses(str(work / "teacher-nbest.txt"))
+    _, _, student = select_distill.read_hypotheses(str(work / "student-train.txt"))
+    assert sorted(teacher) == sorted(student) == list(range(N))
+    assert all(len(teacher[i]) == 3 for i in range(N)) and all(len(student[i]) == 1 for i in range(N))
+    assert all(teacher[i][0][0] >= teacher[i][1][0] >= teacher[i][2][0] for i in range(N))  # the beam's order
+    targets = (work / "train.de").read_text(encoding="utf-8").splitlines()
+    assert len(targets) == N
+    bleu, changed = BLEU(effective_order=True), 0
+    for i, target in enumerate(targets):
+        scores = [bleu.sentence_score(h, [student[i][0][1]]).score for _, h in teacher[i]]
+        best = scores.index(max(scores))  # the first of equals
+        assert target == (teacher[i][best][1] or refs[i]), (i, teacher[i], student[i], target)
+        changed += best > 0
+    assert f"{changed} of {N} targets" in out.stdout, out.stdout
+
+    # a student that agrees with the teacher's hypothesis i % 3 of sentence i (its decoding's output written here,
+    # so the recipe skips that decoding): the target is that hypothesis (the first of its copies)
+    crafted = tmp_path / "work" / "small-crafted"
+    crafted.mkdir()
+    shutil.copy(work / "teacher-nbest.txt", crafted / "teacher-nbest.txt")
+    sources, _, _ = select_distill.read_hypotheses(str(work / "student-train.txt"))
+    agree = [teacher[i][i % 3][1] for i in range(N)]
+    (crafted / "student-train.txt").write_text(
+        "".join(f"S-{i}\t{sources[i]}\nT-{i}\t{refs[i]}\nH-{i}\t-1.0\t{agree[i]}\n" for i in range(N)), encoding="utf-8")
+    out = subprocess.run(cmd + ["--suffix", "crafted"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert_ok(out)
+    firsts = [[h for _, h in teacher[i]].index(agree[i]) for i in range(N)]
+    assert (crafted / "train.de").read_text(encoding="utf-8").splitlines() == [a or refs[i] for i, a in enumerate(agree)]
+    assert sum(k > 0 for k in firsts) > N // 2  # (the tiny teacher's 3 hypotheses differ)
+    assert f"{sum(k > 0 for k in firsts)} of {N} targets" in out.stdout, out.stdout
+    dest = tmp_path / "bin" / "small-distill-selected"
+    assert n_sentences(str(dest / "train.en-de.de")) == n_sentences(str(dest / "train.en-de.en")) == N
+    assert (dest / "valid.en-de.de.bin").read_bytes() == (tmp_path / "bin" / "small" / "valid.en-de.de.bin").read_bytes()
+
+    own = subprocess.run(cmd + ["--targets", "student"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert_ok(own)
+    mine = (tmp_path / "work" / "small-distill-self" / "train.de").read_text(encoding="utf-8").splitlines()
+    assert mine == [student[i][0][1] or refs[i] for i in range(N)]  # the same decoding: the student is deterministic
+    assert n_sentences(str(tmp_path / "bin" / "small-distill-self" / "train.en-de.de")) == N
+
+    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert_ok(again)
+    for step in ("decoding", "targets", "binarise"):
+        assert f"distill: {step}: done before, skipped" in again.stdout, again.stdout
+
+    # --teacher-margin 0: the same student, but only the hypotheses scored as the teacher's best are candidates
+    narrow = tmp_path / "work" / "small-m0"
+    shutil.copytree(crafted, narrow, ignore=shutil.ignore_patterns("train.*"))
+    out = subprocess.run(cmd + ["--teacher-margin", "0", "--suffix", "m0"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert_ok(out)
+    for i, target in enumerate((narrow / "train.de").read_text(encoding="utf-8").splitlines()):
+        tied = [h for score, h in teacher[i] if score >= teacher[i][0][0]]
+        if agree[i] in tied or len(tied) == 1:
+            assert target == ((agree[i] if agree[i] in tied else tied[0]) or refs[i]), (i, teacher[i], target)
+        else:
+            assert target in tied or (not any(tied) and target == refs[i]), (i, teacher[i], target)
+
+    for bad, message in ((["--nbest", "4"], "--nbest 4 must be between 1 and the beam, BEAM=3"),
+                         (["--teacher-margin", "-1"], "--teacher-margin must be at least 0, got -1.0")):
+        wrong = subprocess.run(cmd + bad, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert wrong.returncode != 0 and message in wrong.stderr, wrong.stderr
+
+
+def test_select_distill_closest_and_reading(tmp_path):
+    from recipes import select_distill
+
+    two = [(-0.1, "a b c ."), (-0.3, "a b d .")]
+    assert select_distill.closest(two, "a b d .") == 1
+    assert select_distill.closest(two, "a b d .", margin=0.1) == 0  # the second is 0.2 below the teacher's best
+    assert select_distill.closest(two, "a b d .", margin=0.2) == 1
+    assert select_distill.closest([(-0.1, "x y"), (-0.2, "x y")], "a b") == 0  # equals: the teacher's order
+    path = tmp_path / "generate.txt"
+    path.write_text("S-3\tA dog .\nT-3\tEin Hund .\nH-3\t-0.2\tEin Hund .\nD-3\t-0.2\tEin Hund .\n"
+                    "H-3\t-0.5\tDer Hund .\nH-4\t-0.1\t\n", encoding="utf-8")
+    assert select_distill.read_hypotheses(str(path)) == ({3: "A dog ."}, {3: "Ein Hund ."},
+                                                         {3: [(-0.2, "Ein Hund ."), (-0.5, "Der Hund .")], 4: [(-0.1, "")]})
+    for bad in ("H-5\tEin Hund .\n", "H-5\tEin\tHund .\n"):  # no score; a word where the score goes
+        path.write_text(bad, encoding="utf-8")
+        with pytest.raises(SystemExit, match="line 1: an H- line without a score"):
+            select_distill.read_hypotheses(str(path))
+
+
 # ---------------------------------------------------------------- distillation, keywords -> sentence
 
 
