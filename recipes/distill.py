@@ -120,15 +120,15 @@ def teacher_decoding(task: str, beam: int) -> list:
     fail(f"a teacher must be a translation or insertion_translation model, this one was trained with --task {task}")
 
 
-def decode_train(data, ckpt, src, tgt, out, gen_args="--max-len-a 1.2 --max-len-b 10", decoding=None):
+def decode_train(data, ckpt, src, tgt, out, gen_args="--max-len-a 1.2 --max-len-b 10"):
     """fairseq-generate over the training split, output saved to ``out`` (skipped when there); GEN_ARGS, when set,
-    replaces ``gen_args``, the caller's default length limits. ``decoding``, the task and decoding flags, defaults to
-    the teacher's (:func:`teacher_decoding`, by the checkpoint's task)."""
+    replaces ``gen_args``, the caller's default length limits. The teacher's task picks the decoding
+    (:func:`teacher_decoding`)."""
     if os.path.exists(out):
         log(f"decoding: done before, skipped ({out})")
         return
     cmd = [*fairseq_tool("generate"), data, "--user-dir", "insnet_fairseq",
-           *(decoding or teacher_decoding(checkpoint_task(ckpt), int(os.environ.get("BEAM", "5")))),
+           *teacher_decoding(checkpoint_task(ckpt), int(os.environ.get("BEAM", "5"))),
            "--source-lang", src, "--target-lang", tgt, "--path", ckpt, "--gen-subset", "train",
            "--batch-size", os.environ.get("GEN_BATCH", "64"),
            *shlex.split(os.environ.get("GEN_ARGS", gen_args))]

@@ -2,8 +2,8 @@
 # The Multi30k En->De frontier: InsNet against the autoregressive model, both distilled from one teacher, trained at
 # one budget, checkpoints and flags chosen on valid the same way, test scored once by benchmarks/frontier.py.
 #
-#   bash recipes/frontier.sh            # the stages teacher, train, choose, test, each skipped once its output exists
-#   bash recipes/frontier.sh STAGE...   # teacher | train | selected | choose | test
+#   bash recipes/frontier.sh            # every stage below, each skipped once its output exists
+#   bash recipes/frontier.sh STAGE...   # teacher | train | choose | test
 #
 #   teacher  recipes/distill.py: the AR teacher (recipes/train.sh ar, TEACHER_UPDATES (2000) updates) and its beam-5
 #            translation of the training set, data-bin/multi30k_en_de-distill
@@ -15,13 +15,6 @@
 #                       Dinic fine-tuning (anchored order, slot query stream, --dinic-tau TAU (3) --dinic-lagged
 #                       --dinic-lagged-warm, fixed lr 5e-4), so its total is UPDATES as well
 #            Every run keeps its last 4 checkpoints of those saved every 250 updates (recipes/train.sh KEEP_INTERVAL).
-#   selected InsNet-Dinic on a corpus chosen with the student (recipes/select_distill.py): the dinic run's checkpoint
-#            at its update SELECT_AT (500) translates the training set, and each sentence's target becomes the
-#            teacher's 5-best hypothesis closest to its translation (SELECT_ARGS, that recipe's flags, choose
-#            otherwise: "--teacher-margin 0.05", or "--targets student --student-args '...'", its own translations);
-#            the run SELECT_RUN (dinic_selected) resumes the dinic run at that update on that corpus
-#            (data-bin/multi30k_en_de-distill-${SELECT_RUN#dinic_}), with its flags, to the same total (its kept
-#            checkpoints: the dinic run's up to SELECT_AT, then its own)
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it
@@ -29,8 +22,9 @@
 #
 # Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet-Dinic 1 candidate with the
 # default flags (--insertion-mode parallel only), with --fuse-slot-queries (the same outputs, one pass per step) and
-# without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check 0.6, a sentence stops once 6 have finished: the
-# best multi-candidate decoding of docs/insnet.md, chosen there on valid).
+# without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check
+# 0.6, a sentence stops once 6 have finished: the best multi-candidate decoding of docs/insnet.md, chosen there on
+# valid).
 # Environment: CK (checkpoints/frontier), OUT (results/frontier_multi30k_cpu), MULTI30K_DIR (the raw corpus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,11 +40,11 @@ teacher() {
   UPDATES=${TEACHER_UPDATES:-2000} python recipes/distill.py $name
 }
 
-train_run() {  # KIND SAVE UPDATES [flags]: on DATA ($kd), resumes from SAVE/checkpoint_last.pt; skipped when done
+train_run() {  # KIND SAVE UPDATES [flags]: resumes from SAVE/checkpoint_last.pt; skipped when done
   local kind=$1 save=$2 n=$3; shift 3
   [ -f "$save/done" ] && return
   mkdir -p "$save" logs/frontier
-  THREADS=$threads UPDATES=$n KEEP_INTERVAL=4 bash recipes/train.sh "$kind" "${DATA:-$kd}" "$save" "$@" \
+  THREADS=$threads UPDATES=$n KEEP_INTERVAL=4 bash recipes/train.sh "$kind" "$kd" "$save" "$@" \
     >>"logs/frontier/$(basename "$save").log" 2>&1
   touch "$save/done"
 }
@@ -61,26 +55,9 @@ dinic_run() {  # SAVE [flags]: waits for l2r_kd's checkpoint at BASE_UPDATES (a 
     until compgen -G "$from" >/dev/null; do sleep 30; done
     start=(--finetune-from-model "$(compgen -G "$from" | head -1)")
   fi
-  SCHEDULER=fixed LR=5e-4 train_run insnet "$save" $((updates - base_updates)) "${dinic_flags[@]}" "${start[@]}" "$@"
-}
-dinic_flags=(--insertion-order anchored --slot-query-stream --dinic-tau="${TAU:-3}" --dinic-lagged --dinic-lagged-warm)
-
-selected() {  # SELECT_RUN (dinic_selected) on data-bin/multi30k_en_de-distill-${SELECT_RUN#dinic_}
-  local at=${SELECT_AT:-500} run=${SELECT_RUN:-dinic_selected} args=() from
-  eval "args=(${SELECT_ARGS:-})"  # recipes/select_distill.py's flags, shell-quoted
-  local save=$ck/$run sel=data-bin/$name-distill-${run#dinic_}
-  from=$(compgen -G "$ck/dinic/checkpoint_*_${at}.pt" | head -1) \
-    || { echo "frontier.sh: no $ck/dinic/checkpoint_*_${at}.pt: run the train stage first" >&2; exit 2; }
-  [ -f "$sel/train.en-de.de.bin" ] \
-    || python recipes/select_distill.py $name --student "$from" --suffix "distill-${run#dinic_}" "${args[@]}"
-  if [ ! -f "$save/checkpoint_last.pt" ]; then  # the dinic run up to SELECT_AT, which this run continues
-    mkdir -p "$save"
-    for c in "$ck"/dinic/checkpoint_*_*.pt; do
-      local u=${c##*_}; u=${u%.pt}; [ "$u" -le "$at" ] && cp "$c" "$save/"
-    done
-    cp "$from" "$save/checkpoint_last.pt"
-  fi
-  DATA=$sel SCHEDULER=fixed LR=5e-4 train_run insnet "$save" $((updates - base_updates)) "${dinic_flags[@]}"
+  SCHEDULER=fixed LR=5e-4 train_run insnet "$save" $((updates - base_updates)) \
+    --insertion-order anchored --slot-query-stream --dinic-tau="${TAU:-3}" --dinic-lagged --dinic-lagged-warm \
+    "${start[@]}" "$@"
 }
 
 train() {
@@ -144,7 +121,7 @@ test_stage() {
 
 for stage in "${stages[@]}"; do
   case $stage in
-    teacher) teacher ;; train) train ;; selected) selected ;; choose) choose ;; test) test_stage ;;
-    *) echo "frontier.sh: unknown stage '$stage' (teacher | train | selected | choose | test)" >&2; exit 2 ;;
+    teacher) teacher ;; train) train ;; choose) choose ;; test) test_stage ;;
+    *) echo "frontier.sh: unknown stage '$stage' (teacher | train | choose | test)" >&2; exit 2 ;;
   esac
 done
