@@ -288,16 +288,22 @@ def test_promotion_round_matches_its_definition(slot_query):
     assert torch.equal(up, expected)
 
 
+def lagged_case(slot_query, lengths):
+    """The tiny model (with or without the slot query stream), a random batch of ``lengths`` and its random orders,
+    shared by the --dinic-lagged promotion tests: (model, src, src_lengths, target, n_tok, order)."""
+    model, d = build_tiny_model(seed=13, slot_query_stream=slot_query)
+    src, src_lengths, target = random_batch(d, lengths, seed=14)
+    n_tok = target.ne(d.pad()).sum(1)
+    order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(5))
+    return model, src, src_lengths, target, n_tok, order
+
+
 @pytest.mark.parametrize("slot_query", [False, True])
 @pytest.mark.parametrize("tau", [1.0, math.inf])
 def test_promotions_from_the_training_pass_equal_a_promotion_round(slot_query, tau):
     """--dinic-lagged: the promotions computed from the states of the model's own forward over a layered
     trajectory (no extra pass) are those of a promotion round over the same layering (dropout 0)."""
-    model, d = build_tiny_model(seed=13, slot_query_stream=slot_query)
-    lengths = [11, 4, 14, 9, 7]
-    src, src_lengths, target = random_batch(d, lengths, seed=14)
-    n_tok = target.ne(d.pad()).sum(1)
-    order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(5))
+    model, src, src_lengths, target, n_tok, order = lagged_case(slot_query, [11, 4, 14, 9, 7])
     with torch.no_grad():
         for rounds in (0, 1, 2):  # the sequential layering, then layerings with several words per layer
             layers = sequential_layers(order, n_tok) if rounds == 0 else \
@@ -320,11 +326,7 @@ def test_lagged_promotions_of_a_late_words_pass_are_the_stored_layerings_for_the
     """--dinic-lagged with --late-words: the pass encodes the stored layering with some last-layer words moved to a
     new layer; the promotions it gives the other words are those of the stored layering's own pass (the moved
     words stay, TrainingTask.promote_lagged)."""
-    model, d = build_tiny_model(seed=13, slot_query_stream=slot_query)
-    lengths = [11, 4, 14, 9, 7, 12]
-    src, src_lengths, target = random_batch(d, lengths, seed=14)
-    n_tok = target.ne(d.pad()).sum(1)
-    order = make_order("random", n_tok, target.size(1), torch.Generator().manual_seed(5))
+    model, src, src_lengths, target, n_tok, order = lagged_case(slot_query, [11, 4, 14, 9, 7, 12])
     with torch.no_grad():
         layers = layerize(model, src, src_lengths, target, order, tau, max_rounds=2)[0]
         late = delay_last_words(layers, torch.rand(layers.shape, generator=torch.Generator().manual_seed(3)), 0.5)
