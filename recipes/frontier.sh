@@ -25,7 +25,8 @@
 # without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check
 # 0.6, a sentence stops once 6 have finished: the best multi-candidate decoding of docs/insnet.md, chosen there on
 # valid).
-# Environment: CK (checkpoints/frontier), OUT (results/frontier_multi30k_cpu), MULTI30K_DIR (the raw corpus).
+# Environment: CK (checkpoints/frontier, logs in logs/<CK's last name>/), OUT (results/frontier_multi30k_cpu), MULTI30K_DIR
+# (the raw corpus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=multi30k_en_de; data=data-bin/$name; kd=data-bin/$name-distill
@@ -43,9 +44,9 @@ teacher() {
 train_run() {  # KIND SAVE UPDATES [flags]: resumes from SAVE/checkpoint_last.pt; skipped when done
   local kind=$1 save=$2 n=$3; shift 3
   [ -f "$save/done" ] && return
-  mkdir -p "$save" logs/frontier
+  local logs; logs=logs/$(basename "$ck"); mkdir -p "$save" "$logs"
   THREADS=$threads UPDATES=$n KEEP_INTERVAL=4 bash recipes/train.sh "$kind" "$kd" "$save" "$@" \
-    >>"logs/frontier/$(basename "$save").log" 2>&1
+    >>"$logs/$(basename "$save").log" 2>&1
   touch "$save/done"
 }
 
@@ -65,7 +66,7 @@ train() {
   [ "$base_updates" -lt "$updates" ] && [ $((base_updates % 250)) = 0 ] \
     || { echo "frontier.sh: BASE_UPDATES must be a multiple of 250 below UPDATES" >&2; exit 2; }
   echo "frontier.sh: training ar_kd, l2r_kd, then dinic from l2r_kd's update $base_updates ($updates" \
-       "updates each, $threads thread(s) each; logs in logs/frontier/)"
+       "updates each, $threads thread(s) each; logs in logs/$(basename "$ck")/)"
   train_run ar "$ck/ar_kd" "$updates" & local ar=$!
   train_run insnet "$ck/l2r_kd" "$updates" & local l2r=$!
   dinic_run "$ck/dinic" & local dinic=$!
