@@ -208,16 +208,17 @@ def main(argv=None):
                                   compile_decoder=mode)
     if args.insnet_parallel:
         par, par_task = load(args.insnet_parallel, args.data, dev)
+        fuse = "on" if args.fused else "off"  # --fused: the compiled, candidate, stop-check, judged and verified systems
         systems += insnet_systems("InsNet-parallel-trained par", par, par_task, mode="parallel",
                                   slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats)
         if args.fused:  # the same decoding with the next step's slot queries in each step's pass
             systems += insnet_systems("InsNet-parallel-trained par, fused queries", par, par_task,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
-                                      fuse_slot_queries=True)
+                                      fuse_slot_queries="on")
         for mode in args.compile:
             systems += insnet_systems(f"InsNet-parallel-trained par{', fused queries' if args.fused else ''}, compiled {mode}",
                                       par, par_task, cached_only=True, mode="parallel", slot_top_p=args.slot_top_p,
-                                      skip_repeats=args.skip_repeats, fuse_slot_queries=args.fused, compile_decoder=mode)
+                                      skip_repeats=args.skip_repeats, fuse_slot_queries=fuse, compile_decoder=mode)
         fused = ", fused queries" if args.fused else ""  # the systems below, with --fused: one pass per step
         mbr = args.mbr if args.candidates > 1 else 0.0  # the model's own pick among its candidates, or MBR's
         finish = args.candidates_finish if mbr else 0  # (the own-pick systems wait for all K, as before --mbr)
@@ -231,14 +232,14 @@ def main(argv=None):
                                           f"{layout}", model, par_task, cached_only=bool(layout), mode="parallel",
                                           slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                           candidates=args.candidates, candidates_finish=finish, candidates_mbr=mbr,
-                                          fuse_slot_queries=args.fused)
+                                          fuse_slot_queries=fuse)
         if args.stop_check_prob > 0:  # the same model with --stop-check-prob (and, if asked, the candidates)
             label = f"InsNet-parallel-trained par, stop check {args.stop_check_prob}" + (
                 f", {args.candidates} candidates{picked}" if args.candidates > 1 else "") + fused
             systems += insnet_systems(label, par, par_task,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       stop_check_prob=args.stop_check_prob, candidates=args.candidates,
-                                      candidates_finish=finish, candidates_mbr=mbr, fuse_slot_queries=args.fused)
+                                      candidates_finish=finish, candidates_mbr=mbr, fuse_slot_queries=fuse)
         # the candidates (and stop check, if asked) judged by the AR model (+ its channel), or by an InsNet model
         judged = ([("AR judge", f", + {channel_weight} x channel" if args.channel else "", None)] if args.judge else []) + (
             [("InsNet judge", "", [load(args.judge_insnet, args.data, dev)[0]])] if args.judge_insnet else [])
@@ -249,14 +250,14 @@ def main(argv=None):
             systems += insnet_systems(label, par, par_task, judge=True, judge_models=judge_models,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
                                       stop_check_prob=args.stop_check_prob, candidates=args.candidates,
-                                      candidates_finish=args.candidates_finish, fuse_slot_queries=args.fused)
+                                      candidates_finish=args.candidates_finish, fuse_slot_queries=fuse)
         if args.verify:  # the drafts (with the stop check, if asked) verified by the AR model, its limit below
             label = f"InsNet-parallel-trained par, AR-verified (tolerance {args.verify_tolerance})" + (
                 f", stop check {args.stop_check_prob}" if args.stop_check_prob > 0 else "") + fused
             systems += insnet_systems(label, par, par_task, verify=True, verify_tolerance=args.verify_tolerance,
                                       verify_max_len=(2, 10), mode="parallel", slot_top_p=args.slot_top_p,
                                       skip_repeats=args.skip_repeats, stop_check_prob=args.stop_check_prob,
-                                      fuse_slot_queries=args.fused)
+                                      fuse_slot_queries=fuse)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
                                                                          max_len_a=2, max_len_b=10), ar_task, dev))
     if args.vocabulary_layouts:  # the AR model with InsNet's vocabulary layout: a second copy, its projection swapped

@@ -96,7 +96,7 @@ def main(argv=None):
 
     model, task = load(args.path, args.data, "cpu")
     gen = InsertionGenerator(task.target_dictionary, DecodingOptions(mode=args.mode, slot_top_p=args.slot_top_p,
-                             skip_repeats=args.skip_repeats, fuse_slot_queries=args.fused))
+                             skip_repeats=args.skip_repeats, fuse_slot_queries="on" if args.fused else "off"))
     samples = list(batches(task, list(range(args.sentences)), 1, "cpu"))  # collated before counting
     steps = 0
     with torch.no_grad(), HostSyncs() as syncs:

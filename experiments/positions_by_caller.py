@@ -66,8 +66,8 @@ def main(argv=None):
     counter = StagePositions([model])  # the first layer of every decoder stack, as frontier.py counts
     tally = counter.by_stage
     flags = dict(stop_check_prob=0.0) if args.no_stop_check else {}
-    gen = InsertionGenerator(task.target_dictionary, DecodingOptions.for_mode("parallel", fuse_slot_queries=args.fused,
-                                                                              **flags))
+    flags["fuse_slot_queries"] = "on" if args.fused else "off"
+    gen = InsertionGenerator(task.target_dictionary, DecodingOptions.for_mode("parallel", **flags))
     tokens = 0
     with torch.no_grad():
         for sample in batches(task, list(range(args.sentences)), 1, "cpu"):

@@ -127,7 +127,7 @@ def main(argv=None):
     ar, atask = load(args.ar, args.data, args.device)
     ids = list(range(args.sentences))
     gen = InsertionGenerator(itask.target_dictionary, DecodingOptions(mode=args.mode, slot_top_p=args.slot_top_p,
-                             skip_repeats=args.skip_repeats, fuse_slot_queries=args.fused))
+                             skip_repeats=args.skip_repeats, fuse_slot_queries="on" if args.fused else "off"))
     ar_gen = SequenceGenerator([ar], atask.target_dictionary, beam_size=1)
     print(f"{torch.get_num_threads()} thread(s), {args.sentences} Multi30k test sentences, InsNet {args.mode}, "
           f"device {args.device}" + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""))

@@ -29,6 +29,7 @@ from insnet_fairseq.geometry.orders import DEFAULT_ANCHOR_DEPTH
 MODES = ("sequential", "parallel")
 UNREADABLE_SOURCE = ("translate", "empty")  # --unreadable-source: a source line whose every token is <unk>
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")  # --compile-decoder: torch.compile's modes
+FUSE_MODES = ("off", "on", "auto")  # --fuse-slot-queries / --no-fuse-slot-queries / neither
 
 # the defaults of the flags not given, per --insertion-mode (parallel: the best measured on valid; for_mode)
 MODE_DEFAULTS = {
@@ -115,9 +116,12 @@ class DecodingOptions:
     verify: bool = False
     verify_tolerance: float = 0.0
     verify_max_len: Tuple[float, int] = (0.0, 200)
-    # --fuse-slot-queries (--slot-query-stream models, cached decoding): a step's pass also computes the next step's
-    # slot queries (one pass per step instead of two; the same outputs; faster at batch 1, slower at batch 64)
-    fuse_slot_queries: bool = False
+    # --slot-query-stream models, cached decoding: whether a step's pass also computes the next step's slot queries
+    # (every slot's: one pass per step instead of two, the same outputs). on (--fuse-slot-queries), off
+    # (--no-fuse-slot-queries), auto (neither flag): fused while one row is decoded (batch 1, one candidate), two
+    # passes otherwise: fused is faster at batch 1 (frontier test: 37.0 against 42.2 ms/sentence) and slower at batch 64
+    # (8.3 against 8.2), results/frontier_multi30k_cpu.csv. Not a rule: every setting decodes the same outputs
+    fuse_slot_queries: str = "auto"
     # --compile-decoder MODE: each cached step's decoder pass through torch.compile (dynamic shapes); off: eager
     compile_decoder: str = "off"
     compile_backend: str = "inductor"
@@ -152,6 +156,9 @@ class DecodingOptions:
         ):
             if not ok:
                 raise FlagError(f"{flag} must be {allowed}, got {value}")
+        if self.fuse_slot_queries not in FUSE_MODES:
+            raise FlagError(f"fuse_slot_queries must be one of {', '.join(FUSE_MODES)} (--fuse-slot-queries: on, "
+                            f"--no-fuse-slot-queries: off), got {self.fuse_slot_queries!r}")
         if self.compile_decoder not in COMPILE_MODES:
             raise FlagError(f"--compile-decoder must be one of {', '.join(COMPILE_MODES)}, got '{self.compile_decoder}'")
         check_temperature(self.temperature, self.sampling)
@@ -241,8 +248,10 @@ class DecodingOptions:
         def gen(name, default):
             return getattr(args, name, default)
 
-        if cfg.skip_repeats and cfg.no_skip_repeats:
-            raise FlagError("--skip-repeats and --no-skip-repeats exclude each other: pass one of them")
+        for flag in ("skip_repeats", "fuse_slot_queries"):
+            if getattr(cfg, flag) and getattr(cfg, "no_" + flag):
+                dashed = flag.replace("_", "-")
+                raise FlagError(f"--{dashed} and --no-{dashed} exclude each other: pass one of them")
         check_constraints(gen("constraints", None))
         reranking = gen("iter_decode_with_external_reranker", False) if known else cfg.channel_weight > 0 or \
             str(cfg.judge_order) != "l2r"
@@ -273,7 +282,7 @@ class DecodingOptions:
             verify=cfg.insertion_verify,
             verify_tolerance=cfg.verify_tolerance,
             verify_max_len=(gen("max_len_a", 0.0), gen("max_len_b", 200)),
-            fuse_slot_queries=cfg.fuse_slot_queries,
+            fuse_slot_queries="on" if cfg.fuse_slot_queries else "off" if cfg.no_fuse_slot_queries else "auto",
             compile_decoder=str(cfg.compile_decoder),
             unreadable_source=str(getattr(cfg, "unreadable_source", "translate")),
             **task_options,
@@ -398,7 +407,11 @@ class DecodingFlags(FairseqDataclass):
         default=False,
         metadata={"help": "--slot-query-stream models: each cached decoding step computes the next step's slot queries "
                   "(every slot's) in its own pass: one decoder pass per step instead of two, the same outputs "
-                  "(faster at batch 1, slower at large batches: every slot's query is computed)"},
+                  "(faster at batch 1, slower at large batches: every slot's query is computed). Default: fused "
+                  "while one row is decoded (batch 1, one candidate)"},
+    )
+    no_fuse_slot_queries: bool = field(
+        default=False, metadata={"help": "--slot-query-stream models: two passes per step at any batch size"}
     )
     compile_decoder: ChoiceEnum(list(COMPILE_MODES)) = field(
         default="off",

@@ -106,14 +106,18 @@ class InsertionSteps:
         # room for as many insertions as the longest output may take (sequential decoding: exactly enough)
         store = ColumnStore(state.columns(), S + capacity)
         z = None
-        if self.fused(decoder):  # every slot's query, for the first step
+        if self.fused(decoder, B):  # every slot's query, for the first step
             z = decoder.context.query_stream(*self.query_geometry(positions, real, self.all_slots(positions)), cache,
                                              source_kv, source_pad)
         return DecoderState.from_store(store, S, positions, state.last, state.steps, z, whole)
 
-    def fused(self, decoder) -> bool:
-        """Whether a step computes the next step's slot queries in its own pass (see ``fuse_slot_queries``)."""
-        return self.options.fuse_slot_queries and self.options.use_cache and decoder.context.slot_query is not None
+    def fused(self, decoder, rows: int) -> bool:
+        """Whether a step of ``rows`` decoded rows computes the next step's slot queries in its own pass (see
+        ``fuse_slot_queries``; auto: at one row). A decoding whose rows fall to one switches at that step: the next
+        step reads the queries its pass made, where a step without them runs the query stream itself."""
+        fuse = self.options.fuse_slot_queries
+        return ((fuse == "on" or (fuse == "auto" and rows == 1)) and self.options.use_cache
+                and decoder.context.slot_query is not None)
 
     @staticmethod
     def all_slots(positions: Tensor) -> Tensor:
@@ -355,7 +359,7 @@ class InsertionSteps:
             real_all = store.buffers["real"][:, : S + G]  # [B, S + G]
             offsets = group_offsets(pos_all, g_pos, g_real)  # [B, G, S + G]
             mask = ~real_all.unsqueeze(1)  # [B, 1, S + G] holes are blocked
-            fused = self.fused(decoder)
+            fused = self.fused(decoder, B)
             if B == 1 and G == 1 and not fused:  # one sentence has no holes, one new token sees every token: no mask
                 mask = None
             elif G > 1:  # and a new token does not see the new tokens right of it: [B, G, S + G]

@@ -52,7 +52,10 @@ class SkipRepeats:
         keep = words.chosen.clone()
         keep[picks.rows, picks.cols] = ~repeat
         stuck = (keep.sum(1) == 0)[picks.rows]  # [N] its sentence would insert nothing
-        if bool(stuck.any()):
+        any_repeat, any_stuck = torch.stack([repeat.any(), stuck.any()]).tolist()  # one read
+        if not any_repeat:  # most steps at batch 1: every insertion kept, no new Picks (and no second read)
+            return words
+        if any_stuck:
             logits = logits.float().scatter(1, left.unsqueeze(1), float("-inf")).scatter(1, right.unsqueeze(1),
                                                                                           float("-inf"))
             alt, alt_lprobs = self.choose_tokens(logits)

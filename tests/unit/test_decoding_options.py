@@ -56,6 +56,14 @@ def test_explicit_flags_win_in_sequential_mode():
     assert rules(decoding("--skip-repeats", "--stop-check-prob", "0.5")) == (0.7, True, 0.5)
 
 
+@pytest.mark.parametrize("flags,fuse", [((), "auto"), (("--fuse-slot-queries",), "on"),
+                                        (("--no-fuse-slot-queries",), "off")])
+def test_fused_slot_queries_by_default_only_while_one_row_is_decoded(flags, fuse):
+    """Neither flag: auto (fused at one row, see InsertionSteps.fused), in both modes; either flag forces it."""
+    for mode in ("sequential", "parallel"):
+        assert decoding("--insertion-mode", mode, *flags).fuse_slot_queries == fuse
+
+
 def test_for_mode_fills_only_what_is_not_given():
     o = DecodingOptions.for_mode("parallel", skip_repeats=None, slot_top_p=0.7)
     assert rules(o) == (0.7, True, 0.75)
@@ -96,6 +104,7 @@ def test_the_tasks_early_check_accepts_flags_that_need_generation_flags():
     (("--stop-check-prob", "-0.5"), "--stop-check-prob"),
     (("--min-length-ratio", "-1"), "--min-length-ratio"),
     (("--skip-repeats", "--no-skip-repeats"), "--no-skip-repeats"),
+    (("--fuse-slot-queries", "--no-fuse-slot-queries"), "--no-fuse-slot-queries"),
     (("--insertion-candidates", "0"), "--insertion-candidates"),
     (("--insertion-candidates", "2", "--insertion-candidates-finish", "3"), "--insertion-candidates-finish"),
     (("--insertion-candidates-mbr", "1.0"), "--insertion-candidates-mbr"),
@@ -123,6 +132,7 @@ def test_each_bad_value_is_one_line_naming_its_flag(flags, named):
 
 @pytest.mark.parametrize("field,value,named", [("mode", "beam", "--insertion-mode"),
                                                 ("compile_decoder", "fast", "--compile-decoder"),
+                                                ("fuse_slot_queries", True, "--fuse-slot-queries"),
                                                 ("judge_order", "random", "--judge-order")])
 def test_choices_are_checked_when_the_options_are_made_directly(field, value, named):
     """On the command line fairseq's parser refuses these choices; made directly, the options do, naming the flag."""

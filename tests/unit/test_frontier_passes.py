@@ -49,7 +49,8 @@ def test_slot_queries_are_positions_of_their_own(fused):
     src, src_lengths, _ = random_batch(d, [5], src_len=6, seed=1)
     n = 4
     counter = PassCounter([model])
-    gen = InsertionGenerator(d, DecodingOptions.for_mode("sequential", max_steps=n, fuse_slot_queries=fused))
+    fuse = "on" if fused else "off"
+    gen = InsertionGenerator(d, DecodingOptions.for_mode("sequential", max_steps=n, fuse_slot_queries=fuse))
     hyp = gen.generate([model], sample_of(src, src_lengths))[0][0]
     assert hyp["steps"] == n
     if fused:  # the start's pass, then its queries (1 slot), then each step: 1 word + the next step's k + 1 slots

@@ -324,17 +324,57 @@ def test_fused_slot_queries_equal_the_separate_query_pass(mode, monkeypatch):
     given = [[5, 9], [11], [], [6, 8, 10], [12], []]
     kw = dict(mode=mode, slot_top_p=0.9, max_steps=25, candidates=2)
     sample = sample_of(src, src_lengths)
-    separate = InsertionGenerator(d, DecodingOptions(**kw)).generate([model], sample, initial_tokens=given)
+    separate = InsertionGenerator(d, DecodingOptions(fuse_slot_queries="off", **kw)).generate([model], sample,
+                                                                                              initial_tokens=given)
     calls = []
     query_stream = model.decoder.context.query_stream
     monkeypatch.setattr(model.decoder.context, "query_stream", lambda *a, **k: calls.append(1) or query_stream(*a, **k))
-    fused = InsertionGenerator(d, DecodingOptions(fuse_slot_queries=True, **kw)).generate([model], sample, initial_tokens=given)
+    fused = InsertionGenerator(d, DecodingOptions(fuse_slot_queries="on", **kw)).generate([model], sample, initial_tokens=given)
     assert [len(hyps) for hyps in fused] == [len(hyps) for hyps in separate] == [2] * 6  # every candidate, best first
     for a, b in zip((h for hyps in fused for h in hyps), (h for hyps in separate for h in hyps)):
         assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
         torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-4, rtol=0)
     assert len(calls) == 1  # the initial state's queries; every step's come from its own pass
     assert len({tuple(hyps[0]["tokens"].tolist()) for hyps in fused}) > 1
+
+
+@pytest.mark.parametrize("mode,slot_top_p,batch", [("sequential", 0.9, [0, 1, 2, 3, 4, 5]), ("parallel", 0.5, [0, 4])])
+def test_auto_fusion_fuses_while_one_row_is_decoded(mode, slot_top_p, batch, monkeypatch):
+    """The default (fuse_slot_queries auto, neither flag): a sentence decoded alone runs the query stream once (its
+    start's queries; every step's own pass makes the next step's), a batch runs it at every step until one row is
+    left, then switches to fused; every way decodes what two passes a step decode (off), token for token. (Steps
+    capped by the sources' lengths, which differ: the longest row decodes alone for a few steps.)"""
+    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=True)
+    model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    kw = dict(mode=mode, slot_top_p=slot_top_p, max_steps=0)
+    calls = []
+    query_stream = model.decoder.context.query_stream
+    monkeypatch.setattr(model.decoder.context, "query_stream", lambda *a, **k: calls.append(1) or query_stream(*a, **k))
+
+    def run(fuse, rows):
+        calls.clear()
+        sample = sample_of(src[rows], src_lengths[rows])
+        if len(rows) == 1:
+            sample = sample_of(src[rows][:, src[rows][0].ne(d.pad())], src_lengths[rows])
+        hyps = InsertionGenerator(d, DecodingOptions(fuse_slot_queries=fuse, **kw)).generate([model], sample)
+        return [h[0] for h in hyps], len(calls)
+
+    off, off_calls = run("off", batch)
+    auto, auto_calls = run("auto", batch)
+    steps = [h["steps"] for h in off]
+    assert off_calls == max(steps)  # two passes: the query stream at every batched step
+    longest, second = sorted(steps)[-1], sorted(steps)[-2]
+    assert longest > second + 1  # the last row decodes alone for more than one step
+    assert auto_calls == second + 1  # batched until one row is left; its first step alone, then fused
+    for a, b in zip(auto, off):
+        assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
+        torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-4, rtol=0)
+    for i, row in enumerate(batch):  # one sentence alone: one query-stream pass, the start's
+        (alone,), n_calls = run("auto", [row])
+        assert n_calls == 1
+        assert alone["tokens"].tolist() == off[i]["tokens"].tolist() and alone["steps"] == off[i]["steps"]
+    assert len({tuple(h["tokens"].tolist()) for h in off}) > 1
 
 
 def test_compiled_decoder_pass_decodes_as_the_eager_one():
@@ -351,7 +391,7 @@ def test_compiled_decoder_pass_decodes_as_the_eager_one():
     for mode, fused, backend, compiled_mode in [("parallel", True, "aot_eager", "default"),
                                                 ("sequential", False, "eager", "default"),
                                                 ("parallel", True, "eager", "reduce-overhead")]:
-        kw = dict(mode=mode, slot_top_p=0.9, max_steps=25, fuse_slot_queries=fused)
+        kw = dict(mode=mode, slot_top_p=0.9, max_steps=25, fuse_slot_queries="on" if fused else "off")
         eager = InsertionGenerator(d, DecodingOptions(**kw)).generate([model], sample)
         gen = InsertionGenerator(d, DecodingOptions(compile_decoder=compiled_mode, compile_backend=backend, **kw))
         counters.clear()
@@ -406,7 +446,8 @@ def test_picks_path_equals_the_boolean_mask_path(mode, query_stream, rows, monke
     if mode == "parallel":
         settings += [dict(mode=mode, max_steps=25, skip_repeats=True, min_token_prob=0.2, stop_check_prob=0.3,
                           slot_top_p=0.9),
-                     dict(mode=mode, max_steps=25, skip_repeats=True, fuse_slot_queries=query_stream)]
+                     dict(mode=mode, max_steps=25, skip_repeats=True,
+                          fuse_slot_queries="on" if query_stream else "off")]
     fast = [decode(model, d, src, src_lengths, **kw) for kw in settings]
 
     def by_mask(mask):  # the reference: nonzero and boolean indexing, what Picks spares
