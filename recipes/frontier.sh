@@ -21,10 +21,10 @@
 #   test     benchmarks/frontier.py on the test set -> results/frontier_multi30k_cpu.{csv,png}
 #
 # Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet-Dinic 1 candidate with the
-# default flags (--insertion-mode parallel only), with --fuse-slot-queries (the same outputs, one pass per step) and
-# without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check
-# 0.6, a sentence stops once 6 have finished: the best multi-candidate decoding of docs/insnet.md, chosen there on
-# valid).
+# default flags (--insertion-mode parallel only: slot queries fused at batch 1, two passes a step at 64), the same
+# with the slot queries always fused (--fuse-slot-queries), never fused (--no-fuse-slot-queries: the same outputs)
+# and without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check 0.6, a sentence stops once 6 have finished:
+# the best multi-candidate decoding of docs/insnet.md, chosen there on valid).
 # Environment: CK (checkpoints/frontier, logs in logs/<CK's last name>/), OUT (results/frontier_multi30k_cpu), MULTI30K_DIR
 # (the raw corpus).
 set -euo pipefail
@@ -90,7 +90,8 @@ systems_file() {  # RULE FILE: the frontier's systems, with checkpoints by RULE
     printf 'AR+KD beam 5\t%s\t--beam 5\n' "$ar"
     printf 'InsNet l2r+KD sequential\t%s\t%s --insertion-mode sequential\n' "$l2r" "$ins"
     printf 'InsNet-Dinic 1 candidate\t%s\t%s --insertion-mode parallel\n' "$dinic" "$ins"
-    printf 'InsNet-Dinic 1 candidate, fused slot queries\t%s\t%s --insertion-mode parallel --fuse-slot-queries\n' "$dinic" "$ins"
+    printf 'InsNet-Dinic 1 candidate, always fused\t%s\t%s --insertion-mode parallel --fuse-slot-queries\n' "$dinic" "$ins"
+    printf 'InsNet-Dinic 1 candidate, two passes\t%s\t%s --insertion-mode parallel --no-fuse-slot-queries\n' "$dinic" "$ins"
     printf 'InsNet-Dinic 1 candidate, no skip repeats\t%s\t%s --insertion-mode parallel --no-skip-repeats\n' "$dinic" "$ins"
     printf 'InsNet-Dinic 8 candidates + MBR\t%s\t%s --insertion-mode parallel --stop-check-prob 0.6 --insertion-candidates 8 --insertion-candidates-finish 6 --insertion-candidates-mbr 1\n' \
       "$dinic" "$ins"
@@ -102,7 +103,7 @@ choose() {
   local best="" best_sum=-1
   for rule in last avg; do
     systems_file $rule "$ck/valid_$rule.tsv"
-    grep -v -e "beam 5" -e "MBR" -e "no skip" -e "fused" "$ck/valid_$rule.tsv" >"$ck/valid_$rule.default.tsv"
+    grep -v -e "beam 5" -e "MBR" -e "no skip" -e "fused" -e "two passes" "$ck/valid_$rule.tsv" >"$ck/valid_$rule.default.tsv"
     python benchmarks/frontier.py --data "$data" --systems "$ck/valid_$rule.default.tsv" --subset valid \
       --raw-ref "$raw/valid.de" --baseline "AR+KD greedy" --threads "$threads" --score-only \
       --out "$ck/valid_$rule" | tee "$ck/valid_$rule.txt"
