@@ -287,10 +287,6 @@ def plot(rows: List[dict], path: str, threads: int, subset: str):
         front = pareto(list(zip(xs, ys)))
         ax.plot([p[0] for p in front], [p[1] for p in front], "--o", color="tab:orange", zorder=2, markersize=11,
                 markerfacecolor="none", label="Pareto front (no system both faster and better)")
-        order = sorted(range(len(rows)), key=lambda i: ys[i])
-        for rank, i in enumerate(order):  # alternate sides so that neighbouring labels do not overlap
-            ax.annotate(rows[i]["system"], (xs[i], ys[i]), xytext=(8, -4 + 9 * (rank % 2) - 4 * (rank % 3 == 2)),
-                        textcoords="offset points", fontsize=8.5)
         ax.set_xscale("log")
         ax.set_xlabel(f"ms per sentence, {title} ({threads} CPU thread{'s' if threads > 1 else ''})"
                       if not torch.cuda.is_available() else f"ms per sentence, {title} (GPU)")
@@ -303,16 +299,65 @@ def plot(rows: List[dict], path: str, threads: int, subset: str):
         lo, hi = min(xs), max(xs)
         ax.set_xlim(lo / 1.3, hi * 3.0)  # room for the labels on the right
     fig.tight_layout()
+    for _ in range(2):  # placed, the labels take room that the layout then gives them: placed again in it
+        notes = [note for ax, key in ((axes[0], "ms_b1"), (axes[1], "ms_b64"))
+                 for note in place_labels(ax, [r["system"] for r in rows], [r[key] for r in rows],
+                                          [r["sacrebleu"] for r in rows])]
+        fig.tight_layout()
+        if _ == 0:
+            for note in notes:
+                note.remove()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def place_labels(ax, names: List[str], xs: List[float], ys: List[float], fontsize: float = 8.5) -> list:
+    """Label each point (xs[i], ys[i]) of ``ax`` with names[i], right of it, top point first; a label that would
+    overlap one already placed moves down a line at a time until it is clear, with a thin line back to its point.
+    Points of one BLEU (the same outputs decoded another way) thus get stacked labels. Returns the annotations."""
+    renderer = ax.figure.canvas.get_renderer()
+    pixels = ax.transData.transform(list(zip(xs, ys)))  # [n, 2] display coordinates
+    placed, out = [], []
+    for i in sorted(range(len(names)), key=lambda i: (-pixels[i][1], pixels[i][0])):
+        dy = -4.0
+        for _ in range(4 * len(names)):  # (at most one line per label above it; the bound is a guard)
+            note = ax.annotate(names[i], (xs[i], ys[i]), xytext=(8, dy), textcoords="offset points", fontsize=fontsize)
+            box = note.get_window_extent(renderer)  # the text's box (no line yet)
+            if not any(box.overlaps(other) for other in placed):
+                break
+            note.remove()
+            dy -= fontsize * 1.3
+        if dy < -4.0:  # moved: a thin line back to its point
+            note.remove()
+            note = ax.annotate(names[i], (xs[i], ys[i]), xytext=(8, dy), textcoords="offset points", fontsize=fontsize,
+                               arrowprops=dict(arrowstyle="-", lw=0.5, color="0.5", relpos=(0, 0.5), shrinkA=0,
+                                               shrinkB=3))
+        placed.append(box)
+        out.append(note)
+    return out
+
+
+def replot(out: str, subset: str) -> None:
+    """Draw OUT.png again from OUT.csv, as the run that wrote the csv drew it (for a change of the drawing alone)."""
+    if not os.path.isfile(out + ".csv"):
+        sys.exit(f"--replot: {out}.csv not found")
+    with open(out + ".csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if not rows or any(r["ms_b1"] == "" for r in rows):
+        sys.exit(f"--replot: {out}.csv has no batch-1 times (a --score-only run draws no plot)")
+    for r in rows:
+        r["sacrebleu"], r["ms_b1"], r["ms_b64"] = float(r["sacrebleu"]), float(r["ms_b1"]), float(r["ms_b64"])
+    plot(rows, out + ".png", int(rows[0]["threads"]), subset)
 
 
 # ------------------------------------------------------------------------------------------- main
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data", required=True, help="the fairseq data-bin every system decodes")
-    p.add_argument("--systems", required=True, help="NAME<TAB>CHECKPOINT<TAB>FLAGS lines")
-    p.add_argument("--raw-ref", required=True, help="untokenised references of --subset, one line a sentence")
-    p.add_argument("--baseline", required=True, help="the system every difference is taken against")
+    p.add_argument("--data", help="the fairseq data-bin every system decodes (required but with --replot)")
+    p.add_argument("--systems", help="NAME<TAB>CHECKPOINT<TAB>FLAGS lines (required but with --replot)")
+    p.add_argument("--raw-ref", help="untokenised references of --subset, one line a sentence (required but with "
+                   "--replot)")
+    p.add_argument("--baseline", help="the system every difference is taken against (required but with --replot)")
     p.add_argument("--subset", default="test")
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="de")
@@ -322,7 +367,15 @@ def main(argv=None):
     p.add_argument("--score-only", action="store_true",
                    help="decode at batch 64 only and score: no batch-1 timing, no pass count (choices on valid)")
     p.add_argument("--out", required=True, help="OUT.csv and OUT.png")
+    p.add_argument("--replot", action="store_true", help="only draw OUT.png again from OUT.csv (no decoding)")
     args = p.parse_args(argv)
+    if args.replot:
+        replot(args.out, args.subset)
+        return
+    missing = [f"--{name.replace('_', '-')}" for name in ("data", "systems", "raw_ref", "baseline")
+               if getattr(args, name) is None]
+    if missing:
+        p.error(f"the following arguments are required: {', '.join(missing)}")
 
     torch.set_num_threads(args.threads)
     systems = read_systems(args.systems)

@@ -50,6 +50,10 @@ def test_frontier_writes_every_column(small_data, raw_corpus, tiny_checkpoint, a
     assert c < p <= 2 * c + 0.002
     assert os.path.getsize(f"{out}.png") > 10_000
     assert "AR+KD greedy" in res.stdout and "95% paired-bootstrap interval" in res.stdout
+    os.remove(f"{out}.png")  # --replot draws it again from the csv alone
+    res = run([sys.executable, os.path.join(ROOT, "benchmarks", "frontier.py"), "--replot", "--out", str(out)])
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert os.path.getsize(f"{out}.png") > 10_000
 
 
 def test_frontier_refuses_a_missing_checkpoint(small_data, raw_corpus, tmp_path):
@@ -61,3 +65,7 @@ def test_frontier_refuses_a_missing_checkpoint(small_data, raw_corpus, tmp_path)
     assert res.returncode != 0
     assert "systems.tsv:1: checkpoint /nonexistent/checkpoint.pt of system 'AR' does not exist" in res.stderr
     assert "Traceback" not in res.stderr
+    res = run([sys.executable, os.path.join(ROOT, "benchmarks", "frontier.py"), "--out", str(tmp_path / "f")])
+    assert res.returncode != 0 and "required: --data, --systems, --raw-ref, --baseline" in res.stderr
+    res = run([sys.executable, os.path.join(ROOT, "benchmarks", "frontier.py"), "--replot", "--out", str(tmp_path / "f")])
+    assert res.returncode != 0 and "f.csv not found" in res.stderr and "Traceback" not in res.stderr

@@ -92,3 +92,31 @@ def test_pareto_front_and_paired_bootstrap_on_known_inputs():
     assert diff < 0 and low <= diff <= high < 0 and p < 0.05
     diff2, low2, high2, _ = paired_bootstrap(refs, worse, refs, n_samples=200)
     assert diff2 == pytest.approx(-diff)  # the difference is antisymmetric
+
+
+def test_labels_of_points_at_one_place_are_stacked_apart():
+    """frontier.py's plot: the labels of systems with one BLEU and near-equal times (one output decoded three ways)
+    do not overlap; the first stays beside its point, the others move down, each with a line back to its point."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    from benchmarks.frontier import place_labels
+
+    names = ["InsNet-Dinic 1 candidate", "InsNet-Dinic 1 candidate, always fused", "two passes", "AR+KD greedy",
+             "far away"]
+    xs, ys = [55.8, 55.4, 63.5, 77.8, 300.0], [33.43, 33.43, 33.43, 37.23, 30.0]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter(xs, ys)
+    ax.set_xscale("log")
+    notes = place_labels(ax, names, xs, ys)
+    fig.canvas.draw()  # (an annotation's text is positioned when drawn)
+    renderer = fig.canvas.get_renderer()
+    boxes = [Text.get_window_extent(note, renderer) for note in notes]  # the texts' boxes, lines left out
+    assert len(notes) == 5
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    moved = [note.arrow_patch is not None for note in notes]
+    assert sum(moved) == 2  # two of the three labels at 33.43 moved down; the others stay where they were
+    plt.close(fig)
