@@ -139,8 +139,10 @@ def main(argv=None):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cuda" if torch.cuda.is_available() else "cpu",
                    help="where every system decodes (default: cuda when there is a GPU)")
     p.add_argument("--fused", action="store_true",
-                   help="also decode the parallel-trained (--slot-query-stream) model with --fuse-slot-queries, and "
-                        "decode its candidate, stop-check, judged and verified systems with it (the same outputs)")
+                   help="also decode the parallel-trained (--slot-query-stream) model with --fuse-slot-queries, "
+                        "its plain row then with --no-fuse-slot-queries (without --fused: the default, fused at "
+                        "batch 1), and decode its candidate, stop-check, judged and verified systems with it (the "
+                        "same outputs)")
     p.add_argument("--candidates", type=int, default=1,
                    help="also decode the parallel-trained model with --insertion-candidates N (N > 1)")
     p.add_argument("--judge", action="store_true",
@@ -208,9 +210,10 @@ def main(argv=None):
                                   compile_decoder=mode)
     if args.insnet_parallel:
         par, par_task = load(args.insnet_parallel, args.data, dev)
-        fuse = "on" if args.fused else "off"  # --fused: the compiled, candidate, stop-check, judged and verified systems
+        fuse = "on" if args.fused else "auto"  # --fused: the compiled, candidate, stop-check, judged and verified systems
         systems += insnet_systems("InsNet-parallel-trained par", par, par_task, mode="parallel",
-                                  slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats)
+                                  slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
+                                  fuse_slot_queries="off" if args.fused else "auto")  # --fused: against two passes
         if args.fused:  # the same decoding with the next step's slot queries in each step's pass
             systems += insnet_systems("InsNet-parallel-trained par, fused queries", par, par_task,
                                       mode="parallel", slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,

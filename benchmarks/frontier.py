@@ -299,12 +299,12 @@ def plot(rows: List[dict], path: str, threads: int, subset: str):
         lo, hi = min(xs), max(xs)
         ax.set_xlim(lo / 1.3, hi * 3.0)  # room for the labels on the right
     fig.tight_layout()
-    for _ in range(2):  # placed, the labels take room that the layout then gives them: placed again in it
+    for first in (True, False):  # placed, the labels take room that the layout then gives them: placed again in it
         notes = [note for ax, key in ((axes[0], "ms_b1"), (axes[1], "ms_b64"))
                  for note in place_labels(ax, [r["system"] for r in rows], [r[key] for r in rows],
                                           [r["sacrebleu"] for r in rows])]
         fig.tight_layout()
-        if _ == 0:
+        if first:
             for note in notes:
                 note.remove()
     fig.savefig(path, dpi=120)
