@@ -17,7 +17,9 @@
 #            Every run keeps its last 4 checkpoints of those saved every 250 updates (recipes/train.sh KEEP_INTERVAL).
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
-#            --subset valid on the default decoding of each); the systems file of the test stage is written with it
+#            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
+#            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.5 0.6 0.75), is stored with
+#            its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone decodes
 #   test     benchmarks/frontier.py on the test set -> results/frontier_multi30k_cpu.{csv,png}
 #
 # Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet-Dinic 1 candidate with the
@@ -113,6 +115,22 @@ choose() {
   done
   echo "frontier.sh: chosen on valid: $best"
   cp "$ck/valid_$best.tsv" "$ck/test.tsv"
+  store_stop_check "$(checkpoint dinic "$best")"
+}
+
+store_stop_check() {  # CKPT: the best --stop-check-prob of STOP_CHECKS on valid, stored with CKPT as its default
+  python recipes/store_decoding.py "$1" --clear
+  local p
+  for p in ${STOP_CHECKS:-0.5 0.6 0.75}; do
+    printf 'stop check %s\t%s\t--task insertion_translation --insertion-mode parallel --stop-check-prob %s\n' "$p" "$1" "$p"
+  done >"$ck/valid_stop_check.tsv"
+  python benchmarks/frontier.py --data "$data" --systems "$ck/valid_stop_check.tsv" --subset valid \
+    --raw-ref "$raw/valid.de" --baseline "$(tail -1 "$ck/valid_stop_check.tsv" | cut -f1)" --threads "$threads" \
+    --score-only --out "$ck/valid_stop_check" | tee "$ck/valid_stop_check.txt"
+  p=$(python -c "import csv; rows = list(csv.DictReader(open('$ck/valid_stop_check.csv')));
+print(max(rows, key=lambda r: float(r['sacrebleu']))['system'].split()[-1])")
+  echo "frontier.sh: InsNet-Dinic's stop check chosen on valid: $p"
+  python recipes/store_decoding.py "$1" --insertion-mode parallel --stop-check-prob "$p"
 }
 
 test_stage() {

@@ -17,7 +17,7 @@ parallel decoding. ``DecodingOptions(...)`` itself is exactly what it is given, 
 import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
@@ -224,19 +224,25 @@ class DecodingOptions:
         return self.beam if self.beam > 1 else self.candidates
 
     @classmethod
-    def for_mode(cls, mode: str = "sequential", **given) -> "DecodingOptions":
-        """The options of ``mode`` with its defaults (:data:`MODE_DEFAULTS`) for the options of ``given`` that are
-        None or absent. Example: for_mode("parallel", skip_repeats=None, slot_top_p=0.7) -> slot_top_p 0.7,
-        skip_repeats True, stop_check_prob 0.75."""
+    def for_mode(cls, mode: str = "sequential", stored: Optional[Dict[str, Dict[str, Any]]] = None,
+                 **given) -> "DecodingOptions":
+        """The options of ``mode`` with its defaults for the options of ``given`` that are None or absent: the
+        model's own (``stored``: {mode: {option: value}}, written into its checkpoint by recipes/store_decoding.py,
+        :func:`stored_decoding`), else :data:`MODE_DEFAULTS`. Example: for_mode("parallel", skip_repeats=None,
+        slot_top_p=0.7) -> slot_top_p 0.7, skip_repeats True, stop_check_prob 0.75; with stored {"parallel":
+        {"stop_check_prob": 0.5}}: stop_check_prob 0.5."""
+        own = check_stored(stored).get(mode, {})
         for name, default in MODE_DEFAULTS.get(mode, {}).items():
             if given.get(name) is None:
-                given[name] = default
+                given[name] = own.get(name, default)
         return cls(mode=mode, **given)
 
     @classmethod
-    def from_args(cls, cfg, args=None, **task_options) -> "DecodingOptions":
+    def from_args(cls, cfg, args=None, stored: Optional[Dict[str, Dict[str, Any]]] = None,
+                  **task_options) -> "DecodingOptions":
         """The options of the task's decoding flags ``cfg`` (:class:`DecodingFlags`) and fairseq's generation flags
-        ``args``; ``task_options``: the fields the task sets itself (caps, ``conditional`` ...).
+        ``args``, with the model's ``stored`` settings for the flags not given (see :meth:`for_mode`);
+        ``task_options``: the fields the task sets itself (caps, ``conditional`` ...).
 
         ``args`` None: the task's own check of its flags before a model loads, when fairseq's generation flags are
         not known yet; a flag that needs one of them (``--channel-weight``: the judge) is taken as given with it,
@@ -257,6 +263,7 @@ class DecodingOptions:
             str(cfg.judge_order) != "l2r"
         return cls.for_mode(
             mode=str(cfg.insertion_mode),
+            stored=stored,
             slot_top_p=cfg.slot_top_p,
             max_steps=cfg.max_insertion_steps,
             use_cache=not cfg.no_insertion_cache,
@@ -287,6 +294,28 @@ class DecodingOptions:
             unreadable_source=str(getattr(cfg, "unreadable_source", "translate")),
             **task_options,
         )
+
+
+def check_stored(stored) -> Dict[str, Dict[str, Any]]:
+    """A model's stored decoding settings ({mode: {option: value}}, options of :data:`MODE_DEFAULTS` only), checked:
+    a stored setting that decoding cannot use stops with one line naming it (None: {}). Example:
+    check_stored({"parallel": {"stop_check_prob": 0.5}}) returns it; {"parallel": {"beam": 2}} raises FlagError."""
+    stored = dict(stored or {})
+    for mode, values in stored.items():
+        if mode not in MODE_DEFAULTS or not isinstance(values, dict):
+            raise FlagError(f"the checkpoint's stored decoding settings name the mode {mode!r}: one of {', '.join(MODES)}")
+        unknown = sorted(set(values) - set(MODE_DEFAULTS[mode]))
+        if unknown:
+            raise FlagError(f"the checkpoint's stored decoding settings hold {', '.join(unknown)}: only "
+                            f"{', '.join(MODE_DEFAULTS[mode])} are stored with a model")
+    return stored
+
+
+def stored_decoding(models) -> Optional[Dict[str, Dict[str, Any]]]:
+    """The decoding settings stored with the first of ``models`` (``decoding_defaults`` of its training arguments,
+    written by recipes/store_decoding.py), or None."""
+    args = getattr(models[0], "args", None) if models else None
+    return getattr(args, "decoding_defaults", None)
 
 
 def check_constraints(constraints) -> None:

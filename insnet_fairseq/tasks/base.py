@@ -21,7 +21,7 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.hub import InsNetHubInterface
 from insnet_fairseq.decoding.inputs import check_bpe_files, screen_lines
-from insnet_fairseq.decoding.options import DecodingFlags, DecodingOptions, check_unreadable_source
+from insnet_fairseq.decoding.options import DecodingFlags, DecodingOptions, check_unreadable_source, stored_decoding
 from insnet_fairseq.errors import DataError, FlagError
 from insnet_fairseq.geometry.layers import (PAD_LAYER, compact, delay_last_words, num_layers, sequential_layers,
                                             trajectory, uniform_layers)
@@ -403,10 +403,11 @@ class InsertionTask(TranslationTask):
                 hyps[b] = h
         return hyps
 
-    def decoding_options(self, args, **task_options) -> DecodingOptions:
+    def decoding_options(self, args, models=(), **task_options) -> DecodingOptions:
         """The options of :class:`InsertionGenerator`: the task's decoding flags and fairseq's generation flags
-        ``args`` (``--sampling`` ...), with ``task_options`` (the fields a task sets itself)."""
-        return DecodingOptions.from_args(self.cfg, args, **task_options)
+        ``args`` (``--sampling`` ...), the settings stored with the first of ``models`` for the flags not given, and
+        ``task_options`` (the fields a task sets itself)."""
+        return DecodingOptions.from_args(self.cfg, args, stored=stored_decoding(models), **task_options)
 
     def hub_interface(self, cfg, models):
         """The Python interface of ``InsNetModel.from_pretrained`` over this task and ``models``."""

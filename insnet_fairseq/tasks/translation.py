@@ -70,4 +70,4 @@ class InsertionTranslationTask(InsertionTask):
         generator = InsertionGenerator
         if any(isinstance(model, IndigoModel) for model in models):
             generator = IndigoGenerator
-        return generator(self.target_dictionary, self.decoding_options(args))
+        return generator(self.target_dictionary, self.decoding_options(args, judged))

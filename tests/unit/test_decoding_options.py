@@ -2,13 +2,14 @@
 the measured defaults of parallel decoding, explicit flags winning, and one line naming the flag for a bad value."""
 import dataclasses
 import os
+from types import SimpleNamespace
 
 import pytest
 from fairseq import options
 
 import insnet_fairseq
 from insnet_fairseq.decoding.generator import InsertionGenerator
-from insnet_fairseq.decoding.options import MODE_DEFAULTS, DecodingOptions
+from insnet_fairseq.decoding.options import MODE_DEFAULTS, DecodingOptions, check_stored, stored_decoding
 from insnet_fairseq.errors import FlagError
 
 from conftest import make_dictionary
@@ -62,6 +63,30 @@ def test_fused_slot_queries_by_default_only_while_one_row_is_decoded(flags, fuse
     """Neither flag: auto (fused at one row, see InsertionSteps.fused), in both modes; either flag forces it."""
     for mode in ("sequential", "parallel"):
         assert decoding("--insertion-mode", mode, *flags).fuse_slot_queries == fuse
+
+
+def test_settings_stored_with_the_model_fill_what_is_not_given_before_the_mode_defaults():
+    """A model's stored settings (recipes/store_decoding.py) are its defaults: a flag given wins, the mode's defaults
+    fill the rest, and another mode's settings are not read."""
+    stored = {"parallel": {"stop_check_prob": 0.5, "slot_top_p": 0.95}}
+    model = SimpleNamespace(args=SimpleNamespace(decoding_defaults=stored))
+    assert stored_decoding([model]) == stored and stored_decoding([SimpleNamespace(args=SimpleNamespace())]) is None
+    args = parse("--insertion-mode", "parallel")
+    assert rules(DecodingOptions.from_args(args, args, stored=stored)) == (0.95, True, 0.5)
+    args = parse("--insertion-mode", "parallel", "--stop-check-prob", "0.75")
+    assert rules(DecodingOptions.from_args(args, args, stored=stored)) == (0.95, True, 0.75)  # the flag wins
+    args = parse("--insertion-mode", "sequential")
+    assert rules(DecodingOptions.from_args(args, args, stored=stored)) == (0.7, False, 0.0)  # parallel's only
+    assert rules(DecodingOptions.for_mode("parallel", stored=None)) == (0.9, True, 0.75)
+
+
+@pytest.mark.parametrize("stored,named", [({"beam": {"stop_check_prob": 0.5}}, "the mode 'beam'"),
+                                          ({"parallel": {"insertion_beam": 2}}, "insertion_beam"),
+                                          ({"parallel": {"stop_check_prob": 1.5}}, "--stop-check-prob")])
+def test_stored_settings_decoding_cannot_use_are_refused_naming_them(stored, named):
+    with pytest.raises(FlagError, match=named):
+        DecodingOptions.for_mode("parallel", stored=stored)
+    assert check_stored(None) == {}
 
 
 def test_for_mode_fills_only_what_is_not_given():
