@@ -103,6 +103,9 @@ systems_file() {  # RULE FILE: the frontier's systems, with checkpoints by RULE
 choose() {
   mkdir -p "$ck"
   local best="" best_sum=-1
+  for rule in last avg; do  # the rule is chosen on the flags' own defaults: no settings stored by an earlier choice
+    python recipes/store_decoding.py "$(checkpoint dinic $rule)" --clear >/dev/null
+  done
   for rule in last avg; do
     systems_file $rule "$ck/valid_$rule.tsv"
     grep -v -e "beam 5" -e "MBR" -e "no skip" -e "fused" -e "two passes" "$ck/valid_$rule.tsv" >"$ck/valid_$rule.default.tsv"
