@@ -354,9 +354,10 @@ def test_auto_fusion_fuses_while_one_row_is_decoded(mode, slot_top_p, batch, mon
 
     def run(fuse, rows):
         calls.clear()
-        sample = sample_of(src[rows], src_lengths[rows])
-        if len(rows) == 1:
-            sample = sample_of(src[rows][:, src[rows][0].ne(d.pad())], src_lengths[rows])
+        rows_src = src[rows]
+        if len(rows) == 1:  # alone: without the batch's left padding
+            rows_src = rows_src[:, rows_src[0].ne(d.pad())]
+        sample = sample_of(rows_src, src_lengths[rows])
         hyps = InsertionGenerator(d, DecodingOptions(fuse_slot_queries=fuse, **kw)).generate([model], sample)
         return [h[0] for h in hyps], len(calls)
 
