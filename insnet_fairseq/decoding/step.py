@@ -26,6 +26,20 @@ from insnet_fairseq.geometry.offsets import offsets_from_rank, rank_matrix
 ENCODE_CHUNK = 1 << 22  # rows x S x S elements per full encoding pass (see InsertionSteps._encode_all)
 
 
+def top_p_slots(pos_lprobs: Tensor, p: float, room: Optional[Tensor] = None) -> Tensor:
+    """The slots in the top ``p`` of each sentence's position mass: pos_lprobs [B, K] (-inf: closed) -> bool [B, K],
+    the most probable slots whose mass before them is below ``p``, at least the best one, at most ``room`` [B] per
+    sentence (None: no limit). Example: probabilities [0.5, 0.3, 0.15, 0.05], p 0.9 -> [T, T, T, F]; room 2 ->
+    [T, T, F, F]."""
+    probs, idx = pos_lprobs.exp().sort(dim=-1, descending=True)  # [B, K]
+    mass_before = probs.cumsum(-1) - probs
+    rank = torch.arange(probs.size(1), device=probs.device).unsqueeze(0)
+    take = ((mass_before < p) | (rank == 0)) & (probs > 0)
+    if room is not None:
+        take = take & (rank < room.unsqueeze(1))
+    return torch.zeros_like(take).scatter(1, idx, take)
+
+
 class InsertionSteps:
     """The step of :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` (its base class), for the words of
     ``tgt_dict`` (``<s>``, ``</s>`` and padding are never inserted) as ``options`` say."""
@@ -177,11 +191,7 @@ class InsertionSteps:
         """bool [B, K]: the slots to insert into (at least one, at most ``room`` per sentence)."""
         if self.options.mode == "sequential":  # (not F.one_hot: it checks the classes' range with a host sync)
             return torch.zeros_like(pos_lprobs, dtype=torch.bool).scatter_(1, pos_lprobs.argmax(-1, keepdim=True), True)
-        probs, idx = pos_lprobs.exp().sort(dim=-1, descending=True)  # [B, K]
-        mass_before = probs.cumsum(-1) - probs
-        rank = torch.arange(probs.size(1), device=probs.device).unsqueeze(0)
-        take = ((mass_before < self.options.slot_top_p) | (rank == 0)) & (rank < room.unsqueeze(1)) & (probs > 0)
-        return torch.zeros_like(take).scatter(1, idx, take)
+        return top_p_slots(pos_lprobs, self.options.slot_top_p, room)
 
     def insertable_lprobs(self, logits: Tensor) -> Tensor:
         """logits [N, V] -> log-probs [N, V] (float) over the words that may be inserted (not <s>, </s>, padding)."""
@@ -189,11 +199,16 @@ class InsertionSteps:
         logits[:, self.banned_on(logits.device)] = float("-inf")
         return torch.log_softmax(logits, -1)
 
-    def best_words(self, decoder, state: DecoderState, source_kv, source_pad) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    def best_words(self, decoder, state: DecoderState, source_kv, source_pad,
+                   top_p: float = 1.0) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """Every open slot's most probable word: (pos_lprobs [B, K], open bool [B, K] with N True, words [N],
-        their log-probs [N]), row-major like every ``chosen`` mask (for --stop-check-prob and explanations)."""
+        their log-probs [N]), row-major like every ``chosen`` mask (for --stop-check-prob and explanations). With
+        ``top_p`` < 1 only the open slots in the top ``top_p`` of each sentence's position mass count as open
+        (``--stop-check-top-p``), and only their words are computed."""
         slots, pos_lprobs = self.slot_distribution(decoder, state)
         open_slots = torch.isfinite(pos_lprobs)  # closed and beyond-the-end slots are -inf
+        if top_p < 1.0:
+            open_slots = top_p_slots(pos_lprobs, top_p)
         logits = self.token_logits(decoder, state, slots, open_slots, source_kv, source_pad)  # [N, V]
         word_lprobs, words = self.insertable_lprobs(logits).max(-1)
         return pos_lprobs, open_slots, words, word_lprobs

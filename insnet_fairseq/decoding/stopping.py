@@ -56,12 +56,14 @@ class StopCheck:
 
     Why: q(stop | h_last) of a layered model is trained only at the ends of gold layers, and a partial sequence that
     missed a word looks finished to it ("Eine Frau spielt ein Geige ." gets q(stop) = 1.00, while the slot
-    "ein _ Geige" wants "Lied" at 0.87). The position distribution is no judge there (it is never trained on
-    finished sequences: "._</s>" got 0.78), but the token head is.
+    "ein _ Geige" wants "Lied" at 0.87). The position distribution alone is no judge there (it is never trained on
+    finished sequences: "._</s>" got 0.78), but the token head is. The check reads the slots in the top ``top_p`` of
+    the position mass (``--stop-check-top-p``, 1: every open slot), which spares computing the other slots' words and
+    measured no worse (the frontier's InsNet-Dinic on valid: 0.9 +0.22 [+0.03, +0.41] BLEU over every open slot).
     """
 
-    def __init__(self, prob: float, rows: int, device):
-        self.prob = prob
+    def __init__(self, prob: float, rows: int, device, top_p: float = 0.9):
+        self.prob, self.top_p = prob, top_p
         self.finishing = torch.zeros(rows, dtype=torch.bool, device=device)  # [B] rows in their last step
 
     def __call__(self, steps, decoder, state: DecoderState, source_kv, source_pad,
@@ -97,7 +99,8 @@ class StopCheck:
             state = state.select(idx)
             source_kv = [(k[idx], v[idx]) for k, v in source_kv]
             source_pad = None if source_pad is None else source_pad[idx]
-        _, open_slots, best, best_lprobs = steps.best_words(decoder, state, source_kv, source_pad)  # [R, K], [N]
+        _, open_slots, best, best_lprobs = steps.best_words(decoder, state, source_kv, source_pad,
+                                                            self.top_p)  # [R, K], [N]
         left, right = state.neighbour_tokens(open_slots)
         ok = (best_lprobs >= math.log(self.prob)) & (best != left) & (best != right)  # [N]
         at = idx.unsqueeze(1).expand(-1, K)[open_slots]  # [N] batch row of each open slot

@@ -9,6 +9,8 @@ from torch._dynamo.utils import counters
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.state import Picks, compact, group_offsets
+from insnet_fairseq.decoding.step import top_p_slots
+from insnet_fairseq.decoding.stopping import StopCheck
 from insnet_fairseq.reference import naive_offsets
 
 from conftest import ROOT, build_tiny_ar, build_tiny_model, make_dictionary, random_batch, sample_of
@@ -592,15 +594,18 @@ def test_stop_check_gives_a_stopped_sentence_one_step_of_sure_words(model_and_ba
         InsertionGenerator(d, DecodingOptions(stop_check_prob=1.0))
 
 
-def test_stop_check_only_adds_one_last_step_of_non_repeats(model_and_batch):
+@pytest.mark.parametrize("top_p", [1.0, 0.6])
+def test_stop_check_only_adds_one_last_step_of_non_repeats(model_and_batch, top_p):
     """Decoding is deterministic, so with --stop-check-prob a sentence follows the default's steps up to
     its stop, then takes at most one more step: the default output is a subsequence of it, the step
-    count grows by 0 or 1, the words added repeat neither neighbour, and batched == one by one."""
+    count grows by 0 or 1, the words added repeat neither neighbour, and batched == one by one; with the
+    check reading only the top slots (--stop-check-top-p) too."""
     model, d, src, src_lengths = model_and_batch
     model = copy.deepcopy(model)
     model.decoder.heads.termination_proj.bias.data.fill_(0.0)  # q(stop) near 0.5: stops early, by the row
     kw = dict(mode="parallel", slot_top_p=0.9, max_steps=25)
     default = decode(model, d, src, src_lengths, **kw)
+    kw["stop_check_top_p"] = top_p
     checked = decode(model, d, src, src_lengths, stop_check_prob=0.02, **kw)
     grew = 0
     for b, (a, c) in enumerate(zip(default, checked)):
@@ -621,6 +626,45 @@ def test_stop_check_only_adds_one_last_step_of_non_repeats(model_and_batch):
         alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], stop_check_prob=0.02, **kw)[0]
         assert alone["tokens"].tolist() == long
     assert grew > 0  # the check did overrule some stops
+
+
+def test_top_p_slots_example():
+    lp = torch.tensor([[0.5, 0.3, 0.15, 0.05], [0.05, 0.15, 0.3, 0.5]]).log()
+    assert top_p_slots(lp, 0.9).tolist() == [[True, True, True, False], [False, True, True, True]]
+    assert top_p_slots(lp, 0.9, torch.tensor([2, 1])).tolist() == [[True, True, False, False],
+                                                                  [False, False, False, True]]
+    assert top_p_slots(lp, 0.1).tolist() == [[True, False, False, False], [False, False, False, True]]  # the best one
+    closed = torch.tensor([[0.6, 0.4, 0.0, 0.0]]).log()  # closed / beyond-the-end slots (-inf) are never taken
+    assert top_p_slots(closed, 1.0).tolist() == [[True, True, False, False]]
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("query_stream,fused", [(False, "off"), (True, "off"), (True, "on")])
+def test_stop_check_top_p_keeps_the_top_slots_of_the_full_check(query_stream, fused):
+    """--stop-check-top-p P: the slots the check forces are exactly those the full check (every open slot) forces
+    that lie in the top P of the position mass, with the same words: the check only skips computing the others
+    (with the slot query stream: two passes, or every slot's query made by the step's pass)."""
+    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=query_stream)
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    decoder = model.decoder
+    gen = InsertionGenerator(d, DecodingOptions(mode="parallel", skip_repeats=True, fuse_slot_queries=fused))
+    kv, pad = decoder.encode_source(model.forward_encoder(src, src_lengths))
+    state = gen.initial_state(decoder, len(src), src.device, kv, pad)
+    for _ in range(3):
+        state = gen.step(decoder, state, kv, pad, 40)
+    rows = torch.ones(len(src), dtype=torch.bool)
+    rows[1] = False  # a row the check does not read
+    full = StopCheck(0.02, len(src), src.device).confident_slots(gen, decoder, state, kv, pad, rows)
+    _, pos_lprobs = gen.slot_distribution(decoder, state)
+    for p in (0.5, 0.9):
+        top = StopCheck(0.02, len(src), src.device, top_p=p).confident_slots(gen, decoder, state, kv, pad, rows)
+        expected = full.slots & top_p_slots(pos_lprobs, p)
+        assert torch.equal(top.slots, expected) and bool(expected.any())
+        assert torch.equal(top.words[expected], full.words[expected])
+        assert torch.allclose(top.lprobs[expected], full.lprobs[expected], atol=1e-5)
+    assert bool((full.slots & ~top_p_slots(pos_lprobs, 0.5)).any())  # the restriction left some slot out
+    with pytest.raises(ValueError, match=r"--stop-check-top-p must be in \(0, 1\], got 0.0"):
+        DecodingOptions(stop_check_top_p=0.0)
 
 
 @torch.no_grad()
