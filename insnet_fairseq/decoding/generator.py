@@ -226,8 +226,8 @@ class InsertionGenerator(InsertionSteps):
         hypothesis of each decoded row (None: dropped unfinished by ``--insertion-candidates-finish``)."""
         device = state.tokens.device
         stopping = Stopping(self.options)  # --stop-threshold, --min-length-ratio
-        stop_check = StopCheck(self.options.stop_check_prob, len(owner), device,  # --stop-check-prob
-                               self.options.stop_check_top_p)
+        stop_check = StopCheck(self.options.stop_check_prob, len(owner), device,
+                               self.options.stop_check_top_p)  # --stop-check-prob, --stop-check-top-p
         candidates = Candidates(self.options, sentences, device)  # --insertion-candidates(-finish)
         first_rank = candidates.first_ranks(rows.ids)  # the first step's word of each candidate
         history = {i: [] for i in range(len(owner))}

@@ -62,7 +62,7 @@ class StopCheck:
     measured no worse (the frontier's InsNet-Dinic on valid: 0.9 +0.22 [+0.03, +0.41] BLEU over every open slot).
     """
 
-    def __init__(self, prob: float, rows: int, device, top_p: float = 0.9):
+    def __init__(self, prob: float, rows: int, device, top_p: float):
         self.prob, self.top_p = prob, top_p
         self.finishing = torch.zeros(rows, dtype=torch.bool, device=device)  # [B] rows in their last step
 

@@ -654,7 +654,7 @@ def test_stop_check_top_p_keeps_the_top_slots_of_the_full_check(query_stream, fu
         state = gen.step(decoder, state, kv, pad, 40)
     rows = torch.ones(len(src), dtype=torch.bool)
     rows[1] = False  # a row the check does not read
-    full = StopCheck(0.02, len(src), src.device).confident_slots(gen, decoder, state, kv, pad, rows)
+    full = StopCheck(0.02, len(src), src.device, top_p=1.0).confident_slots(gen, decoder, state, kv, pad, rows)
     _, pos_lprobs = gen.slot_distribution(decoder, state)
     for p in (0.5, 0.9):
         top = StopCheck(0.02, len(src), src.device, top_p=p).confident_slots(gen, decoder, state, kv, pad, rows)
