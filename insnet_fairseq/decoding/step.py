@@ -107,7 +107,9 @@ class InsertionSteps:
             for b, row in enumerate(rows_open):
                 open_right[b, : len(row)] = torch.tensor(row, dtype=torch.bool)
             open_right = open_right.to(device)
-        hidden, cache = self._encode_all(decoder, tokens, positions, real, source_kv, source_pad)
+        # fused (one row): the first step's slot queries come from the same pass
+        fused = self.fused(decoder, B) and B * S * S <= ENCODE_CHUNK
+        hidden, cache, *z = self._encode_all(decoder, tokens, positions, real, source_kv, source_pad, queries=fused)
         whole = Phrases(S, self.joins_next.to(device)) if phrases else None
         state = DecoderState(
             tokens=tokens, positions=positions, real=real, hidden=hidden, cache=cache,
@@ -119,11 +121,7 @@ class InsertionSteps:
             return state
         # room for as many insertions as the longest output may take (sequential decoding: exactly enough)
         store = ColumnStore(state.columns(), S + capacity)
-        z = None
-        if self.fused(decoder, B):  # every slot's query, for the first step
-            z = decoder.context.query_stream(*self.query_geometry(positions, real, self.all_slots(positions)), cache,
-                                             source_kv, source_pad)
-        return DecoderState.from_store(store, S, positions, state.last, state.steps, z, whole)
+        return DecoderState.from_store(store, S, positions, state.last, state.steps, z[0] if z else None, whole)
 
     def fused(self, decoder, rows: int) -> bool:
         """Whether a step of ``rows`` decoded rows computes the next step's slot queries in its own pass (see
@@ -161,8 +159,10 @@ class InsertionSteps:
         parts = getattr(decoder.heads, "parts", None)
         return None if parts is None else parts(h)
 
-    def _encode_all(self, decoder, tokens, positions, real, source_kv, source_pad):
-        """Full pass over a partial sequence in insertion order: [B, S] -> states, cache.
+    def _encode_all(self, decoder, tokens, positions, real, source_kv, source_pad, queries: bool = False):
+        """Full pass over a partial sequence in insertion order: [B, S] -> states, cache; with ``queries`` (one
+        chunk only, see below) also every slot's query in the same pass (:meth:`all_slots`,
+        ``forward_with_queries``): -> states, cache, z [B, S - 1, D].
 
         Attention over S tokens builds several [rows, H, S, 2S] tensors, so long sequences (a long
         constraint, uncached decoding of a long sentence) are encoded a few rows at a time: at most
@@ -171,6 +171,12 @@ class InsertionSteps:
         B, S = tokens.shape
         rows = max(1, ENCODE_CHUNK // (S * S))
         causal = torch.ones(S, S, dtype=torch.bool, device=tokens.device).triu(1)
+        if queries:
+            assert rows >= B, "slot queries in the encoding pass take one chunk"
+            mask = causal | ~real.unsqueeze(1)  # [B, S, S]
+            q_geometry = self.query_geometry(positions, real, self.all_slots(positions))  # [B, S - 1, S] each
+            return decoder.context.forward_with_queries(tokens, offsets_from_rank(rank_matrix(positions, ~real)), mask,
+                                                        source_kv, source_pad, None, *q_geometry)
         parts = []
         for i in range(0, B, rows):
             r = slice(i, i + rows)

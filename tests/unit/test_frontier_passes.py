@@ -42,8 +42,8 @@ def test_a_forced_trajectory_of_n_tokens_is_n_plus_one_passes_for_both_models(le
 def test_slot_queries_are_positions_of_their_own(fused):
     """A slot-query-stream model decoding n words sequentially: n + 1 passes as without it, but each step's slot
     query is one more position (n of them: 2 + 2n), or, fused, every slot's query of the next step in the step's
-    own pass: 1 pass a step, k + 1 queries after k words (2 + n + sum_k (k + 1) positions, the start's queries
-    included)."""
+    own pass: 1 pass a step, k + 1 queries after k words, and the start's pass makes the first step's query
+    (1 + n passes, 2 + 1 + n + sum_k (k + 1) positions)."""
     model, d = build_tiny_model(seed=3, vocab=30, slot_query_stream=True)
     model.decoder.heads.termination_proj.bias.data.fill_(-1e4)
     src, src_lengths, _ = random_batch(d, [5], src_len=6, seed=1)
@@ -53,8 +53,8 @@ def test_slot_queries_are_positions_of_their_own(fused):
     gen = InsertionGenerator(d, DecodingOptions.for_mode("sequential", max_steps=n, fuse_slot_queries=fuse))
     hyp = gen.generate([model], sample_of(src, src_lengths))[0][0]
     assert hyp["steps"] == n
-    if fused:  # the start's pass, then its queries (1 slot), then each step: 1 word + the next step's k + 1 slots
-        assert (counter.calls, counter.positions) == (1 + 1 + n, 2 + 1 + sum(1 + k + 1 for k in range(1, n + 1)))
+    if fused:  # the start's pass with its query (1 slot), then each step: 1 word + the next step's k + 1 slots
+        assert (counter.calls, counter.positions) == (1 + n, 2 + 1 + sum(1 + k + 1 for k in range(1, n + 1)))
     else:
         assert (counter.calls, counter.positions) == (1 + 2 * n, 2 + 2 * n)
     counter.remove()

@@ -319,7 +319,7 @@ def test_slot_query_model_cached_uncached_and_batched_agree(mode):
 def test_fused_slot_queries_equal_the_separate_query_pass(mode, monkeypatch):
     """--slot-query-stream, cached: a step's pass computes the next step's slot queries (fused) exactly as a
     separate query pass over the cache does: same tokens and scores, from constrained starts, with
-    candidates, and with one pass per step (the decoder's query_stream runs only for the initial state)."""
+    candidates, and with one pass per step, the initial state's included (the decoder's query_stream never runs)."""
     model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=True)
     model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
     src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
@@ -336,14 +336,15 @@ def test_fused_slot_queries_equal_the_separate_query_pass(mode, monkeypatch):
     for a, b in zip((h for hyps in fused for h in hyps), (h for hyps in separate for h in hyps)):
         assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
         torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-4, rtol=0)
-    assert len(calls) == 1  # the initial state's queries; every step's come from its own pass
+    assert len(calls) == 0  # every pass computes the next step's queries, the initial state's too
     assert len({tuple(hyps[0]["tokens"].tolist()) for hyps in fused}) > 1
 
 
 @pytest.mark.parametrize("mode,slot_top_p,batch", [("sequential", 0.9, [0, 1, 2, 3, 4, 5]), ("parallel", 0.5, [0, 4])])
 def test_auto_fusion_fuses_while_one_row_is_decoded(mode, slot_top_p, batch, monkeypatch):
-    """The default (fuse_slot_queries auto, neither flag): a sentence decoded alone runs the query stream once (its
-    start's queries; every step's own pass makes the next step's), a batch runs it at every step until one row is
+    """The default (fuse_slot_queries auto, neither flag): a sentence decoded alone never runs the query stream (the
+    pass over its start makes the first step's queries, every step's own pass the next step's), a batch runs it at
+    every step until one row is
     left, then switches to fused; every way decodes what two passes a step decode (off), token for token. (Steps
     capped by the sources' lengths, which differ: the longest row decodes alone for a few steps.)"""
     model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=True)
@@ -373,9 +374,9 @@ def test_auto_fusion_fuses_while_one_row_is_decoded(mode, slot_top_p, batch, mon
     for a, b in zip(auto, off):
         assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
         torch.testing.assert_close(a["positional_scores"], b["positional_scores"], atol=1e-4, rtol=0)
-    for i, row in enumerate(batch):  # one sentence alone: one query-stream pass, the start's
+    for i, row in enumerate(batch):  # one sentence alone: no query-stream pass
         (alone,), n_calls = run("auto", [row])
-        assert n_calls == 1
+        assert n_calls == 0
         assert alone["tokens"].tolist() == off[i]["tokens"].tolist() and alone["steps"] == off[i]["steps"]
     assert len({tuple(h["tokens"].tolist()) for h in off}) > 1
 
