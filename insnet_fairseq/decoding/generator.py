@@ -248,11 +248,18 @@ class InsertionGenerator(InsertionSteps):
                 forced = None if forced is None else forced.select(keep)
                 first_rank = None if first_rank is None else first_rank[keep]
                 stop_check.select(keep)
+            # every row inserting the stop check's words stops after this step, so when all do, their words are
+            # placed without a pass (what the pass would compute, no later step reads)
+            last = forced is not None and bool(forced.slots.any(1).all())
             # a sentence held back by --min-length-ratio inserts one word per step (its best slot)
             state = self.step(decoder, state, rows.source_kv, rows.source_pad, rows.max_len, one_word=held,
-                              word_rank=first_rank, forced=forced)
+                              word_rank=first_rank, forced=forced, encode=not last)
             first_rank = None
             self._record(history, state, rows.ids)
+            if last:
+                every = torch.ones_like(rows.ids, dtype=torch.bool)
+                self._finish_rows(sample, decoder, state, every, every, rows.ids, owner, hyps, history)
+                break
         return hyps
 
     def _finish_rows(self, sample, decoder, state: DecoderState, stop: Tensor, done: Tensor, ids: Tensor,

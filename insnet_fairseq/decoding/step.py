@@ -274,12 +274,13 @@ class InsertionSteps:
 
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len,
              one_word: Optional[Tensor] = None, word_rank: Optional[Tensor] = None,
-             forced: Optional[Forced] = None) -> DecoderState:
+             forced: Optional[Forced] = None, encode: bool = True) -> DecoderState:
         """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>; the rows of
         ``one_word`` (bool [B]) insert a single word, at their best slot; row b's words are its
         ``word_rank[b]``-th most probable ones (LongTensor [B]; None: the best). ``forced``: the stop check's words
         (:class:`~insnet_fairseq.decoding.stopping.StopCheck`); a row with a forced slot inserts exactly those words
-        there (as many as ``max_len`` leaves room for), which are not scored again."""
+        there (as many as ``max_len`` leaves room for), which are not scored again. ``encode`` False: the words are
+        placed but not encoded (see :meth:`insert`), for a step after which every row stops."""
         slots, pos_lprobs = self.slot_distribution(decoder, state)
         room = (torch.as_tensor(max_len, device=pos_lprobs.device) - state.lengths).clamp_min(1)
         if one_word is not None:
@@ -307,7 +308,7 @@ class InsertionSteps:
             picks = Picks.of(chosen)
             tokens, tok_lprobs = picks.take(all_words), picks.take(lprobs)
         return self.insert(decoder, state, chosen, tokens, tok_lprobs + picks.take(pos_lprobs), source_kv, source_pad,
-                           picks)
+                           picks, encode)
 
     def picks_of(self, chosen: Tensor, forced: Optional[Forced] = None) -> Picks:
         """The step's chosen slots (bool [B, K]) as :class:`Picks`, by which it selects where boolean indexing
@@ -345,7 +346,7 @@ class InsertionSteps:
         return logits
 
     def insert(self, decoder, state: DecoderState, chosen: Tensor, tokens: Tensor, scores: Tensor,
-               source_kv, source_pad, picks: Optional[Picks] = None) -> DecoderState:
+               source_kv, source_pad, picks: Optional[Picks] = None, encode: bool = True) -> DecoderState:
         """Insert ``tokens`` [N] (scores [N]) into the ``chosen`` slots (bool [B, K], N True, row-major)
         and encode them, left to right within a sentence; ``picks``: the same slots as :class:`Picks` (made here when
         not given), which spare the reads of the device that boolean indexing makes."""
@@ -371,6 +372,10 @@ class InsertionSteps:
 
         pos_all = torch.cat([old_pos, g_pos], 1)
         last, steps = S + n_new - 1, state.steps + 1
+        if not encode:  # the words of a last step, which no later step reads: no pass, no states (hidden None)
+            return DecoderState(tokens=torch.cat([state.tokens, g_tok], 1), positions=pos_all,
+                                real=torch.cat([state.real, g_real], 1), hidden=None, cache=[], last=last,
+                                scores=torch.cat([state.scores, g_score], 1), steps=steps)
         if self.options.use_cache:  # encode the new tokens only, appending their columns to the cache in place
             store = state.store.reserve(S, G)
             known = dict(tokens=g_tok, real=g_real, scores=g_score)

@@ -15,6 +15,7 @@ from insnet_fairseq.reference import naive_offsets
 
 from conftest import ROOT, build_tiny_ar, build_tiny_model, make_dictionary, random_batch, sample_of
 
+from benchmarks.frontier import PassCounter
 from experiments.host_syncs import HostSyncs
 
 
@@ -627,6 +628,40 @@ def test_stop_check_only_adds_one_last_step_of_non_repeats(model_and_batch, top_
         alone = decode(model, d, src[b : b + 1, keep], src_lengths[b : b + 1], stop_check_prob=0.02, **kw)[0]
         assert alone["tokens"].tolist() == long
     assert grew > 0  # the check did overrule some stops
+
+
+@pytest.mark.parametrize("query_stream", [False, True])
+@pytest.mark.parametrize("candidates", [1, 2])
+def test_stop_checks_last_step_is_placed_without_a_pass(query_stream, candidates, monkeypatch):
+    """Where every row of a batch inserts the stop check's words (one sentence decoded alone: each time the check
+    overrules its stop), the step places them without a decoder pass: the same tokens, scores, steps and history
+    as with the pass, one pass fewer for each such sentence."""
+    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=query_stream)
+    model.decoder.heads.termination_proj.bias.data.fill_(0.0)  # q(stop) near 0.5: stops early, by the row
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    kw = dict(mode="parallel", slot_top_p=0.9, max_steps=25, stop_check_prob=0.02, retain_history=True,
+              candidates=candidates)
+
+    def run():
+        counter = PassCounter([model])
+        outs = []
+        for b in range(len(src)):
+            keep = src[b].ne(d.pad())
+            gen = InsertionGenerator(d, DecodingOptions(**kw))
+            outs.append(gen.generate([model], sample_of(src[b : b + 1, keep], src_lengths[b : b + 1]))[0])
+        counter.remove()
+        return outs, counter.calls
+
+    placed, n_placed = run()
+    step = InsertionGenerator.step
+    monkeypatch.setattr(InsertionGenerator, "step", lambda self, *a, encode=True, **k: step(self, *a, **k))
+    encoded, n_encoded = run()
+    for a, b in zip(placed, encoded):
+        for h, g in zip(a, b):
+            assert h["tokens"].tolist() == g["tokens"].tolist() and h["steps"] == g["steps"]
+            assert torch.equal(h["positional_scores"], g["positional_scores"])
+            assert [x["tokens"].tolist() for x in h["history"]] == [x["tokens"].tolist() for x in g["history"]]
+    assert 0 < n_encoded - n_placed <= len(src)  # some sentences ended on the check's step, each one pass fewer
 
 
 def test_top_p_slots_example():
