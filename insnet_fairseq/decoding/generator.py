@@ -248,18 +248,31 @@ class InsertionGenerator(InsertionSteps):
                 forced = None if forced is None else forced.select(keep)
                 first_rank = None if first_rank is None else first_rank[keep]
                 stop_check.select(keep)
-            # every row inserting the stop check's words stops after this step, so when all do, their words are
-            # placed without a pass (what the pass would compute, no later step reads)
-            last = forced is not None and bool(forced.slots.any(1).all())
+            if forced is not None:  # the rows ending on the stop check's words: placed, without a pass, and done
+                ending = forced.slots.any(1)  # [B]
+                # now, where no other row's fate hangs on when they finish (--insertion-candidates-finish)
+                if bool(ending.any()) and (candidates.finish == 0 or bool(ending.all())):
+                    e = ending.nonzero().view(-1)
+                    everyone = len(e) == len(ending)
+                    sub = rows if everyone else rows.select(e)
+                    placed = self.step(decoder, state if everyone else state.select(e), sub.source_kv, sub.source_pad,
+                                       sub.max_len, forced=forced if everyone else forced.select(e), encode=False)
+                    self._record(history, placed, sub.ids)
+                    every = torch.ones_like(e, dtype=torch.bool)
+                    self._finish_rows(sample, decoder, placed, every, every, sub.ids, owner, hyps, history)
+                    keep = (~ending).nonzero().view(-1)
+                    if len(keep) == 0:
+                        break
+                    state, rows = state.select(keep), rows.select(keep)
+                    held = None if held is None else held[keep]
+                    first_rank = None if first_rank is None else first_rank[keep]
+                    stop_check.select(keep)
+                    forced = None
             # a sentence held back by --min-length-ratio inserts one word per step (its best slot)
             state = self.step(decoder, state, rows.source_kv, rows.source_pad, rows.max_len, one_word=held,
-                              word_rank=first_rank, forced=forced, encode=not last)
+                              word_rank=first_rank, forced=forced)
             first_rank = None
             self._record(history, state, rows.ids)
-            if last:
-                every = torch.ones_like(rows.ids, dtype=torch.bool)
-                self._finish_rows(sample, decoder, state, every, every, rows.ids, owner, hyps, history)
-                break
         return hyps
 
     def _finish_rows(self, sample, decoder, state: DecoderState, stop: Tensor, done: Tensor, ids: Tensor,

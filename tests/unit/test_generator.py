@@ -631,24 +631,27 @@ def test_stop_check_only_adds_one_last_step_of_non_repeats(model_and_batch, top_
 
 
 @pytest.mark.parametrize("query_stream", [False, True])
-@pytest.mark.parametrize("candidates", [1, 2])
-def test_stop_checks_last_step_is_placed_without_a_pass(query_stream, candidates, monkeypatch):
-    """Where every row of a batch inserts the stop check's words (one sentence decoded alone: each time the check
-    overrules its stop), the step places them without a decoder pass: the same tokens, scores, steps and history
-    as with the pass, one pass fewer for each such sentence."""
+@pytest.mark.parametrize("candidates,finish", [(1, 0), (2, 0), (2, 1)])
+@pytest.mark.parametrize("alone", [True, False])
+def test_stop_checks_last_step_is_placed_without_a_pass(query_stream, candidates, finish, alone, monkeypatch):
+    """The rows that end on the stop check's words leave the batch at once, their words placed without a decoder
+    pass (with --insertion-candidates-finish, only where every row ends so): the same tokens, scores, steps and
+    history as when the step encodes them, and fewer passes (decoding sentences alone, or a batch)."""
     model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=query_stream)
     model.decoder.heads.termination_proj.bias.data.fill_(0.0)  # q(stop) near 0.5: stops early, by the row
     src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
     kw = dict(mode="parallel", slot_top_p=0.9, max_steps=25, stop_check_prob=0.02, retain_history=True,
-              candidates=candidates)
+              candidates=candidates, candidates_finish=finish)
 
     def run():
         counter = PassCounter([model])
-        outs = []
-        for b in range(len(src)):
-            keep = src[b].ne(d.pad())
-            gen = InsertionGenerator(d, DecodingOptions(**kw))
-            outs.append(gen.generate([model], sample_of(src[b : b + 1, keep], src_lengths[b : b + 1]))[0])
+        gen = InsertionGenerator(d, DecodingOptions(**kw))
+        if alone:
+            keep = [src[b].ne(d.pad()) for b in range(len(src))]
+            outs = [gen.generate([model], sample_of(src[b : b + 1, keep[b]], src_lengths[b : b + 1]))[0]
+                    for b in range(len(src))]
+        else:
+            outs = gen.generate([model], sample_of(src, src_lengths))
         counter.remove()
         return outs, counter.calls
 
@@ -661,7 +664,8 @@ def test_stop_checks_last_step_is_placed_without_a_pass(query_stream, candidates
             assert h["tokens"].tolist() == g["tokens"].tolist() and h["steps"] == g["steps"]
             assert torch.equal(h["positional_scores"], g["positional_scores"])
             assert [x["tokens"].tolist() for x in h["history"]] == [x["tokens"].tolist() for x in g["history"]]
-    assert 0 < n_encoded - n_placed <= len(src)  # some sentences ended on the check's step, each one pass fewer
+    # some rows ended on the check's words, without their pass (with a finish count, only if all rows did at once)
+    assert n_placed < n_encoded if finish == 0 else n_placed <= n_encoded
 
 
 def test_top_p_slots_example():
