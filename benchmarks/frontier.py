@@ -19,7 +19,8 @@ post-processing (``--remove-bpe --tokenizer moses``, as fairseq-generate), and g
   sentences for both systems, seed 12345, as ``sacrebleu --paired-bs``), and that test's p-value;
 * ``passes_per_token``: decoder passes per output token. A pass is one run of a decoder's layer
   stack over one hypothesis row, counted at the first layer of every decoder stack of every loaded
-  model (judges included): InsNet's initial pass over ``<s> </s>``, each insertion step, the slot
+  model (judges included): InsNet's initial pass over ``<s> </s>``, each insertion step that encodes
+  its words (a row's last step, which places the stop check's words, runs none), the slot
   query stream where it runs as its own pass, every candidate row, and the autoregressive model's
   step that emits ``</s>``; a beam of 5 is 5 rows a step. ``calls_per_token``: the same calls
   without the rows (the number of sequential decoder runs: what latency at batch 1 follows when
