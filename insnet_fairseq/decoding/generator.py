@@ -250,10 +250,10 @@ class InsertionGenerator(InsertionSteps):
                 stop_check.select(keep)
             if forced is not None:  # the rows ending on the stop check's words: placed, without a pass, and done
                 ending = forced.slots.any(1)  # [B]
+                some, everyone = torch.stack([ending.any(), ending.all()]).tolist()  # one read
                 # now, where no other row's fate hangs on when they finish (--insertion-candidates-finish)
-                if bool(ending.any()) and (candidates.finish == 0 or bool(ending.all())):
+                if some and (candidates.finish == 0 or everyone):
                     e = ending.nonzero().view(-1)
-                    everyone = len(e) == len(ending)
                     sub = rows if everyone else rows.select(e)
                     placed = self.step(decoder, state if everyone else state.select(e), sub.source_kv, sub.source_pad,
                                        sub.max_len, forced=forced if everyone else forced.select(e), encode=False)
