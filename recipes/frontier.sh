@@ -3,7 +3,7 @@
 # one budget, checkpoints and flags chosen on valid the same way, test scored once by benchmarks/frontier.py.
 #
 #   bash recipes/frontier.sh            # every stage below, each skipped once its output exists
-#   bash recipes/frontier.sh STAGE...   # teacher | train | choose | test
+#   bash recipes/frontier.sh STAGE...   # teacher | train | variants | choose | test
 #
 #   teacher  recipes/distill.py: the AR teacher (recipes/train.sh ar, TEACHER_UPDATES (2000) updates) and its beam-5
 #            translation of the training set, data-bin/multi30k_en_de-distill
@@ -15,27 +15,37 @@
 #                       Dinic fine-tuning (anchored order, slot query stream, --dinic-tau TAU (3) --dinic-lagged
 #                       --dinic-lagged-warm, fixed lr 5e-4), so its total is UPDATES as well
 #            Every run keeps its last 4 checkpoints of those saved every 250 updates (recipes/train.sh KEEP_INTERVAL).
+#            dinic starts from a copy of l2r_kd's checkpoint, CK/l2r_kd_at_BASE_UPDATES.pt, which the variants share.
+#   variants the runs named in VARIANTS (default none; all at once): InsNet-Dinic's training as dinic, plus one flag
+#            that learns what a decoding rule patches:
+#              dinic_repeat  --repeat-penalty 1: the unlikelihood term against a word equal to its slot's neighbour
+#                            (what --skip-repeats patches)
+#              dinic_late    --late-words 0.5: last-layer words moved to a layer of their own, so q(stop) sees
+#                            outputs that look finished but miss words (what the stop check patches)
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
 #            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.5 0.6 0.75), is stored with
-#            its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone decodes
+#            its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone decodes;
+#            the same for each variant
 #   test     benchmarks/frontier.py on the test set -> results/frontier_multi30k_cpu.{csv,png}
 #
 # Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet-Dinic 1 candidate with the
 # default flags (--insertion-mode parallel only: slot queries fused at batch 1, two passes a step at 64), the same
 # with the slot queries always fused (--fuse-slot-queries), never fused (--no-fuse-slot-queries: the same outputs)
 # and without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check 0.6, a sentence stops once 6 have finished:
-# the best multi-candidate decoding of docs/insnet.md, chosen there on valid).
+# the best multi-candidate decoding of docs/insnet.md, chosen there on valid); each of VARIANTS with its default
+# flags, and dinic_repeat also without skip repeats (--no-skip-repeats: does the loss replace the rule?).
 # Environment: CK (checkpoints/frontier, logs in logs/<CK's last name>/), OUT (results/frontier_multi30k_cpu), MULTI30K_DIR
-# (the raw corpus).
+# (the raw corpus), VARIANTS (e.g. "dinic_repeat dinic_late").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=multi30k_en_de; data=data-bin/$name; kd=data-bin/$name-distill
 ck=${CK:-checkpoints/frontier}; out=${OUT:-results/frontier_multi30k_cpu}
 updates=${UPDATES:-2000}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:-1}
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
-stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train choose test)
+stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train variants choose test)
+read -r -a variants <<<"${VARIANTS:-}"
 
 teacher() {
   [ -d "$data" ] || { echo "frontier.sh: $data missing: run make multi30k first" >&2; exit 2; }
@@ -52,11 +62,17 @@ train_run() {  # KIND SAVE UPDATES [flags]: resumes from SAVE/checkpoint_last.pt
   touch "$save/done"
 }
 
-dinic_run() {  # SAVE [flags]: waits for l2r_kd's checkpoint at BASE_UPDATES (a resumed run goes on from its own)
-  local save=$1 from=$ck/l2r_kd/checkpoint_*_${base_updates}.pt start=(); shift
-  if [ ! -f "$save/checkpoint_last.pt" ]; then
-    until compgen -G "$from" >/dev/null; do sleep 30; done
-    start=(--finetune-from-model "$(compgen -G "$from" | head -1)")
+dinic_run() {  # SAVE [flags]: from l2r_kd's checkpoint at BASE_UPDATES, once it exists (a resumed run: from its own)
+  local save=$1 from=$ck/l2r_kd/checkpoint_*_${base_updates}.pt base=$ck/l2r_kd_at_${base_updates}.pt start=(); shift
+  if [ ! -f "$save/done" ] && [ ! -f "$save/checkpoint_last.pt" ]; then
+    until [ -f "$base" ]; do  # l2r_kd keeps its last 4 checkpoints only: the base is copied while it exists
+      if compgen -G "$from" >/dev/null; then cp "$(compgen -G "$from" | head -1)" "$base.$$" && mv "$base.$$" "$base"
+      elif [ -f "$ck/l2r_kd/done" ]; then
+        echo "frontier.sh: $base missing and l2r_kd no longer keeps its update $base_updates: train l2r_kd again to" \
+             "that update (recipes/train.sh insnet, UPDATES=$base_updates) and copy its checkpoint there" >&2; exit 2
+      else sleep 30; fi
+    done
+    start=(--finetune-from-model "$base")
   fi
   SCHEDULER=fixed LR=5e-4 train_run insnet "$save" $((updates - base_updates)) \
     --insertion-order anchored --slot-query-stream --dinic-tau="${TAU:-3}" --dinic-lagged --dinic-lagged-warm \
@@ -73,6 +89,27 @@ train() {
   train_run insnet "$ck/l2r_kd" "$updates" & local l2r=$!
   dinic_run "$ck/dinic" & local dinic=$!
   wait $ar $l2r $dinic
+}
+
+variant_flags() {  # VARIANT -> its training flags beside dinic's
+  case $1 in
+    dinic_repeat) echo --repeat-penalty 1 ;;
+    dinic_late) echo --late-words 0.5 ;;
+    *) echo "frontier.sh: unknown variant '$1' in VARIANTS (dinic_repeat | dinic_late)" >&2; return 2 ;;
+  esac
+}
+
+variants_stage() {
+  [ ${#variants[@]} = 0 ] && { echo "frontier.sh: no VARIANTS, variants stage skipped"; return; }
+  local v; for v in "${variants[@]}"; do variant_flags "$v" >/dev/null || exit 2; done
+  [ -f "$kd/train.en-de.de.bin" ] || { echo "frontier.sh: $kd missing: run the teacher stage first" >&2; exit 2; }
+  echo "frontier.sh: training ${variants[*]} from l2r_kd's update $base_updates, $threads thread(s) each"
+  local pids=() v
+  for v in "${variants[@]}"; do
+    # shellcheck disable=SC2046
+    dinic_run "$ck/$v" $(variant_flags "$v") & pids+=($!)
+  done
+  wait "${pids[@]}"
 }
 
 checkpoint() {  # RUN RULE -> the path
@@ -97,14 +134,29 @@ systems_file() {  # RULE FILE: the frontier's systems, with checkpoints by RULE
     printf 'InsNet-Dinic 1 candidate, no skip repeats\t%s\t%s --insertion-mode parallel --no-skip-repeats\n' "$dinic" "$ins"
     printf 'InsNet-Dinic 8 candidates + MBR\t%s\t%s --insertion-mode parallel --stop-check-prob 0.6 --insertion-candidates 8 --insertion-candidates-finish 6 --insertion-candidates-mbr 1\n' \
       "$dinic" "$ins"
+    local v c
+    for v in "${variants[@]}"; do
+      c=$(checkpoint "$v" "$1")
+      case $v in
+        dinic_repeat)
+          printf 'InsNet-Dinic 1 candidate, repeat loss\t%s\t%s --insertion-mode parallel\n' "$c" "$ins"
+          printf 'InsNet-Dinic 1 candidate, repeat loss, no skip repeats\t%s\t%s --insertion-mode parallel --no-skip-repeats\n' \
+            "$c" "$ins" ;;
+        dinic_late) printf 'InsNet-Dinic 1 candidate, late words\t%s\t%s --insertion-mode parallel\n' "$c" "$ins" ;;
+      esac
+    done
   } >"$2"
 }
 
 choose() {
   mkdir -p "$ck"
-  local best="" best_sum=-1
+  local best="" best_sum=-1 run
+  for run in "${variants[@]}"; do variant_flags "$run" >/dev/null || exit 2; done
+  for run in ar_kd l2r_kd dinic "${variants[@]}"; do
+    [ -f "$ck/$run/done" ] || { echo "frontier.sh: $ck/$run is not trained: run the train and variants stages first" >&2; exit 2; }
+  done
   for rule in last avg; do  # the rule is chosen on the flags' own defaults: no settings stored by an earlier choice
-    python recipes/store_decoding.py "$(checkpoint dinic $rule)" --clear >/dev/null
+    for run in dinic "${variants[@]}"; do python recipes/store_decoding.py "$(checkpoint $run $rule)" --clear >/dev/null; done
   done
   for rule in last avg; do
     systems_file $rule "$ck/valid_$rule.tsv"
@@ -118,21 +170,21 @@ choose() {
   done
   echo "frontier.sh: chosen on valid: $best"
   cp "$ck/valid_$best.tsv" "$ck/test.tsv"
-  store_stop_check "$(checkpoint dinic "$best")"
+  for run in dinic "${variants[@]}"; do store_stop_check "$(checkpoint $run "$best")" "$run"; done
 }
 
-store_stop_check() {  # CKPT: the best --stop-check-prob of STOP_CHECKS on valid, stored with CKPT as its default
+store_stop_check() {  # CKPT RUN: the best --stop-check-prob of STOP_CHECKS on valid, stored with CKPT as its default
   python recipes/store_decoding.py "$1" --clear
-  local p
+  local p out=$ck/valid_stop_check; [ "$2" = dinic ] || out=${out}_$2
   for p in ${STOP_CHECKS:-0.5 0.6 0.75}; do
     printf 'stop check %s\t%s\t--task insertion_translation --insertion-mode parallel --stop-check-prob %s\n' "$p" "$1" "$p"
-  done >"$ck/valid_stop_check.tsv"
-  python benchmarks/frontier.py --data "$data" --systems "$ck/valid_stop_check.tsv" --subset valid \
-    --raw-ref "$raw/valid.de" --baseline "$(tail -1 "$ck/valid_stop_check.tsv" | cut -f1)" --threads "$threads" \
-    --score-only --out "$ck/valid_stop_check" | tee "$ck/valid_stop_check.txt"
-  p=$(python -c "import csv; rows = list(csv.DictReader(open('$ck/valid_stop_check.csv')));
+  done >"$out.tsv"
+  python benchmarks/frontier.py --data "$data" --systems "$out.tsv" --subset valid \
+    --raw-ref "$raw/valid.de" --baseline "$(tail -1 "$out.tsv" | cut -f1)" --threads "$threads" \
+    --score-only --out "$out" | tee "$out.txt"
+  p=$(python -c "import csv; rows = list(csv.DictReader(open('$out.csv')));
 print(max(rows, key=lambda r: float(r['sacrebleu']))['system'].split()[-1])")
-  echo "frontier.sh: InsNet-Dinic's stop check chosen on valid: $p"
+  echo "frontier.sh: $2's stop check chosen on valid: $p"
   python recipes/store_decoding.py "$1" --insertion-mode parallel --stop-check-prob "$p"
 }
 
@@ -144,7 +196,7 @@ test_stage() {
 
 for stage in "${stages[@]}"; do
   case $stage in
-    teacher) teacher ;; train) train ;; choose) choose ;; test) test_stage ;;
-    *) echo "frontier.sh: unknown stage '$stage' (teacher | train | choose | test)" >&2; exit 2 ;;
+    teacher) teacher ;; train) train ;; variants) variants_stage ;; choose) choose ;; test) test_stage ;;
+    *) echo "frontier.sh: unknown stage '$stage' (teacher | train | variants | choose | test)" >&2; exit 2 ;;
   esac
 done
