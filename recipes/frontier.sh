@@ -45,7 +45,12 @@ ck=${CK:-checkpoints/frontier}; out=${OUT:-results/frontier_multi30k_cpu}
 updates=${UPDATES:-2000}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:-1}
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
 stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train variants choose test)
+declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--late-words 0.5")  # beside dinic's
+declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words")  # in its frontier row
 read -r -a variants <<<"${VARIANTS:-}"
+for v in "${variants[@]}"; do
+  [ -n "${variant_flags[$v]:-}" ] || { echo "frontier.sh: unknown variant '$v' in VARIANTS (${!variant_flags[*]})" >&2; exit 2; }
+done
 
 teacher() {
   [ -d "$data" ] || { echo "frontier.sh: $data missing: run make multi30k first" >&2; exit 2; }
@@ -91,23 +96,14 @@ train() {
   wait $ar $l2r $dinic
 }
 
-variant_flags() {  # VARIANT -> its training flags beside dinic's
-  case $1 in
-    dinic_repeat) echo --repeat-penalty 1 ;;
-    dinic_late) echo --late-words 0.5 ;;
-    *) echo "frontier.sh: unknown variant '$1' in VARIANTS (dinic_repeat | dinic_late)" >&2; return 2 ;;
-  esac
-}
-
 variants_stage() {
   [ ${#variants[@]} = 0 ] && { echo "frontier.sh: no VARIANTS, variants stage skipped"; return; }
-  local v; for v in "${variants[@]}"; do variant_flags "$v" >/dev/null || exit 2; done
   [ -f "$kd/train.en-de.de.bin" ] || { echo "frontier.sh: $kd missing: run the teacher stage first" >&2; exit 2; }
   echo "frontier.sh: training ${variants[*]} from l2r_kd's update $base_updates, $threads thread(s) each"
   local pids=() v
   for v in "${variants[@]}"; do
-    # shellcheck disable=SC2046
-    dinic_run "$ck/$v" $(variant_flags "$v") & pids+=($!)
+    # shellcheck disable=SC2086
+    dinic_run "$ck/$v" ${variant_flags[$v]} & pids+=($!)
   done
   wait "${pids[@]}"
 }
@@ -137,13 +133,9 @@ systems_file() {  # RULE FILE: the frontier's systems, with checkpoints by RULE
     local v c
     for v in "${variants[@]}"; do
       c=$(checkpoint "$v" "$1")
-      case $v in
-        dinic_repeat)
-          printf 'InsNet-Dinic 1 candidate, repeat loss\t%s\t%s --insertion-mode parallel\n' "$c" "$ins"
-          printf 'InsNet-Dinic 1 candidate, repeat loss, no skip repeats\t%s\t%s --insertion-mode parallel --no-skip-repeats\n' \
-            "$c" "$ins" ;;
-        dinic_late) printf 'InsNet-Dinic 1 candidate, late words\t%s\t%s --insertion-mode parallel\n' "$c" "$ins" ;;
-      esac
+      printf 'InsNet-Dinic 1 candidate, %s\t%s\t%s --insertion-mode parallel\n' "${variant_name[$v]}" "$c" "$ins"
+      [ "$v" != dinic_repeat ] || printf 'InsNet-Dinic 1 candidate, %s, no skip repeats\t%s\t%s --insertion-mode parallel --no-skip-repeats\n' \
+        "${variant_name[$v]}" "$c" "$ins"
     done
   } >"$2"
 }
@@ -151,7 +143,6 @@ systems_file() {  # RULE FILE: the frontier's systems, with checkpoints by RULE
 choose() {
   mkdir -p "$ck"
   local best="" best_sum=-1 run
-  for run in "${variants[@]}"; do variant_flags "$run" >/dev/null || exit 2; done
   for run in ar_kd l2r_kd dinic "${variants[@]}"; do
     [ -f "$ck/$run/done" ] || { echo "frontier.sh: $ck/$run is not trained: run the train and variants stages first" >&2; exit 2; }
   done
@@ -175,7 +166,7 @@ choose() {
 
 store_stop_check() {  # CKPT RUN: the best --stop-check-prob of STOP_CHECKS on valid, stored with CKPT as its default
   python recipes/store_decoding.py "$1" --clear
-  local p out=$ck/valid_stop_check; [ "$2" = dinic ] || out=${out}_$2
+  local p out=$ck/valid_stop_check_$2
   for p in ${STOP_CHECKS:-0.5 0.6 0.75}; do
     printf 'stop check %s\t%s\t--task insertion_translation --insertion-mode parallel --stop-check-prob %s\n' "$p" "$1" "$p"
   done >"$out.tsv"
