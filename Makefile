@@ -131,7 +131,7 @@ demo: multi30k
 
 # The frontier: AR teacher, distilled corpus, AR+KD and InsNet(-Dinic)+KD at one update budget, chosen on valid,
 # scored on test by benchmarks/frontier.py -> results/frontier_multi30k_cpu.{csv,png} (recipes/frontier.sh: stages,
-# TEACHER_UPDATES, UPDATES, BASE_UPDATES, THREADS)
+# TEACHER_UPDATES, UPDATES, BASE_UPDATES, VARIANTS, THREADS)
 frontier: multi30k
 	PATH=$(BIN):$$PATH MULTI30K_DIR=$(MULTI30K_DIR) bash recipes/frontier.sh
 

@@ -294,17 +294,18 @@ def plot(rows: List[dict], path: str, threads: int, subset: str):
         ax.set_ylabel(f"sacreBLEU ({subset})")
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)  # slow and poor: where no system lies
         lo_y, hi_y = min(ys), max(ys)
         ax.set_ylim(lo_y - 0.08 * (hi_y - lo_y + 1), hi_y + 0.08 * (hi_y - lo_y + 1))
         lo, hi = min(xs), max(xs)
         ax.set_xlim(lo / 1.3, hi * 3.0)  # room for the labels on the right
-    fig.tight_layout()
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", fontsize=8.5, frameon=False)  # below both
+    room = (0, 0.05, 1, 1)  # panels: no label under it
+    fig.tight_layout(rect=room)
     for first in (True, False):  # placed, the labels take room that the layout then gives them: placed again in it
         notes = [note for ax, key in ((axes[0], "ms_b1"), (axes[1], "ms_b64"))
                  for note in place_labels(ax, [r["system"] for r in rows], [r[key] for r in rows],
                                           [r["sacrebleu"] for r in rows])]
-        fig.tight_layout()
+        fig.tight_layout(rect=room)
         if first:
             for note in notes:
                 note.remove()

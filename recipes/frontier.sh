@@ -16,8 +16,8 @@
 #                       --dinic-lagged-warm, fixed lr 5e-4), so its total is UPDATES as well
 #            Every run keeps its last 4 checkpoints of those saved every 250 updates (recipes/train.sh KEEP_INTERVAL).
 #            dinic starts from a copy of l2r_kd's checkpoint, CK/l2r_kd_at_BASE_UPDATES.pt, which the variants share.
-#   variants the runs named in VARIANTS (default none; all at once): InsNet-Dinic's training as dinic, plus one flag
-#            that learns what a decoding rule patches:
+#   variants the runs named in VARIANTS (default both below; VARIANTS= for none; all at once): InsNet-Dinic's
+#            training as dinic, plus one flag that learns what a decoding rule patches:
 #              dinic_repeat  --repeat-penalty 1: the unlikelihood term against a word equal to its slot's neighbour
 #                            (what --skip-repeats patches)
 #              dinic_late    --late-words 0.5: last-layer words moved to a layer of their own, so q(stop) sees
@@ -37,7 +37,7 @@
 # the best multi-candidate decoding of docs/insnet.md, chosen there on valid); each of VARIANTS with its default
 # flags, and dinic_repeat also without skip repeats (--no-skip-repeats: does the loss replace the rule?).
 # Environment: CK (checkpoints/frontier, logs in logs/<CK's last name>/), OUT (results/frontier_multi30k_cpu), MULTI30K_DIR
-# (the raw corpus), VARIANTS (e.g. "dinic_repeat dinic_late").
+# (the raw corpus), VARIANTS ("dinic_repeat dinic_late").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=multi30k_en_de; data=data-bin/$name; kd=data-bin/$name-distill
@@ -47,7 +47,7 @@ raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/
 stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train variants choose test)
 declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--late-words 0.5")  # beside dinic's
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words")  # in its frontier row
-read -r -a variants <<<"${VARIANTS:-}"
+read -r -a variants <<<"${VARIANTS-dinic_repeat dinic_late}"
 for v in "${variants[@]}"; do
   [ -n "${variant_flags[$v]:-}" ] || { echo "frontier.sh: unknown variant '$v' in VARIANTS (${!variant_flags[*]})" >&2; exit 2; }
 done

@@ -123,8 +123,8 @@ class DecodingOptions:
     # --slot-query-stream models, cached decoding: whether a step's pass also computes the next step's slot queries
     # (every slot's: one pass per step instead of two, the same outputs). on (--fuse-slot-queries), off
     # (--no-fuse-slot-queries), auto (neither flag): fused while one row is decoded (batch 1, one candidate), two
-    # passes otherwise: fused is faster at batch 1 (frontier test: 48.0 against 61.2 ms/sentence), slower at batch 64
-    # (9.6 against 8.4), results/frontier_multi30k_cpu.csv. Not a rule: every setting decodes the same outputs
+    # passes otherwise: fused is faster at batch 1 (frontier test: 49.3 against 62.3 ms/sentence), slower at batch 64
+    # (10.1 against 9.1), results/frontier_multi30k_cpu.csv. Not a rule: every setting decodes the same outputs
     fuse_slot_queries: str = "auto"
     # --compile-decoder MODE: each cached step's decoder pass through torch.compile (dynamic shapes); off: eager
     compile_decoder: str = "off"

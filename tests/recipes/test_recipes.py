@@ -607,7 +607,7 @@ def test_lm_pair_summary_takes_the_valid_choice_of_each_seed(tmp_path, capsys):
 
 def test_frontier_recipe_refuses_bad_stages_variants_and_untrained_runs_by_name(tmp_path):
     """recipes/frontier.sh: an unknown stage or variant, the choose stage before every run it scores is trained (a
-    variant included), the variants stage with none asked for."""
+    variant included, the default ones too), the variants stage with none asked for (VARIANTS=)."""
     def run(*args, **env):
         p = subprocess.run(["bash", "recipes/frontier.sh", *args], cwd=ROOT, capture_output=True, text=True,
                            env=dict(ENV, CK=str(tmp_path / "ck"), **env))
@@ -616,12 +616,14 @@ def test_frontier_recipe_refuses_bad_stages_variants_and_untrained_runs_by_name(
     assert code == 2 and "unknown stage 'zigzag'" in err
     code, _, err = run("variants", VARIANTS="dinic_zigzag")
     assert code == 2 and "unknown variant 'dinic_zigzag'" in err
-    code, out, _ = run("variants")
+    code, out, _ = run("variants", VARIANTS="")
     assert code == 0 and "no VARIANTS, variants stage skipped" in out
     code, _, err = run("choose")
     assert code == 2 and f"{tmp_path / 'ck' / 'ar_kd'} is not trained" in err
     for r in ("ar_kd", "l2r_kd", "dinic"):
         (tmp_path / "ck" / r).mkdir(parents=True)
         (tmp_path / "ck" / r / "done").touch()
+    code, _, err = run("choose")  # the default VARIANTS are frontier runs as well
+    assert code == 2 and f"{tmp_path / 'ck' / 'dinic_repeat'} is not trained" in err
     code, _, err = run("choose", VARIANTS="dinic_late")
     assert code == 2 and f"{tmp_path / 'ck' / 'dinic_late'} is not trained" in err
