@@ -298,8 +298,9 @@ def plot(rows: List[dict], path: str, threads: int, subset: str):
         ax.set_ylim(lo_y - 0.08 * (hi_y - lo_y + 1), hi_y + 0.08 * (hi_y - lo_y + 1))
         lo, hi = min(xs), max(xs)
         ax.set_xlim(lo / 1.3, hi * 3.0)  # room for the labels on the right
-    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", fontsize=8.5, frameon=False)  # below both
-    room = (0, 0.05, 1, 1)  # panels: no label under it
+    # the legend below both panels, where no label can fall under it; the layout keeps that strip free
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", fontsize=8.5, frameon=False)
+    room = (0, 0.05, 1, 1)
     fig.tight_layout(rect=room)
     for first in (True, False):  # placed, the labels take room that the layout then gives them: placed again in it
         notes = [note for ax, key in ((axes[0], "ms_b1"), (axes[1], "ms_b64"))

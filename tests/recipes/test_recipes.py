@@ -608,9 +608,11 @@ def test_lm_pair_summary_takes_the_valid_choice_of_each_seed(tmp_path, capsys):
 def test_frontier_recipe_refuses_bad_stages_variants_and_untrained_runs_by_name(tmp_path):
     """recipes/frontier.sh: an unknown stage or variant, the choose stage before every run it scores is trained (a
     variant included, the default ones too), the variants stage with none asked for (VARIANTS=)."""
+    base = {k: v for k, v in ENV.items() if k != "VARIANTS"}  # the recipe's default, whatever the caller's shell set
+
     def run(*args, **env):
         p = subprocess.run(["bash", "recipes/frontier.sh", *args], cwd=ROOT, capture_output=True, text=True,
-                           env=dict(ENV, CK=str(tmp_path / "ck"), **env))
+                           env=dict(base, CK=str(tmp_path / "ck"), **env))
         return p.returncode, p.stdout, p.stderr
     code, _, err = run("zigzag")
     assert code == 2 and "unknown stage 'zigzag'" in err
