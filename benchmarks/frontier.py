@@ -31,7 +31,9 @@ post-processing (``--remove-bpe --tokenizer moses``, as fairseq-generate), and g
 * ``ms_b1``, ``ms_b64``: milliseconds per sentence at batch 1 and at batch 64, the time of
   ``task.inference_step`` only (what fairseq-generate's own timer measures), with every system timed
   interleaved: batch by batch, each batch decoded by every system in a rotating order, after one
-  untimed warm-up batch each; ``--threads`` torch threads for all.
+  untimed warm-up batch each; ``--threads`` torch threads for all. On a GPU (``--device cuda``, the
+  default where one is found) the models and batches are on it, the clock waits for its queue
+  (``torch.cuda.synchronize``) at both ends, and the ``device`` column names it.
 
 The outputs scored are those of the batch-1 run. Writes OUT.csv and OUT.png (BLEU against ms/sentence, one panel per batch size, every system a
 labelled point, the Pareto front as a line), and prints the table.
@@ -57,7 +59,8 @@ from fairseq_cli.generate import get_symbols_to_strip_from_output
 from torch import nn
 
 COLUMNS = ["system", "sacrebleu", "diff", "diff_low", "diff_high", "p_value", "passes_per_token", "calls_per_token",
-           "positions_per_token", "ms_b1", "ms_b64", "ratio_b1", "ratio_b64", "tokens_per_sentence", "threads", "checkpoint", "flags"]
+           "positions_per_token", "ms_b1", "ms_b64", "ratio_b1", "ratio_b64", "tokens_per_sentence", "threads", "device",
+           "checkpoint", "flags"]
 
 
 # ------------------------------------------------------------------------------------------- pass counting
@@ -164,8 +167,8 @@ def read_systems(path: str) -> List[System]:
     return systems
 
 
-def load(system: System, data: str, subset: str, src: str, tgt: str):
-    """fairseq-generate's set-up for one system: its task, models, generator and post-processing."""
+def load(system: System, data: str, subset: str, src: str, tgt: str, device: str = "cpu"):
+    """fairseq-generate's set-up for one system: its task, models (on ``device``), generator and post-processing."""
     argv = [data, "--path", system.checkpoint, "--gen-subset", subset, "--remove-bpe", "--tokenizer", "moses",
             "--source-lang", src, "--target-lang", tgt, "--user-dir", "insnet_fairseq", *system.flags]
     args = options.parse_args_and_arch(options.get_generation_parser(), argv)
@@ -178,6 +181,7 @@ def load(system: System, data: str, subset: str, src: str, tgt: str):
     for m in models:
         m.prepare_for_inference_(cfg)
         m.eval()
+        m.to(device)
     system.task, system.models, system.cfg = task, models, cfg
     system.generator = task.build_generator(models, cfg.generation)
     tokenizer = task.build_tokenizer(cfg.tokenizer)
@@ -186,22 +190,32 @@ def load(system: System, data: str, subset: str, src: str, tgt: str):
     system.counter = PassCounter(models)
 
 
-def batches(system: System, subset: str, batch_size: int, max_sentences: int = 0) -> list:
+def batches(system: System, subset: str, batch_size: int, max_sentences: int = 0, device: str = "cpu") -> list:
     """The collated batches of ``subset`` in fairseq-generate's order (the dataset's ``ordered_indices``, by
-    length) of ``batch_size`` sentences each, as ``--batch-size`` without ``--max-tokens`` makes them;
+    length) of ``batch_size`` sentences each, as ``--batch-size`` without ``--max-tokens`` makes them, on
+    ``device`` (moved there before any timing, as fairseq-generate moves a batch before its timer starts);
     ``max_sentences``: only the sentences of id below it."""
     dataset = system.task.dataset(subset)
     order = [int(i) for i in dataset.ordered_indices() if not max_sentences or i < max_sentences]
-    return [dataset.collater([dataset[i] for i in order[k : k + batch_size]])
-            for k in range(0, len(order), batch_size)]
+    return [utils.move_to_cuda(b) if device == "cuda" else b
+            for b in (dataset.collater([dataset[i] for i in order[k : k + batch_size]])
+                      for k in range(0, len(order), batch_size))]
+
+
+def synchronize() -> None:
+    """Wait for the GPU's queue (nothing on a CPU): a step's kernels run after its Python returns."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def decode(system: System, sample: dict, record: bool) -> float:
     """Decode one batch; its seconds (inference only). ``record``: keep the outputs and the passes."""
     system.counter.reset()
+    synchronize()
     start = time.perf_counter()
     with torch.no_grad():
         hypos = system.task.inference_step(system.generator, system.models, sample)
+    synchronize()
     seconds = time.perf_counter() - start
     if record:
         system.calls += system.counter.calls
@@ -274,7 +288,12 @@ def pareto(points: List[tuple]) -> List[tuple]:
     return front
 
 
-def plot(rows: List[dict], path: str, threads: int, subset: str):
+def clock_label(threads: int, device: str) -> str:
+    """What the times were measured on, for the plot's axes: ``1 CPU thread``, ``NVIDIA H200``."""
+    return device if device != "cpu" else f"{threads} CPU thread{'s' if threads > 1 else ''}"
+
+
+def plot(rows: List[dict], path: str, threads: int, subset: str, device: str = "cpu"):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -289,8 +308,7 @@ def plot(rows: List[dict], path: str, threads: int, subset: str):
         ax.plot([p[0] for p in front], [p[1] for p in front], "--o", color="tab:orange", zorder=2, markersize=11,
                 markerfacecolor="none", label="Pareto front (no system both faster and better)")
         ax.set_xscale("log")
-        ax.set_xlabel(f"ms per sentence, {title} ({threads} CPU thread{'s' if threads > 1 else ''})"
-                      if not torch.cuda.is_available() else f"ms per sentence, {title} (GPU)")
+        ax.set_xlabel(f"ms per sentence, {title} ({clock_label(threads, device)})")
         ax.set_ylabel(f"sacreBLEU ({subset})")
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
@@ -350,7 +368,7 @@ def replot(out: str, subset: str) -> None:
         sys.exit(f"--replot: {out}.csv has no batch-1 times (a --score-only run draws no plot)")
     for r in rows:
         r["sacrebleu"], r["ms_b1"], r["ms_b64"] = float(r["sacrebleu"]), float(r["ms_b1"]), float(r["ms_b64"])
-    plot(rows, out + ".png", int(rows[0]["threads"]), subset)
+    plot(rows, out + ".png", int(rows[0]["threads"]), subset, rows[0].get("device") or "cpu")
 
 
 # ------------------------------------------------------------------------------------------- main
@@ -365,6 +383,8 @@ def main(argv=None):
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="de")
     p.add_argument("--threads", type=int, default=1, help="torch threads, the same for every system")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where every system decodes (auto: cuda when torch finds a GPU, else cpu)")
     p.add_argument("--max-sentences", type=int, default=0, help="decode only the first N sentences (0: all)")
     p.add_argument("--bootstrap", type=int, default=1000, help="paired bootstrap resamples")
     p.add_argument("--score-only", action="store_true",
@@ -381,6 +401,10 @@ def main(argv=None):
         p.error(f"the following arguments are required: {', '.join(missing)}")
 
     torch.set_num_threads(args.threads)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit("--device cuda: torch finds no GPU (torch.cuda.is_available() is False)")
+    device_name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     systems = read_systems(args.systems)
     if args.baseline not in [s.name for s in systems]:
         sys.exit(f"--baseline '{args.baseline}' is not a system of {args.systems}")
@@ -388,15 +412,15 @@ def main(argv=None):
         refs = [line.rstrip("\n") for line in f]
     with contextlib.redirect_stdout(sys.stderr):
         for s in systems:
-            load(s, args.data, args.subset, args.src, args.tgt)
+            load(s, args.data, args.subset, args.src, args.tgt, device)
     sizes = [64] if args.score_only else [1, 64]  # the passes are counted at batch 1
     for b in sizes:
-        per = [batches(s, args.subset, b, args.max_sentences) for s in systems]
+        per = [batches(s, args.subset, b, args.max_sentences, device) for s in systems]
         ids = [sorted(i for x in bs for i in x["id"].tolist()) for bs in per]
         if any(i != ids[0] for i in ids):
             sys.exit("the systems' tasks batch the data differently: they must decode the same sentences")
         print(f"timing batch {b}: {len(per[0])} batches of {len(ids[0])} sentences, {len(systems)} systems "
-              f"interleaved, {args.threads} thread(s)", file=sys.stderr, flush=True)
+              f"interleaved, {args.threads} thread(s), {device_name}", file=sys.stderr, flush=True)
         record = b == 1 or args.score_only
         if record:
             for s in systems:
@@ -427,7 +451,7 @@ def main(argv=None):
             "positions_per_token": round(s.positions / ntok, 3) if 1 in sizes else "",
             "ms_b1": round(1000 * s.seconds[1] / n_sent, 2) if 1 in sizes else "",
             "ms_b64": round(1000 * s.seconds[64] / n_sent, 2),
-            "tokens_per_sentence": round(ntok / n_sent, 2), "threads": args.threads,
+            "tokens_per_sentence": round(ntok / n_sent, 2), "threads": args.threads, "device": device_name,
             "checkpoint": s.checkpoint, "flags": " ".join(s.flags),
         })
     b_row = next(r for r in rows if r["system"] == base.name)
@@ -441,8 +465,8 @@ def main(argv=None):
         for r in rows:
             w.writerow(r)
     if 1 in sizes:
-        plot(rows, args.out + ".png", args.threads, args.subset)
-    print(f"{args.subset}, {n_sent} sentences, {args.threads} thread(s); diff: BLEU minus {base.name}'s, "
+        plot(rows, args.out + ".png", args.threads, args.subset, device_name)
+    print(f"{args.subset}, {n_sent} sentences, {args.threads} thread(s), {device_name}; diff: BLEU minus {base.name}'s, "
           f"95% paired-bootstrap interval")
     print(f"{'system':<44} {'BLEU':>6} {'diff [95% CI]':>22} {'pass/tok':>8} {'pos/tok':>7} {'ms b1':>7} {'ms b64':>7} "
           f"{'x b1':>6} {'x b64':>6}")

@@ -3,7 +3,7 @@
 # one budget, checkpoints and flags chosen on valid the same way, test scored once by benchmarks/frontier.py.
 #
 #   bash recipes/frontier.sh            # every stage below, each skipped once its output exists
-#   bash recipes/frontier.sh STAGE...   # teacher | train | variants | choose | test
+#   bash recipes/frontier.sh STAGE...   # teacher | train | variants | choose | test | gpu
 #
 #   teacher  recipes/distill.py: the AR teacher (recipes/train.sh ar, TEACHER_UPDATES (2000) updates) and its beam-5
 #            translation of the training set, data-bin/multi30k_en_de-distill
@@ -28,7 +28,12 @@
 #            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.5 0.6 0.75), is stored with
 #            its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone decodes;
 #            the same for each variant
-#   test     benchmarks/frontier.py on the test set -> results/frontier_multi30k_cpu.{csv,png}
+#   test     benchmarks/frontier.py on the test set, on the CPU -> results/frontier_multi30k_cpu.{csv,png}
+#   gpu      (not in the default list) the test stage's systems but the variants' and the no-skip-repeats rows, on a
+#            CUDA GPU, the first GPU_SENTENCES (500) test sentences -> GPU_OUT (results/frontier_multi30k_gpu); their
+#            checkpoints as decoding-only copies with fp16-stored weights, CK/half/RUN.pt
+#            (recipes/inference_checkpoint.py --half: a sixth of the size to move; on the CPU they score within
+#            0.04 BLEU of the fp32 files), loaded into fp32
 #
 # Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet-Dinic 1 candidate with the
 # default flags (--insertion-mode parallel only: slot queries fused at batch 1, two passes a step at 64), the same
@@ -37,7 +42,7 @@
 # the best multi-candidate decoding of docs/insnet.md, chosen there on valid); each of VARIANTS with its default
 # flags, and dinic_repeat also without skip repeats (--no-skip-repeats: does the loss replace the rule?).
 # Environment: CK (checkpoints/frontier, logs in logs/<CK's last name>/), OUT (results/frontier_multi30k_cpu), MULTI30K_DIR
-# (the raw corpus), VARIANTS ("dinic_repeat dinic_late").
+# (the raw corpus), VARIANTS ("dinic_repeat dinic_late"), GPU_OUT, GPU_SENTENCES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=multi30k_en_de; data=data-bin/$name; kd=data-bin/$name-distill
@@ -182,12 +187,27 @@ print(max(rows, key=lambda r: float(r['sacrebleu']))['system'].split()[-1])")
 test_stage() {
   [ -f "$ck/test.tsv" ] || choose
   python benchmarks/frontier.py --data "$data" --systems "$ck/test.tsv" --raw-ref "$raw/test.de" \
-    --baseline "AR+KD greedy" --threads "$threads" --out "$out" | tee "$out.txt"
+    --baseline "AR+KD greedy" --threads "$threads" --device cpu --out "$out" | tee "$out.txt"
+}
+
+gpu_stage() {
+  [ -f "$ck/test.tsv" ] || choose
+  local gpu_out=${GPU_OUT:-results/frontier_multi30k_gpu} name path flags half
+  local keep='^(AR\+KD (greedy|beam 5)|InsNet l2r\+KD sequential|InsNet-Dinic 1 candidate(, always fused|, two passes)?|InsNet-Dinic 8 candidates \+ MBR)'$'\t'
+  mkdir -p "$ck/half"
+  grep -E "$keep" "$ck/test.tsv" | while IFS=$'\t' read -r name path flags; do
+    half=$ck/half/$(basename "$(dirname "$path")").pt
+    [ "$half" -nt "$path" ] || python recipes/inference_checkpoint.py "$path" "$half" --half >&2
+    printf '%s\t%s\t%s\n' "$name" "$half" "$flags"
+  done >"$ck/gpu.tsv"
+  python -c "import sys, torch; torch.cuda.is_available() or sys.exit('frontier.sh gpu: torch finds no GPU (a CUDA build of torch and a GPU: make install on a CUDA machine)')" || exit 2
+  python benchmarks/frontier.py --data "$data" --systems "$ck/gpu.tsv" --raw-ref "$raw/test.de" --baseline "AR+KD greedy" \
+    --threads 1 --device cuda --max-sentences "${GPU_SENTENCES:-500}" --out "$gpu_out" | tee "$gpu_out.txt"
 }
 
 for stage in "${stages[@]}"; do
   case $stage in
-    teacher) teacher ;; train) train ;; variants) variants_stage ;; choose) choose ;; test) test_stage ;;
-    *) echo "frontier.sh: unknown stage '$stage' (teacher | train | variants | choose | test)" >&2; exit 2 ;;
+    teacher) teacher ;; train) train ;; variants) variants_stage ;; choose) choose ;; test) test_stage ;; gpu) gpu_stage ;;
+    *) echo "frontier.sh: unknown stage '$stage' (teacher | train | variants | choose | test | gpu)" >&2; exit 2 ;;
   esac
 done

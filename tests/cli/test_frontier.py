@@ -33,6 +33,7 @@ def test_frontier_writes_every_column(small_data, raw_corpus, tiny_checkpoint, a
             float(r[c])  # every column is a number
         assert float(r["diff_low"]) <= float(r["diff"]) <= float(r["diff_high"]), r
         assert float(r["ms_b1"]) > 0 and float(r["ms_b64"]) > 0
+    assert {r["device"] for r in rows} == {"cpu"} and {r["threads"] for r in rows} == {"1"}
     base = rows[0]
     assert float(base["diff"]) == float(base["diff_low"]) == float(base["diff_high"]) == 0.0
     passes = {r["system"]: (float(r["passes_per_token"]), float(r["calls_per_token"])) for r in rows}

@@ -15,6 +15,7 @@ import tarfile
 import threading
 
 import pytest
+import torch
 
 import synthetic_corpus
 from conftest import ROOT
@@ -603,6 +604,38 @@ def test_lm_pair_summary_takes_the_valid_choice_of_each_seed(tmp_path, capsys):
         lm_pair_summary.main(["--ar", ar, "--insnet", kd, "--beam", "10"])
     with pytest.raises(SystemExit, match="valid_lenpen.csv not found"):
         lm_pair_summary.main(["--ar", ar, "--insnet", str(tmp_path)])
+
+
+def test_frontier_gpu_stage_writes_its_systems_and_refuses_without_a_gpu(tiny_checkpoint, ar_checkpoint, tmp_path):
+    """recipes/frontier.sh gpu: the test stage's systems but the variants' and the no-skip-repeats rows, each on a
+    decoding-only fp16 copy of its checkpoint (CK/half/RUN.pt), in the test stage's order and flags; on a machine
+    where torch finds no GPU it stops there, saying so (this suite runs on such a machine)."""
+    ck = tmp_path / "ck"
+    runs = {"ar_kd": ar_checkpoint, "l2r_kd": tiny_checkpoint, "dinic": tiny_checkpoint, "dinic_late": tiny_checkpoint}
+    for r, src in runs.items():
+        (ck / r).mkdir(parents=True)
+        shutil.copy(src, ck / r / "checkpoint_avg.pt")
+    par = "--task insertion_translation --insertion-mode parallel"
+    rows = [("AR+KD greedy", "ar_kd", "--beam 1"), ("AR+KD beam 5", "ar_kd", "--beam 5"),
+            ("InsNet l2r+KD sequential", "l2r_kd", "--task insertion_translation --insertion-mode sequential"),
+            ("InsNet-Dinic 1 candidate", "dinic", par),
+            ("InsNet-Dinic 1 candidate, always fused", "dinic", par + " --fuse-slot-queries"),
+            ("InsNet-Dinic 1 candidate, two passes", "dinic", par + " --no-fuse-slot-queries"),
+            ("InsNet-Dinic 1 candidate, no skip repeats", "dinic", par + " --no-skip-repeats"),
+            ("InsNet-Dinic 8 candidates + MBR", "dinic", par + " --insertion-candidates 8 --insertion-candidates-mbr 1"),
+            ("InsNet-Dinic 1 candidate, late words", "dinic_late", par)]
+    (ck / "test.tsv").write_text("".join(f"{n}\t{ck / r / 'checkpoint_avg.pt'}\t{f}\n" for n, r, f in rows))
+    env = dict(ENV, CK=str(ck), GPU_OUT=str(tmp_path / "gpu"), CUDA_VISIBLE_DEVICES="")
+    p = subprocess.run(["bash", "recipes/frontier.sh", "gpu"], cwd=ROOT, capture_output=True, text=True, env=env,
+                       timeout=600)
+    assert p.returncode == 2 and "frontier.sh gpu: torch finds no GPU" in p.stderr, p.stderr[-3000:]
+    kept = [(n, str(ck / "half" / f"{r}.pt"), f) for n, r, f in rows if "no skip" not in n and "late" not in n]
+    assert (ck / "gpu.tsv").read_text() == "".join(f"{n}\t{c}\t{f}\n" for n, c, f in kept)
+    for r in ("ar_kd", "l2r_kd", "dinic"):
+        half = torch.load(ck / "half" / f"{r}.pt", map_location="cpu", weights_only=False)
+        assert "last_optimizer_state" not in half
+        assert all(t.dtype == torch.float16 for t in half["model"].values() if t.is_floating_point())
+    assert not (ck / "half" / "dinic_late.pt").exists() and not (tmp_path / "gpu.csv").exists()
 
 
 def test_frontier_recipe_refuses_bad_stages_variants_and_untrained_runs_by_name(tmp_path):
