@@ -36,7 +36,8 @@
 #            0.04 BLEU of the fp32 files), loaded into fp32
 #
 # Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet-Dinic 1 candidate with the
-# default flags (--insertion-mode parallel only: slot queries fused at batch 1, two passes a step at 64), the same
+# default flags (--insertion-mode parallel only: on the CPU slot queries fused at batch 1, two passes a step at 64; on a GPU
+# fused), the same
 # with the slot queries always fused (--fuse-slot-queries), never fused (--no-fuse-slot-queries: the same outputs)
 # and without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check 0.6, a sentence stops once 6 have finished:
 # the best multi-candidate decoding of docs/insnet.md, chosen there on valid); each of VARIANTS with its default

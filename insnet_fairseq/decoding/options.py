@@ -122,9 +122,10 @@ class DecodingOptions:
     verify_max_len: Tuple[float, int] = (0.0, 200)
     # --slot-query-stream models, cached decoding: whether a step's pass also computes the next step's slot queries
     # (every slot's: one pass per step instead of two, the same outputs). on (--fuse-slot-queries), off
-    # (--no-fuse-slot-queries), auto (neither flag): fused while one row is decoded (batch 1, one candidate), two
-    # passes otherwise: fused is faster at batch 1 (frontier test: 49.3 against 62.3 ms/sentence), slower at batch 64
-    # (10.1 against 9.1), results/frontier_multi30k_cpu.csv. Not a rule: every setting decodes the same outputs
+    # (--no-fuse-slot-queries), auto (neither flag): on a GPU always; on a CPU while one row is decoded (batch 1, one
+    # candidate), two passes otherwise (step.auto_fuses). Fused is faster at batch 1 (CPU frontier test: 49.3 against
+    # 62.3 ms/sentence), and at batch 64 on a GPU (2.27 against 2.88), slower there on a CPU (10.1 against 9.1):
+    # results/frontier_multi30k_{cpu,gpu}.csv. Not a rule: every setting decodes the same outputs
     fuse_slot_queries: str = "auto"
     # --compile-decoder MODE: each cached step's decoder pass through torch.compile (dynamic shapes); off: eager
     compile_decoder: str = "off"
@@ -447,8 +448,8 @@ class DecodingFlags(FairseqDataclass):
         default=False,
         metadata={"help": "--slot-query-stream models: each cached decoding step computes the next step's slot queries "
                   "(every slot's) in its own pass: one decoder pass per step instead of two, the same outputs "
-                  "(faster at batch 1, slower at large batches: every slot's query is computed). Default: fused "
-                  "while one row is decoded (batch 1, one candidate)"},
+                  "(faster at batch 1 and on a GPU, slower at large batches on a CPU: every slot's query is computed). "
+                  "Default: fused on a GPU, and on a CPU while one row is decoded (batch 1, one candidate)"},
     )
     no_fuse_slot_queries: bool = field(
         default=False, metadata={"help": "--slot-query-stream models: two passes per step at any batch size"}

@@ -9,7 +9,7 @@ from torch._dynamo.utils import counters
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.state import Picks, compact, group_offsets
-from insnet_fairseq.decoding.step import top_p_slots
+from insnet_fairseq.decoding.step import InsertionSteps, auto_fuses, top_p_slots
 from insnet_fairseq.decoding.stopping import StopCheck
 from insnet_fairseq.reference import naive_offsets
 
@@ -380,6 +380,34 @@ def test_auto_fusion_fuses_while_one_row_is_decoded(mode, slot_top_p, batch, mon
         assert n_calls == 0
         assert alone["tokens"].tolist() == off[i]["tokens"].tolist() and alone["steps"] == off[i]["steps"]
     assert len({tuple(h["tokens"].tolist()) for h in off}) > 1
+
+
+def test_auto_fusion_fuses_every_batch_on_a_gpu():
+    """The default's rule (neither flag): on a CPU fused at one row only, on a GPU at any number of rows; the step
+    reads the device from the decoder's weights; the flags override it, and a model without the slot query stream,
+    or uncached decoding, never fuses."""
+    assert auto_fuses(1, on_gpu=False) and not auto_fuses(2, on_gpu=False) and not auto_fuses(64, on_gpu=False)
+    assert auto_fuses(1, on_gpu=True) and auto_fuses(64, on_gpu=True)
+    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=True)
+
+    class GpuWeight:  # what the rule reads of a weight on a GPU, without one
+        is_cuda = True
+
+    def fused(fuse, rows, gpu, use_cache=True):
+        steps = InsertionSteps(d, DecodingOptions(mode="parallel", fuse_slot_queries=fuse, use_cache=use_cache))
+        decoder = copy.copy(model.decoder)
+        context = copy.copy(decoder.context)
+        object.__setattr__(context, "embed_tokens", type("E", (), {"weight": GpuWeight()})() if gpu
+                           else context.embed_tokens)
+        object.__setattr__(decoder, "context", context)
+        return steps.fused(decoder, rows)
+
+    assert [fused("auto", rows, gpu=False) for rows in (1, 8)] == [True, False]
+    assert [fused("auto", rows, gpu=True) for rows in (1, 8)] == [True, True]
+    assert not fused("off", 1, gpu=True) and fused("on", 8, gpu=False)
+    assert not fused("auto", 1, gpu=True, use_cache=False)
+    plain, d2 = build_tiny_model(seed=7, vocab=30, slot_query_stream=False)
+    assert not InsertionSteps(d2, DecodingOptions(mode="parallel", fuse_slot_queries="on")).fused(plain.decoder, 1)
 
 
 def test_compiled_decoder_pass_decodes_as_the_eager_one():
