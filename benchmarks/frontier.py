@@ -334,21 +334,30 @@ def plot(rows: List[dict], path: str, threads: int, subset: str, device: str = "
 
 def place_labels(ax, names: List[str], xs: List[float], ys: List[float], fontsize: float = 8.5) -> list:
     """Label each point (xs[i], ys[i]) of ``ax`` with names[i], right of it, top point first; a label that would
-    overlap one already placed moves down a line at a time until it is clear, with a thin line back to its point.
-    Points of one BLEU (the same outputs decoded another way) thus get stacked labels. Returns the annotations."""
+    overlap one already placed or another point, or leave the panel at its foot, moves a line at a time, down first,
+    then up, until it is clear, with a thin line back to its point. Points of one BLEU (the same outputs decoded another way) thus get
+    stacked labels. Returns the annotations."""
     renderer = ax.figure.canvas.get_renderer()
     pixels = ax.transData.transform(list(zip(xs, ys)))  # [n, 2] display coordinates
+    panel = ax.get_window_extent(renderer)
+    step = fontsize * 1.3
+    shifts = [0.0] + [s * k * step for k in range(1, 2 * len(names) + 1) for s in (-1, 1)]  # down, up, 2 down, ...
     placed, out = [], []
     for i in sorted(range(len(names)), key=lambda i: (-pixels[i][1], pixels[i][0])):
-        dy = -4.0
-        for _ in range(4 * len(names)):  # (at most one line per label above it; the bound is a guard)
+        for shift in shifts:
+            dy = -4.0 + shift
             note = ax.annotate(names[i], (xs[i], ys[i]), xytext=(8, dy), textcoords="offset points", fontsize=fontsize)
             box = note.get_window_extent(renderer)  # the text's box (no line yet)
-            if not any(box.overlaps(other) for other in placed):
+            covers = any(box.x0 - 5 <= px <= box.x1 + 5 and box.y0 - 5 <= py <= box.y1 + 5
+                         for j, (px, py) in enumerate(pixels) if j != i)  # another system's point under the text
+            if box.y0 >= panel.y0 and not covers and not any(box.overlaps(other) for other in placed):
                 break
             note.remove()
-            dy -= fontsize * 1.3
-        if dy < -4.0:  # moved: a thin line back to its point
+        else:  # no clear place (a guard: there are more places than labels): the first one
+            dy = -4.0
+            note = ax.annotate(names[i], (xs[i], ys[i]), xytext=(8, dy), textcoords="offset points", fontsize=fontsize)
+            box = note.get_window_extent(renderer)
+        if dy != -4.0:  # moved: a thin line back to its point
             note.remove()
             note = ax.annotate(names[i], (xs[i], ys[i]), xytext=(8, dy), textcoords="offset points", fontsize=fontsize,
                                arrowprops=dict(arrowstyle="-", lw=0.5, color="0.5", relpos=(0, 0.5), shrinkA=0,

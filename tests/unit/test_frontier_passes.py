@@ -120,3 +120,34 @@ def test_labels_of_points_at_one_place_are_stacked_apart():
     moved = [note.arrow_patch is not None for note in notes]
     assert sum(moved) == 2  # two of the three labels at 33.43 moved down; the others stay where they were
     plt.close(fig)
+
+
+def test_labels_at_the_panel_foot_move_up_and_leave_other_points_clear():
+    """Three labels at the lowest BLEU: none leaves the panel at its foot (they stack upwards there), none overlaps
+    another, and no label's text runs over another system's point (a point right of a label's start)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    from benchmarks.frontier import place_labels
+
+    names = ["InsNet-Dinic 1 candidate, always fused", "InsNet-Dinic 1 candidate", "two passes", "AR+KD beam 5"]
+    xs, ys = [2.27, 2.91, 2.88, 2.26], [32.86, 32.86, 32.86, 37.24]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter(xs, ys)
+    ax.set_xscale("log")
+    ax.set_ylim(32.5, 37.6)
+    ax.set_xlim(1.8, 9.0)
+    notes = place_labels(ax, names, xs, ys)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [Text.get_window_extent(note, renderer) for note in notes]
+    panel = ax.get_window_extent(renderer)
+    points = ax.transData.transform(list(zip(xs, ys)))
+    assert all(b.y0 >= panel.y0 for b in boxes)
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    for i, b in enumerate(boxes):
+        assert not any(b.x0 <= px <= b.x1 and b.y0 <= py <= b.y1 for j, (px, py) in enumerate(points) if j != i)
+    plt.close(fig)
