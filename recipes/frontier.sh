@@ -27,7 +27,8 @@
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
 #            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.5 0.6 0.75), is stored with
 #            its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone decodes;
-#            the same for each variant
+#            the same for each variant; then each variant against InsNet-Dinic on valid, CK/valid_variants.{csv,txt}
+#            (what decides whether a variant's flag becomes InsNet-Dinic's training)
 #   test     benchmarks/frontier.py on the test set, on the CPU -> results/frontier_multi30k_cpu.{csv,png}
 #   gpu      (not in the default list) the test stage's systems but the variants' and the no-skip-repeats rows, on a
 #            CUDA GPU, the first GPU_SENTENCES (500) test sentences -> GPU_OUT (results/frontier_multi30k_gpu); their
@@ -168,6 +169,17 @@ choose() {
   echo "frontier.sh: chosen on valid: $best"
   cp "$ck/valid_$best.tsv" "$ck/test.tsv"
   for run in dinic "${variants[@]}"; do store_stop_check "$(checkpoint $run "$best")" "$run"; done
+  [ ${#variants[@]} = 0 ] || variants_on_valid
+}
+
+variants_on_valid() {  # each variant against dinic on valid, each with its stored stop check -> CK/valid_variants.*
+  local names=("InsNet-Dinic 1 candidate") v
+  for v in "${variants[@]}"; do names+=("InsNet-Dinic 1 candidate, ${variant_name[$v]}"); done
+  awk -F'\t' 'NR == FNR { keep[$0] = 1; next } ($1 in keep)' <(printf '%s\n' "${names[@]}") "$ck/test.tsv" \
+    >"$ck/valid_variants.tsv"
+  python benchmarks/frontier.py --data "$data" --systems "$ck/valid_variants.tsv" --subset valid \
+    --raw-ref "$raw/valid.de" --baseline "InsNet-Dinic 1 candidate" --threads "$threads" --score-only \
+    --out "$ck/valid_variants" | tee "$ck/valid_variants.txt"
 }
 
 store_stop_check() {  # CKPT RUN: the best --stop-check-prob of STOP_CHECKS on valid, stored with CKPT as its default
