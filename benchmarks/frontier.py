@@ -59,8 +59,8 @@ from fairseq_cli.generate import get_symbols_to_strip_from_output
 from torch import nn
 
 COLUMNS = ["system", "sacrebleu", "diff", "diff_low", "diff_high", "p_value", "passes_per_token", "calls_per_token",
-           "positions_per_token", "ms_b1", "ms_b64", "ratio_b1", "ratio_b64", "tokens_per_sentence", "threads", "device",
-           "checkpoint", "flags"]
+           "positions_per_token", "ms_b1", "ms_b64", "ratio_b1", "ratio_b64", "tokens_per_sentence", "threads",
+           "device", "checkpoint", "flags"]
 
 
 # ------------------------------------------------------------------------------------------- pass counting
@@ -335,8 +335,8 @@ def plot(rows: List[dict], path: str, threads: int, subset: str, device: str = "
 def place_labels(ax, names: List[str], xs: List[float], ys: List[float], fontsize: float = 8.5) -> list:
     """Label each point (xs[i], ys[i]) of ``ax`` with names[i], right of it, top point first; a label that would
     overlap one already placed or another point, or leave the panel at its foot, moves a line at a time, down first,
-    then up, until it is clear, with a thin line back to its point. Points of one BLEU (the same outputs decoded another way) thus get
-    stacked labels. Returns the annotations."""
+    then up, until it is clear, with a thin line back to its point. Points of one BLEU (the same outputs decoded
+    another way) thus get stacked labels. Returns the annotations."""
     renderer = ax.figure.canvas.get_renderer()
     pixels = ax.transData.transform(list(zip(xs, ys)))  # [n, 2] display coordinates
     panel = ax.get_window_extent(renderer)
@@ -475,8 +475,8 @@ def main(argv=None):
             w.writerow(r)
     if 1 in sizes:
         plot(rows, args.out + ".png", args.threads, args.subset, device_name)
-    print(f"{args.subset}, {n_sent} sentences, {args.threads} thread(s), {device_name}; diff: BLEU minus {base.name}'s, "
-          f"95% paired-bootstrap interval")
+    print(f"{args.subset}, {n_sent} sentences, {args.threads} thread(s), {device_name}; diff: BLEU minus "
+          f"{base.name}'s, 95% paired-bootstrap interval")
     print(f"{'system':<44} {'BLEU':>6} {'diff [95% CI]':>22} {'pass/tok':>8} {'pos/tok':>7} {'ms b1':>7} {'ms b64':>7} "
           f"{'x b1':>6} {'x b64':>6}")
     for r in rows:

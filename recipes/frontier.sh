@@ -37,11 +37,10 @@
 #            0.04 BLEU of the fp32 files), loaded into fp32
 #
 # Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet-Dinic 1 candidate with the
-# default flags (--insertion-mode parallel only: on the CPU slot queries fused at batch 1, two passes a step at 64; on a GPU
-# fused), the same
-# with the slot queries always fused (--fuse-slot-queries), never fused (--no-fuse-slot-queries: the same outputs)
-# and without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check 0.6, a sentence stops once 6 have finished:
-# the best multi-candidate decoding of docs/insnet.md, chosen there on valid); each of VARIANTS with its default
+# default flags (--insertion-mode parallel only: on the CPU slot queries fused at batch 1, two passes a step at 64; on
+# a GPU fused), the same with the slot queries always fused (--fuse-slot-queries), never fused (--no-fuse-slot-queries:
+# the same outputs) and without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check 0.6, a sentence stops once 6
+# have finished: the best multi-candidate decoding of docs/insnet.md, chosen there on valid); each of VARIANTS with its default
 # flags, and dinic_repeat also without skip repeats (--no-skip-repeats: does the loss replace the rule?).
 # Environment: CK (checkpoints/frontier, logs in logs/<CK's last name>/), OUT (results/frontier_multi30k_cpu), MULTI30K_DIR
 # (the raw corpus), VARIANTS ("dinic_repeat dinic_late"), GPU_OUT, GPU_SENTENCES.
@@ -206,21 +205,25 @@ test_stage() {
 gpu_stage() {
   [ -f "$ck/test.tsv" ] || choose
   local gpu_out=${GPU_OUT:-results/frontier_multi30k_gpu} name path flags half
-  local keep='^(AR\+KD (greedy|beam 5)|InsNet l2r\+KD sequential|InsNet-Dinic 1 candidate(, always fused|, two passes)?|InsNet-Dinic 8 candidates \+ MBR)'$'\t'
+  local keep='^(AR\+KD (greedy|beam 5)|InsNet l2r\+KD sequential|InsNet-Dinic 1 candidate(, always fused|, two passes)?'
+  keep+='|InsNet-Dinic 8 candidates \+ MBR)'$'\t'
   mkdir -p "$ck/half"
   grep -E "$keep" "$ck/test.tsv" | while IFS=$'\t' read -r name path flags; do
     half=$ck/half/$(basename "$(dirname "$path")").pt
     [ "$half" -nt "$path" ] || python recipes/inference_checkpoint.py "$path" "$half" --half >&2
     printf '%s\t%s\t%s\n' "$name" "$half" "$flags"
   done >"$ck/gpu.tsv"
-  python -c "import sys, torch; torch.cuda.is_available() or sys.exit('frontier.sh gpu: torch finds no GPU (a CUDA build of torch and a GPU: make install on a CUDA machine)')" || exit 2
-  python benchmarks/frontier.py --data "$data" --systems "$ck/gpu.tsv" --raw-ref "$raw/test.de" --baseline "AR+KD greedy" \
-    --threads 1 --device cuda --max-sentences "${GPU_SENTENCES:-500}" --out "$gpu_out" | tee "$gpu_out.txt"
+  python -c "import sys, torch; torch.cuda.is_available() or sys.exit('frontier.sh gpu: torch finds no GPU (a CUDA \
+build of torch and a GPU: make install on a CUDA machine)')" || exit 2
+  python benchmarks/frontier.py --data "$data" --systems "$ck/gpu.tsv" --raw-ref "$raw/test.de" \
+    --baseline "AR+KD greedy" --threads 1 --device cuda --max-sentences "${GPU_SENTENCES:-500}" --out "$gpu_out" \
+    | tee "$gpu_out.txt"
 }
 
 for stage in "${stages[@]}"; do
   case $stage in
-    teacher) teacher ;; train) train ;; variants) variants_stage ;; choose) choose ;; test) test_stage ;; gpu) gpu_stage ;;
+    teacher) teacher ;; train) train ;; variants) variants_stage ;; choose) choose ;; test) test_stage ;;
+    gpu) gpu_stage ;;
     *) echo "frontier.sh: unknown stage '$stage' (teacher | train | variants | choose | test | gpu)" >&2; exit 2 ;;
   esac
 done
