@@ -1,9 +1,10 @@
 """benchmarks/frontier.py on tiny checkpoints: every column, the baseline's zero difference, the plot."""
 import csv
 import os
+import subprocess
 import sys
 
-from conftest import ROOT, run
+from conftest import ENV, ROOT, run
 
 COLUMNS = ["system", "sacrebleu", "diff_low", "diff_high", "passes_per_token", "positions_per_token", "ms_b1", "ms_b64"]
 
@@ -21,8 +22,8 @@ def test_frontier_writes_every_column(small_data, raw_corpus, tiny_checkpoint, a
     out = tmp_path / "frontier"
     res = run([sys.executable, os.path.join(ROOT, "benchmarks", "frontier.py"), "--data", small_data,
                "--systems", str(systems), "--raw-ref", os.path.join(raw_corpus, "test.de"),
-               "--baseline", "AR+KD greedy", "--max-sentences", "5", "--bootstrap", "50", "--out", str(out)],
-              timeout=900)
+               "--baseline", "AR+KD greedy", "--max-sentences", "5", "--bootstrap", "50", "--device", "cpu",
+               "--out", str(out)], timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
     with open(f"{out}.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -66,6 +67,11 @@ def test_frontier_refuses_a_missing_checkpoint(small_data, raw_corpus, tmp_path)
     assert res.returncode != 0
     assert "systems.tsv:1: checkpoint /nonexistent/checkpoint.pt of system 'AR' does not exist" in res.stderr
     assert "Traceback" not in res.stderr
+    res = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "frontier.py"), "--data", small_data,
+                          "--systems", str(systems), "--raw-ref", os.path.join(raw_corpus, "test.de"), "--baseline",
+                          "AR", "--device", "cuda", "--out", str(tmp_path / "f")], cwd=ROOT, capture_output=True,
+                         text=True, env=dict(ENV, CUDA_VISIBLE_DEVICES=""))  # as on a machine without a GPU
+    assert res.returncode != 0 and "--device cuda: torch finds no GPU" in res.stderr and "Traceback" not in res.stderr
     res = run([sys.executable, os.path.join(ROOT, "benchmarks", "frontier.py"), "--out", str(tmp_path / "f")])
     assert res.returncode != 0 and "required: --data, --systems, --raw-ref, --baseline" in res.stderr
     res = run([sys.executable, os.path.join(ROOT, "benchmarks", "frontier.py"), "--replot", "--out", str(tmp_path / "f")])
