@@ -20,7 +20,6 @@ import os
 import sys
 
 import torch
-from fairseq.file_io import PathManager
 from fairseq.checkpoint_utils import torch_persistent_save
 
 KEEP = ("args", "cfg", "model", "criterion", "optimizer_history", "task_state", "extra_state", "dictionaries")
@@ -72,10 +71,8 @@ def main(argv=None):
                  "checkpoint")
     os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
     torch_persistent_save(inference_state(state, args.half), args.output)
-    with PathManager.open(args.output, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-    print(f"{args.output}: {size / 1e6:.1f} MB (from {os.path.getsize(args.input) / 1e6:.1f} MB)"
-          f"{', weights in fp16' if args.half else ''}")
+    size, before = os.path.getsize(args.output) / 1e6, os.path.getsize(args.input) / 1e6
+    print(f"{args.output}: {size:.1f} MB (from {before:.1f} MB){', weights in fp16' if args.half else ''}")
 
 
 if __name__ == "__main__":
