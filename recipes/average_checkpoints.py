@@ -6,7 +6,7 @@
     python recipes/average_checkpoints.py --inputs a.pt b.pt c.pt --output avg.pt
     python recipes/average_checkpoints.py --inputs SAVE_DIR --output SAVE_DIR/checkpoint_avg.pt --reuse  # remade only
                                                                   # when a checkpoint is newer than the average
-    python recipes/average_checkpoints.py --inputs avg.pt --output small.pt --transfer  # float16, no optimizer state
+    python recipes/average_checkpoints.py --inputs avg.pt --output small.pt --transfer  # float16, for decoding only
 
 A directory stands for every checkpoint the run kept there (``checkpoint_last.pt``, ``checkpoint_best.pt`` and the
 ``--save-interval-updates`` ones, ``checkpoint_E_U.pt``; never an earlier average), each file counted once even when
@@ -14,9 +14,10 @@ two names hold the same state (``checkpoint_best.pt`` is a copy of the last one 
 Floating-point parameters are averaged in float32 and stored in their own dtype. Integer buffers, the
 configuration, the optimizer history and the training state are the newest input's (by update, so a resumed run
 continues from it), and parameters tied in it (``--share-all-embeddings``) stay one tensor, also where a GPU run
-saved them as equal copies (:func:`retie`). ``--transfer`` writes a
-small copy to move to another machine: floating-point parameters in float16 (fairseq loads them into the model's
-float32 parameters), without the optimizer state (so it decodes, but cannot resume training). Checkpoints of different
+saved them as equal copies (:func:`retie`). ``--transfer`` writes the
+average as ``recipes/inference_checkpoint.py --half`` does: a small copy to decode on another machine,
+floating-point parameters in float16 (fairseq loads them into the model's float32 parameters), without the optimizer
+state or the task's training state (so it decodes, but cannot resume training). Checkpoints of different
 models are refused, naming the file and the parameter. The average is written atomically (fairseq's
 ``torch_persistent_save``).
 
@@ -33,6 +34,8 @@ from typing import Dict, List, Tuple
 
 import torch
 from fairseq import checkpoint_utils
+
+from recipes.inference_checkpoint import inference_state
 
 
 def run_checkpoints(directory: str) -> List[str]:
@@ -64,9 +67,9 @@ def updates(state: dict) -> int:
     return int(history[-1].get("num_updates", 0))
 
 
-def average(states: List[dict], names: List[str], dtype=None) -> Dict[str, torch.Tensor]:
-    """The mean of every floating-point parameter of ``states`` (others: the last state's), in ``dtype`` (None: the
-    parameter's own)."""
+def average(states: List[dict], names: List[str]) -> Dict[str, torch.Tensor]:
+    """The mean of every floating-point parameter of ``states`` (others: the last state's), in the parameter's own
+    dtype."""
     first, first_name = states[0]["model"], names[0]
     for state, name in zip(states[1:], names[1:]):
         model = state["model"]
@@ -77,7 +80,7 @@ def average(states: List[dict], names: List[str], dtype=None) -> Dict[str, torch
             if v.shape != first[k].shape:
                 sys.exit(f"average_checkpoints.py: {name}: parameter {k} has shape {tuple(v.shape)}, "
                          f"{first_name} {tuple(first[k].shape)}")
-    out = {k: torch.stack([s["model"][k].float() for s in states]).mean(0).to(dtype or v.dtype)
+    out = {k: torch.stack([s["model"][k].float() for s in states]).mean(0).to(v.dtype)
            if v.is_floating_point() else v for k, v in states[-1]["model"].items()}
     return retie(out)  # tied parameters (--share-all-embeddings) average to equal tensors: one storage in the file
 
@@ -127,9 +130,9 @@ def main():
     order = sorted(range(len(states)), key=lambda i: updates(states[i]))  # oldest first: the newest's state is kept
     states, paths = [states[i] for i in order], [paths[i] for i in order]
     merged = dict(states[-1])
-    merged["model"] = average(states, paths, torch.float16 if args.transfer else None)
-    if args.transfer:
-        merged.pop("last_optimizer_state", None)
+    merged["model"] = average(states, paths)
+    if args.transfer:  # recipes/inference_checkpoint.py --half of the average
+        merged = inference_state(merged, half=True)
     checkpoint_utils.torch_persistent_save(merged, args.output)  # to OUTPUT.tmp, then renamed: never truncated
     print(f"averaged {len(paths)} checkpoints{' (float16, no optimizer state)' if args.transfer else ''} (updates {', '.join(str(updates(s)) for s in states)}) -> {args.output}")
 

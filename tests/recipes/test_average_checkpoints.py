@@ -112,16 +112,18 @@ def test_reuse_keeps_an_average_newer_than_its_inputs(tmp_path):
 
 def test_transfer_copy_is_float16_keeps_ties_and_drops_the_optimizer_state(tmp_path):
     """--transfer on one checkpoint: float16 parameters (the original's, rounded), ties kept, integer buffers and the
-    run state as they were, no optimizer state."""
+    run state as they were, no optimizer state and no task training state (recipes/inference_checkpoint.py --half)."""
     emb = torch.tensor([1.0, 1.0 / 3.0])
     torch.save({"model": {"encoder.embed": emb, "decoder.out": emb, "steps": torch.tensor(7)},
-                "optimizer_history": [{"num_updates": 7}], "last_optimizer_state": {"state": {0: torch.zeros(2)}}},
+                "optimizer_history": [{"num_updates": 7}], "last_optimizer_state": {"state": {0: torch.zeros(2)}},
+                "extra_state": {"train_iterator": {"epoch": 2}, "InsertionTranslationTask": {"layers": [1, 2]}}},
                tmp_path / "a.pt")
     out = average("--inputs", str(tmp_path / "a.pt"), "--output", str(tmp_path / "small.pt"), "--transfer")
     assert out.returncode == 0 and "(float16, no optimizer state)" in out.stdout, out.stderr
     state = torch.load(tmp_path / "small.pt", weights_only=False)
     model = state["model"]
     assert "last_optimizer_state" not in state and state["optimizer_history"][-1]["num_updates"] == 7
+    assert state["extra_state"] == {"train_iterator": {"epoch": 2}}
     assert model["encoder.embed"].dtype == torch.float16 and model["steps"].dtype == torch.int64
     assert model["encoder.embed"].data_ptr() == model["decoder.out"].data_ptr()
     assert torch.equal(model["decoder.out"].float(), emb.half().float()) and not torch.equal(emb.half().float(), emb)
