@@ -42,11 +42,12 @@
 # the same outputs) and without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check 0.6, a sentence stops once 6
 # have finished: the best multi-candidate decoding of docs/insnet.md, chosen there on valid); each of VARIANTS with its default
 # flags, and dinic_repeat also without skip repeats (--no-skip-repeats: does the loss replace the rule?).
-# Environment: CK (checkpoints/frontier, logs in logs/<CK's last name>/), OUT (results/frontier_multi30k_cpu), MULTI30K_DIR
-# (the raw corpus), VARIANTS ("dinic_repeat dinic_late"), GPU_OUT, GPU_SENTENCES.
+# Environment: CK (checkpoints/frontier, logs in logs/<CK's last name>/), OUT (results/frontier_multi30k_cpu), DATA
+# (data-bin/multi30k_en_de: its valid and test sets are scored; the teacher's corpus is DATA-distill), MULTI30K_DIR
+# (the raw corpus: {valid,test}.de are the references), VARIANTS ("dinic_repeat dinic_late"), GPU_OUT, GPU_SENTENCES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-name=multi30k_en_de; data=data-bin/$name; kd=data-bin/$name-distill
+data=${DATA:-data-bin/multi30k_en_de}; name=$(basename "$data"); kd=$data-distill
 ck=${CK:-checkpoints/frontier}; out=${OUT:-results/frontier_multi30k_cpu}
 updates=${UPDATES:-2000}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:-1}
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
@@ -60,6 +61,8 @@ done
 
 teacher() {
   [ -d "$data" ] || { echo "frontier.sh: $data missing: run make multi30k first" >&2; exit 2; }
+  [ "$(dirname "$data")" = data-bin ] \
+    || { echo "frontier.sh: the teacher stage distils data-bin/NAME (recipes/distill.py NAME), not DATA=$data" >&2; exit 2; }
   [ -f "$kd/train.en-de.de.bin" ] && { echo "frontier.sh: $kd exists, teacher stage skipped"; return; }
   UPDATES=${TEACHER_UPDATES:-2000} python recipes/distill.py $name
 }

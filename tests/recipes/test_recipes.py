@@ -2,6 +2,7 @@
 and distillation (recipes/distill.py, `make distill-NAME`) on the few hundred generated sentence pairs
 of tests/synthetic_corpus.py laid out under each corpus' raw file names: fairseq-train accepts every data-bin;
 Romanian normalisation; fail-fast without network or local copy; checked downloads; idempotence."""
+import csv
 import gzip
 import http.server
 import io
@@ -636,6 +637,50 @@ def test_frontier_gpu_stage_writes_its_systems_and_refuses_without_a_gpu(tiny_ch
         assert "last_optimizer_state" not in half
         assert all(t.dtype == torch.float16 for t in half["model"].values() if t.is_floating_point())
     assert not (ck / "half" / "dinic_late.pt").exists() and not (tmp_path / "gpu.csv").exists()
+
+
+def test_frontier_choose_stage_picks_the_rule_stores_stop_checks_and_scores_the_variants(
+        tiny_checkpoint, ar_checkpoint, small_data, raw_corpus, tmp_path):
+    """recipes/frontier.sh choose on tiny runs (DATA and MULTI30K_DIR name the corpus): the checkpoint rule with the
+    higher valid sacreBLEU summed over the runs writes the test stage's systems file; each InsNet-Dinic run gets the
+    best stop check of STOP_CHECKS on valid stored with its checkpoint; each variant is scored against InsNet-Dinic
+    on valid. The variant here is InsNet-Dinic's own checkpoint, so it decodes the same: a difference of exactly 0."""
+    ck = tmp_path / "ck"
+    runs = {"ar_kd": ar_checkpoint, "l2r_kd": tiny_checkpoint, "dinic": tiny_checkpoint, "dinic_late": tiny_checkpoint}
+    for r, src in runs.items():
+        (ck / r).mkdir(parents=True)
+        for name in ("checkpoint_1_10.pt", "checkpoint_last.pt"):
+            shutil.copy(src, ck / r / name)
+        (ck / r / "done").touch()
+    env = dict(ENV, CK=str(ck), DATA=small_data, MULTI30K_DIR=raw_corpus, VARIANTS="dinic_late", STOP_CHECKS="0.5 0.9")
+    p = subprocess.run(["bash", "recipes/frontier.sh", "choose"], cwd=ROOT, capture_output=True, text=True, env=env,
+                       timeout=1200)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+
+    def rows(name):
+        with open(ck / f"{name}.csv") as f:
+            return {r["system"]: r for r in csv.DictReader(f)}
+    sums = {rule: sum(float(r["sacrebleu"]) for r in rows(f"valid_{rule}").values()) for rule in ("last", "avg")}
+    rule = max(sums, key=lambda k: sums[k])  # a tie keeps the first, as the recipe's strict ">"
+    assert f"frontier.sh: chosen on valid: {rule}" in p.stdout
+    assert set(rows(f"valid_{rule}")) == {"AR+KD greedy", "InsNet l2r+KD sequential", "InsNet-Dinic 1 candidate",
+                                          "InsNet-Dinic 1 candidate, late words"}
+    chosen = {"last": "checkpoint_last.pt", "avg": "checkpoint_avg.pt"}[rule]
+    systems = [line.split("\t") for line in (ck / "test.tsv").read_text().splitlines()]
+    assert [s[0] for s in systems][-1] == "InsNet-Dinic 1 candidate, late words" and len(systems) == 9
+    assert all(path == str(ck / run / chosen) for _, path, _ in systems
+               for run in [os.path.basename(os.path.dirname(path))])
+    for run in ("dinic", "dinic_late"):
+        scored = rows(f"valid_stop_check_{run}")
+        best = max(scored, key=lambda k: float(scored[k]["sacrebleu"])).split()[-1]
+        assert f"frontier.sh: {run}'s stop check chosen on valid: {best}" in p.stdout
+        state = torch.load(ck / run / chosen, map_location="cpu", weights_only=False)
+        assert state["cfg"]["model"].decoding_defaults == {"parallel": {"stop_check_prob": float(best)}}
+    variants = rows("valid_variants")
+    assert list(variants) == ["InsNet-Dinic 1 candidate", "InsNet-Dinic 1 candidate, late words"]
+    late = variants["InsNet-Dinic 1 candidate, late words"]
+    assert late["sacrebleu"] == variants["InsNet-Dinic 1 candidate"]["sacrebleu"]
+    assert float(late["diff"]) == float(late["diff_low"]) == float(late["diff_high"]) == 0.0
 
 
 def test_frontier_recipe_refuses_bad_stages_variants_and_untrained_runs_by_name(tmp_path):
