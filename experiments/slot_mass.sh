@@ -9,16 +9,17 @@
 #   bash recipes/frontier.sh train choose && bash experiments/slot_mass.sh
 #
 # Environment: CK (checkpoints/frontier), OUT (results/slot_mass_frontier_dinic_valid: OUT.{csv,png,txt}), TOP_P,
-# THREADS, DATA (data-bin/multi30k_en_de), MULTI30K_DIR (the raw corpus: valid.de is the reference).
+# THREADS, DATA (data-bin/multi30k_en_de), MULTI30K_DIR (the raw corpus: valid.de is the reference), MAX_SENTENCES
+# (0: all; N: the first N valid sentences).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ck=${CK:-checkpoints/frontier}; out=${OUT:-results/slot_mass_frontier_dinic_valid}; data=${DATA:-data-bin/multi30k_en_de}
-raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/valid.de" ] || raw=work/$(basename "$data")/raw
+given=${MULTI30K_DIR:-../shared/data/multi30k}; raw=$given; [ -f "$raw/valid.de" ] || raw=work/$(basename "$data")/raw
 ar=$ck/ar_kd/checkpoint_avg.pt; dinic=$ck/dinic/checkpoint_avg.pt
 for f in "$ar" "$dinic"; do
   [ -f "$f" ] || { echo "slot_mass.sh: $f missing: run CK=$ck bash recipes/frontier.sh train choose first" >&2; exit 2; }
 done
-[ -f "$raw/valid.de" ] || { echo "slot_mass.sh: no valid.de in $raw: set MULTI30K_DIR to the raw corpus" >&2; exit 2; }
+[ -f "$raw/valid.de" ] || { echo "slot_mass.sh: no valid.de in $given or $raw: set MULTI30K_DIR to the raw corpus" >&2; exit 2; }
 ins="--task insertion_translation"
 mkdir -p "$(dirname "$out")" "$ck"
 {
@@ -29,4 +30,5 @@ mkdir -p "$(dirname "$out")" "$ck"
   done
 } >"$ck/slot_mass.tsv"
 python benchmarks/frontier.py --data "$data" --systems "$ck/slot_mass.tsv" --subset valid --raw-ref "$raw/valid.de" \
-  --baseline "AR+KD greedy" --threads "${THREADS:-1}" --device cpu --out "$out" | tee "$out.txt"
+  --baseline "AR+KD greedy" --threads "${THREADS:-1}" --device cpu --max-sentences "${MAX_SENTENCES:-0}" --out "$out" \
+  | tee "$out.txt"
