@@ -13,13 +13,17 @@
 # (0: all; N: the first N valid sentences).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ck=${CK:-checkpoints/frontier}; out=${OUT:-results/slot_mass_frontier_dinic_valid}; data=${DATA:-data-bin/multi30k_en_de}
-given=${MULTI30K_DIR:-../shared/data/multi30k}; raw=$given; [ -f "$raw/valid.de" ] || raw=work/$(basename "$data")/raw
+ck=${CK:-checkpoints/frontier}; out=${OUT:-results/slot_mass_frontier_dinic_valid}
+data=${DATA:-data-bin/multi30k_en_de}
+given=${MULTI30K_DIR:-../shared/data/multi30k}; raw=$given
+[ -f "$raw/valid.de" ] || raw=work/$(basename "$data")/raw
 ar=$ck/ar_kd/checkpoint_avg.pt; dinic=$ck/dinic/checkpoint_avg.pt
 for f in "$ar" "$dinic"; do
-  [ -f "$f" ] || { echo "slot_mass.sh: $f missing: run CK=$ck bash recipes/frontier.sh train choose first" >&2; exit 2; }
+  [ -f "$f" ] \
+    || { echo "slot_mass.sh: $f missing: run CK=$ck bash recipes/frontier.sh train choose first" >&2; exit 2; }
 done
-[ -f "$raw/valid.de" ] || { echo "slot_mass.sh: no valid.de in $given or $raw: set MULTI30K_DIR to the raw corpus" >&2; exit 2; }
+[ -f "$raw/valid.de" ] \
+  || { echo "slot_mass.sh: no valid.de in $given or $raw: set MULTI30K_DIR to the raw corpus" >&2; exit 2; }
 ins="--task insertion_translation"
 mkdir -p "$(dirname "$out")" "$ck"
 {
