@@ -333,20 +333,31 @@ def plot(rows: List[dict], path: str, threads: int, subset: str, device: str = "
 
 
 def place_labels(ax, names: List[str], xs: List[float], ys: List[float], fontsize: float = 8.5) -> list:
-    """Label each point (xs[i], ys[i]) of ``ax`` with names[i], right of it, top point first; a label that would
-    overlap one already placed or another point, or leave the panel at its foot, moves a line at a time, down first,
-    then up, until it is clear, with a thin line back to its point. Points of one BLEU (the same outputs decoded
-    another way) thus get stacked labels. Returns the annotations."""
+    """Label each point (xs[i], ys[i]) of ``ax`` with names[i], right of it (left of it where the text would run past
+    the panel's right edge), top point first; a label that would overlap one already placed or another point, or
+    leave the panel at its foot, moves a line at a time, down first, then up, until it is clear, with a thin line back
+    to its point. Points of one BLEU (the same outputs decoded another way) thus get stacked labels. Returns the
+    annotations."""
     renderer = ax.figure.canvas.get_renderer()
     pixels = ax.transData.transform(list(zip(xs, ys)))  # [n, 2] display coordinates
     panel = ax.get_window_extent(renderer)
     step = fontsize * 1.3
     shifts = [0.0] + [s * k * step for k in range(1, 2 * len(names) + 1) for s in (-1, 1)]  # down, up, 2 down, ...
+
+    def annotate(i, dy, side, line=False):  # side 1: the text right of the point, -1: left of it
+        arrow = dict(arrowprops=dict(arrowstyle="-", lw=0.5, color="0.5", relpos=((1 - side) / 2, 0.5), shrinkA=0,
+                                     shrinkB=3)) if line else {}
+        return ax.annotate(names[i], (xs[i], ys[i]), xytext=(8 * side, dy), textcoords="offset points",
+                           fontsize=fontsize, ha="left" if side == 1 else "right", **arrow)
+
     placed, out = [], []
     for i in sorted(range(len(names)), key=lambda i: (-pixels[i][1], pixels[i][0])):
+        note = annotate(i, -4.0, 1)
+        side = 1 if note.get_window_extent(renderer).x1 <= panel.x1 else -1
+        note.remove()
         for shift in shifts:
             dy = -4.0 + shift
-            note = ax.annotate(names[i], (xs[i], ys[i]), xytext=(8, dy), textcoords="offset points", fontsize=fontsize)
+            note = annotate(i, dy, side)
             box = note.get_window_extent(renderer)  # the text's box (no line yet)
             covers = any(box.x0 - 5 <= px <= box.x1 + 5 and box.y0 - 5 <= py <= box.y1 + 5
                          for j, (px, py) in enumerate(pixels) if j != i)  # another system's point under the text
@@ -355,13 +366,11 @@ def place_labels(ax, names: List[str], xs: List[float], ys: List[float], fontsiz
             note.remove()
         else:  # no clear place (a guard: there are more places than labels): the first one
             dy = -4.0
-            note = ax.annotate(names[i], (xs[i], ys[i]), xytext=(8, dy), textcoords="offset points", fontsize=fontsize)
+            note = annotate(i, dy, side)
             box = note.get_window_extent(renderer)
         if dy != -4.0:  # moved: a thin line back to its point
             note.remove()
-            note = ax.annotate(names[i], (xs[i], ys[i]), xytext=(8, dy), textcoords="offset points", fontsize=fontsize,
-                               arrowprops=dict(arrowstyle="-", lw=0.5, color="0.5", relpos=(0, 0.5), shrinkA=0,
-                                               shrinkB=3))
+            note = annotate(i, dy, side, line=True)
         placed.append(box)
         out.append(note)
     return out

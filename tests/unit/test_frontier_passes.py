@@ -151,3 +151,32 @@ def test_labels_at_the_panel_foot_move_up_and_leave_other_points_clear():
     for i, b in enumerate(boxes):
         assert not any(b.x0 <= px <= b.x1 and b.y0 <= py <= b.y1 for j, (px, py) in enumerate(points) if j != i)
     plt.close(fig)
+
+
+def test_a_label_that_would_leave_the_panel_on_the_right_goes_left_of_its_point():
+    """A long name at the right edge of the panel (8 candidates + MBR at batch 64): its text ends inside the panel,
+    left of its point; a label with room keeps the right side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.text import Text
+
+    from benchmarks.frontier import place_labels
+
+    names = ["AR+KD greedy", "InsNet-Dinic 8 candidates + MBR"]
+    xs, ys = [5.7, 48.4], [36.62, 34.85]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter(xs, ys)
+    ax.set_xscale("log")
+    ax.set_xlim(4.4, 60.0)
+    notes = place_labels(ax, names, xs, ys)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    boxes = [Text.get_window_extent(note, renderer) for note in notes]
+    panel = ax.get_window_extent(renderer)
+    points = ax.transData.transform(list(zip(xs, ys)))
+    assert all(panel.x0 <= b.x0 and b.x1 <= panel.x1 for b in boxes)
+    assert boxes[0].x0 > points[0][0]  # room on the right: right of its point
+    assert boxes[1].x1 < points[1][0]  # none: left of it
+    plt.close(fig)
