@@ -94,9 +94,9 @@ def test_pareto_front_and_paired_bootstrap_on_known_inputs():
     assert diff2 == pytest.approx(-diff)  # the difference is antisymmetric
 
 
-def test_labels_of_points_at_one_place_are_stacked_apart():
-    """frontier.py's plot: the labels of systems with one BLEU and near-equal times (one output decoded three ways)
-    do not overlap; the first stays beside its point, the others move down, each with a line back to its point."""
+def labelled(names, xs, ys, xlim=None, ylim=None):
+    """frontier.py's place_labels on a log-x scatter of (xs, ys), drawn: the annotations, their texts' boxes (lines
+    left out), the panel's box and the points in display coordinates; the figure is closed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -105,78 +105,52 @@ def test_labels_of_points_at_one_place_are_stacked_apart():
 
     from benchmarks.frontier import place_labels
 
-    names = ["InsNet-Dinic 1 candidate", "InsNet-Dinic 1 candidate, always fused", "two passes", "AR+KD greedy",
-             "far away"]
-    xs, ys = [55.8, 55.4, 63.5, 77.8, 300.0], [33.43, 33.43, 33.43, 37.23, 30.0]
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.scatter(xs, ys)
     ax.set_xscale("log")
+    if xlim:
+        ax.set_xlim(*xlim)
+    if ylim:
+        ax.set_ylim(*ylim)
     notes = place_labels(ax, names, xs, ys)
     fig.canvas.draw()  # (an annotation's text is positioned when drawn)
     renderer = fig.canvas.get_renderer()
-    boxes = [Text.get_window_extent(note, renderer) for note in notes]  # the texts' boxes, lines left out
+    boxes = [Text.get_window_extent(note, renderer) for note in notes]
+    panel, points = ax.get_window_extent(renderer), ax.transData.transform(list(zip(xs, ys)))
+    plt.close(fig)
+    return notes, boxes, panel, points
+
+
+def test_labels_of_points_at_one_place_are_stacked_apart():
+    """frontier.py's plot: the labels of systems with one BLEU and near-equal times (one output decoded three ways)
+    do not overlap; the first stays beside its point, the others move down, each with a line back to its point."""
+    names = ["InsNet-Dinic 1 candidate", "InsNet-Dinic 1 candidate, always fused", "two passes", "AR+KD greedy",
+             "far away"]
+    xs, ys = [55.8, 55.4, 63.5, 77.8, 300.0], [33.43, 33.43, 33.43, 37.23, 30.0]
+    notes, boxes, _, _ = labelled(names, xs, ys)
     assert len(notes) == 5
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     moved = [note.arrow_patch is not None for note in notes]
     assert sum(moved) == 2  # two of the three labels at 33.43 moved down; the others stay where they were
-    plt.close(fig)
 
 
 def test_labels_at_the_panel_foot_move_up_and_leave_other_points_clear():
     """Three labels at the lowest BLEU: none leaves the panel at its foot (they stack upwards there), none overlaps
     another, and no label's text runs over another system's point (a point right of a label's start)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.text import Text
-
-    from benchmarks.frontier import place_labels
-
     names = ["InsNet-Dinic 1 candidate, always fused", "InsNet-Dinic 1 candidate", "two passes", "AR+KD beam 5"]
     xs, ys = [2.27, 2.91, 2.88, 2.26], [32.86, 32.86, 32.86, 37.24]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.scatter(xs, ys)
-    ax.set_xscale("log")
-    ax.set_ylim(32.5, 37.6)
-    ax.set_xlim(1.8, 9.0)
-    notes = place_labels(ax, names, xs, ys)
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    boxes = [Text.get_window_extent(note, renderer) for note in notes]
-    panel = ax.get_window_extent(renderer)
-    points = ax.transData.transform(list(zip(xs, ys)))
+    _, boxes, panel, points = labelled(names, xs, ys, xlim=(1.8, 9.0), ylim=(32.5, 37.6))
     assert all(b.y0 >= panel.y0 for b in boxes)
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     for i, b in enumerate(boxes):
         assert not any(b.x0 <= px <= b.x1 and b.y0 <= py <= b.y1 for j, (px, py) in enumerate(points) if j != i)
-    plt.close(fig)
 
 
 def test_a_label_that_would_leave_the_panel_on_the_right_goes_left_of_its_point():
     """A long name at the right edge of the panel (8 candidates + MBR at batch 64): its text ends inside the panel,
     left of its point; a label with room keeps the right side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.text import Text
-
-    from benchmarks.frontier import place_labels
-
     names = ["AR+KD greedy", "InsNet-Dinic 8 candidates + MBR"]
-    xs, ys = [5.7, 48.4], [36.62, 34.85]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.scatter(xs, ys)
-    ax.set_xscale("log")
-    ax.set_xlim(4.4, 60.0)
-    notes = place_labels(ax, names, xs, ys)
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    boxes = [Text.get_window_extent(note, renderer) for note in notes]
-    panel = ax.get_window_extent(renderer)
-    points = ax.transData.transform(list(zip(xs, ys)))
+    _, boxes, panel, points = labelled(names, [5.7, 48.4], [36.62, 34.85], xlim=(4.4, 60.0))
     assert all(panel.x0 <= b.x0 and b.x1 <= panel.x1 for b in boxes)
     assert boxes[0].x0 > points[0][0]  # room on the right: right of its point
     assert boxes[1].x1 < points[1][0]  # none: left of it
-    plt.close(fig)
