@@ -29,7 +29,8 @@
 #            its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone decodes;
 #            the same for each variant; then each variant against InsNet-Dinic on valid, CK/valid_variants.{csv,txt}
 #            (what decides whether a variant's flag becomes InsNet-Dinic's training)
-#   test     benchmarks/frontier.py on the test set, on the CPU -> results/frontier_multi30k_cpu.{csv,png}
+#   test     benchmarks/frontier.py on the test set, on the CPU -> OUT.{csv,png} (results/frontier_multi30k_cpu), its
+#            printed table CK/test.txt
 #   gpu      (not in the default list) the test stage's systems but the variants' and the no-skip-repeats rows, on a
 #            CUDA GPU, the first GPU_SENTENCES (500) test sentences -> GPU_OUT (results/frontier_multi30k_gpu); their
 #            checkpoints as decoding-only copies with fp16-stored weights, CK/half/RUN.pt
@@ -202,7 +203,7 @@ print(max(rows, key=lambda r: float(r['sacrebleu']))['system'].split()[-1])")
 test_stage() {
   [ -f "$ck/test.tsv" ] || choose
   python benchmarks/frontier.py --data "$data" --systems "$ck/test.tsv" --raw-ref "$raw/test.de" \
-    --baseline "AR+KD greedy" --threads "$threads" --device cpu --out "$out" | tee "$out.txt"
+    --baseline "AR+KD greedy" --threads "$threads" --device cpu --out "$out" | tee "$ck/test.txt"
 }
 
 gpu_stage() {
@@ -220,7 +221,7 @@ gpu_stage() {
 build of torch and a GPU: make install on a CUDA machine)')" || exit 2
   python benchmarks/frontier.py --data "$data" --systems "$ck/gpu.tsv" --raw-ref "$raw/test.de" \
     --baseline "AR+KD greedy" --threads 1 --device cuda --max-sentences "${GPU_SENTENCES:-500}" --out "$gpu_out" \
-    | tee "$gpu_out.txt"
+    | tee "$ck/gpu.txt"
 }
 
 for stage in "${stages[@]}"; do
