@@ -140,6 +140,7 @@ class System:
     counter: Optional[PassCounter] = None
     hyps: Dict[int, str] = field(default_factory=dict)
     tokens: Dict[int, int] = field(default_factory=dict)
+    words: Dict[int, List[int]] = field(default_factory=dict)
     seconds: Dict[int, float] = field(default_factory=lambda: defaultdict(float))  # batch size -> seconds
     calls: int = 0
     rows: int = 0
@@ -221,16 +222,24 @@ def decode(system: System, sample: dict, record: bool) -> float:
         system.calls += system.counter.calls
         system.rows += system.counter.rows
         system.positions += system.counter.positions
-        tgt_dict = system.task.target_dictionary
-        special = torch.tensor([tgt_dict.eos(), tgt_dict.bos(), tgt_dict.pad()])
-        for i, sid in enumerate(sample["id"].tolist()):
-            best = hypos[i][0]["tokens"].int().cpu()
-            _, hyp_str, _ = utils.post_process_prediction(
-                hypo_tokens=best, src_str="", alignment=None, align_dict=None, tgt_dict=tgt_dict,
-                remove_bpe=system.cfg.common_eval.post_process, extra_symbols_to_ignore=system.strip)
-            system.hyps[sid] = system.decode_fn(hyp_str)
-            system.tokens[sid] = int((~torch.isin(best, special)).sum())
+        record_outputs(system, sample, hypos)
     return seconds
+
+
+def record_outputs(system: System, sample: dict, hypos: list) -> None:
+    """Keep each sentence's best hypothesis as fairseq-generate post-processes it (``system.hyps``, detokenised),
+    its word count (``system.tokens``) and its word ids (``system.words``: no ``<s>``, ``</s>`` or padding)."""
+    tgt_dict = system.task.target_dictionary
+    special = torch.tensor([tgt_dict.eos(), tgt_dict.bos(), tgt_dict.pad()])
+    for i, sid in enumerate(sample["id"].tolist()):
+        best = hypos[i][0]["tokens"].int().cpu()
+        _, hyp_str, _ = utils.post_process_prediction(
+            hypo_tokens=best, src_str="", alignment=None, align_dict=None, tgt_dict=tgt_dict,
+            remove_bpe=system.cfg.common_eval.post_process, extra_symbols_to_ignore=system.strip)
+        system.hyps[sid] = system.decode_fn(hyp_str)
+        words = best[~torch.isin(best, special)]
+        system.tokens[sid] = len(words)
+        system.words[sid] = words.tolist()
 
 
 def time_interleaved(systems: List[System], per_system_batches: List[list], batch_size: int, record: bool):
@@ -442,7 +451,7 @@ def main(argv=None):
         record = b == 1 or args.score_only
         if record:
             for s in systems:
-                s.hyps, s.tokens, s.calls, s.rows, s.positions = {}, {}, 0, 0, 0
+                s.hyps, s.tokens, s.words, s.calls, s.rows, s.positions = {}, {}, {}, 0, 0, 0
         time_interleaved(systems, per, b, record)
     n_sent = len(systems[0].hyps)
     ids = sorted(systems[0].hyps)
