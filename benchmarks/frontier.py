@@ -139,7 +139,6 @@ class System:
     strip: set = None
     counter: Optional[PassCounter] = None
     hyps: Dict[int, str] = field(default_factory=dict)
-    tokens: Dict[int, int] = field(default_factory=dict)
     words: Dict[int, List[int]] = field(default_factory=dict)
     seconds: Dict[int, float] = field(default_factory=lambda: defaultdict(float))  # batch size -> seconds
     calls: int = 0
@@ -228,7 +227,7 @@ def decode(system: System, sample: dict, record: bool) -> float:
 
 def record_outputs(system: System, sample: dict, hypos: list) -> None:
     """Keep each sentence's best hypothesis as fairseq-generate post-processes it (``system.hyps``, detokenised),
-    its word count (``system.tokens``) and its word ids (``system.words``: no ``<s>``, ``</s>`` or padding)."""
+    and its word ids (``system.words``: no ``<s>``, ``</s>`` or padding; their number is its output length)."""
     tgt_dict = system.task.target_dictionary
     special = torch.tensor([tgt_dict.eos(), tgt_dict.bos(), tgt_dict.pad()])
     for i, sid in enumerate(sample["id"].tolist()):
@@ -237,9 +236,7 @@ def record_outputs(system: System, sample: dict, hypos: list) -> None:
             hypo_tokens=best, src_str="", alignment=None, align_dict=None, tgt_dict=tgt_dict,
             remove_bpe=system.cfg.common_eval.post_process, extra_symbols_to_ignore=system.strip)
         system.hyps[sid] = system.decode_fn(hyp_str)
-        words = best[~torch.isin(best, special)]
-        system.tokens[sid] = len(words)
-        system.words[sid] = words.tolist()
+        system.words[sid] = best[~torch.isin(best, special)].tolist()
 
 
 def time_interleaved(systems: List[System], per_system_batches: List[list], batch_size: int, record: bool):
@@ -451,7 +448,7 @@ def main(argv=None):
         record = b == 1 or args.score_only
         if record:
             for s in systems:
-                s.hyps, s.tokens, s.words, s.calls, s.rows, s.positions = {}, {}, {}, 0, 0, 0
+                s.hyps, s.words, s.calls, s.rows, s.positions = {}, {}, 0, 0, 0
         time_interleaved(systems, per, b, record)
     n_sent = len(systems[0].hyps)
     ids = sorted(systems[0].hyps)
@@ -469,7 +466,7 @@ def main(argv=None):
             pval = 1.0
         else:
             diff, low, high, pval = paired_bootstrap(hyps, base_hyps, refs, args.bootstrap)
-        ntok = sum(s.tokens[i] for i in ids)
+        ntok = sum(len(s.words[i]) for i in ids)
         rows.append({
             "system": s.name, "sacrebleu": round(bleu, 2), "diff": round(diff, 2), "diff_low": round(low, 2),
             "diff_high": round(high, 2), "p_value": round(pval, 4),

@@ -59,7 +59,7 @@ def decode(system: System, samples: list, given=None) -> float:
     """Decode ``samples`` with ``system`` (``given``: sentence id -> its constrained start (tokens, order), decoded by
     the InsNet generator), keeping the outputs (:func:`benchmarks.frontier.record_outputs`); the insertion steps
     taken in all (0 for the AR model)."""
-    system.hyps, system.tokens, system.words = {}, {}, {}
+    system.hyps, system.words = {}, {}
     steps = 0
     with torch.no_grad():
         for sample in samples:
@@ -126,13 +126,13 @@ def main(argv=None):
         runs.append((f"InsNet-Dinic, the reference's anchors (depth {d})", {i: anchors(reference[i], d) for i in ids}))
     rows = [{"system": ar.name, "sacrebleu": round(sacrebleu.metrics.BLEU().corpus_score(base, [refs]).score, 2),
              "diff": 0.0, "diff_low": 0.0, "diff_high": 0.0, "p_value": 1.0, "given_per_sentence": "",
-             "steps_per_token": "", "tokens_per_sentence": round(sum(ar.tokens[i] for i in ids) / len(ids), 2)}]
+             "steps_per_token": "", "tokens_per_sentence": round(sum(len(ar.words[i]) for i in ids) / len(ids), 2)}]
     for name, given in runs:
         print(f"decoding: {name}", file=sys.stderr, flush=True)
         steps = decode(ins, samples[ins.name], given)
         hyps = [ins.hyps[i] for i in ids]
         diff, low, high, pval = paired_bootstrap(hyps, base, refs, args.bootstrap)
-        words = sum(ins.tokens[i] for i in ids)
+        words = sum(len(ins.words[i]) for i in ids)
         rows.append({"system": name, "sacrebleu": round(sacrebleu.metrics.BLEU().corpus_score(hyps, [refs]).score, 2),
                      "diff": round(diff, 2), "diff_low": round(low, 2), "diff_high": round(high, 2),
                      "p_value": round(pval, 4),
