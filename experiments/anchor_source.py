@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Where InsNet-Dinic loses against AR greedy: in its anchors or in its gaps.
 
-    python experiments/anchor_source.py --data data-bin/multi30k_en_de --insnet DINIC.pt --ar AR.pt \\
-        --raw-ref RAW/valid.de --subset valid --out results/anchor_source_frontier_dinic_valid
+    python experiments/anchor_source.py --data data-bin/multi30k_en_de --insnet DINIC.pt [MORE.pt ...] \\
+        [--names NAME ...] --ar AR.pt --raw-ref RAW/valid.de --subset valid --out results/anchor_source_frontier_dinic_valid
 
 The anchored order (``--insertion-order anchored``, InsNet-Dinic's base order) inserts the top levels of a
 sentence's balanced binary tree first: the middle word (depth 1), then the middle words of its two halves (depth 2).
@@ -19,7 +19,8 @@ This decodes ``--subset`` at batch 64 with:
   bound of what better anchors give, not a system).
 
 If the model given AR greedy's anchors is level with AR greedy, the gap lies in the anchors; if it stays below, in
-the gaps. Writes OUT.csv (``system``, ``sacrebleu``, ``diff``, ``diff_low``, ``diff_high``, ``p_value``: sacreBLEU's
+the gaps. ``--insnet`` takes several checkpoints (e.g. models trained with other ``--anchor-depth``), named by
+``--names`` in their rows (one checkpoint: ``InsNet-Dinic``); AR greedy is decoded once for all. Writes OUT.csv (``system``, ``sacrebleu``, ``diff``, ``diff_low``, ``diff_high``, ``p_value``: sacreBLEU's
 paired bootstrap against AR greedy, as benchmarks/frontier.py; ``given_per_sentence``: anchors given;
 ``steps_per_token``: insertion steps per output word, the given ones included; ``tokens_per_sentence``) and prints
 the table. Anchors are word pieces (BPE units, as the model inserts them).
@@ -84,7 +85,9 @@ def reference_words(system: System, subset: str) -> dict:
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, help="the fairseq data-bin both models decode")
-    p.add_argument("--insnet", required=True, help="the InsNet-Dinic checkpoint (anchored order)")
+    p.add_argument("--insnet", required=True, nargs="+", help="InsNet-Dinic checkpoints (anchored order)")
+    p.add_argument("--names", nargs="+", help="each --insnet checkpoint's name in its rows (one checkpoint: "
+                   "InsNet-Dinic)")
     p.add_argument("--ar", required=True, help="the AR checkpoint (fairseq's transformer, the same dictionary)")
     p.add_argument("--raw-ref", required=True, help="untokenised references of --subset, one line a sentence")
     p.add_argument("--subset", default="valid")
@@ -98,7 +101,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     if any(d < 1 for d in args.depths):
         p.error(f"--depths must be 1 or more, got {args.depths}")
-    for flag, path in (("--insnet", args.insnet), ("--ar", args.ar), ("--raw-ref", args.raw_ref)):
+    names = args.names or (["InsNet-Dinic"] if len(args.insnet) == 1 else None)
+    if names is None or len(names) != len(args.insnet) or len(set(names)) != len(names):
+        p.error(f"--names must give each of the {len(args.insnet)} --insnet checkpoints its own name")
+    paths = [("--insnet", path) for path in args.insnet] + [("--ar", args.ar), ("--raw-ref", args.raw_ref)]
+    for flag, path in paths:
         if not os.path.isfile(path):
             sys.exit(f"anchor_source: {flag} {path} does not exist")
     torch.set_num_threads(args.threads)
@@ -106,28 +113,31 @@ def main(argv=None):
         refs = [line.rstrip("\n") for line in f]
 
     ar = System("AR greedy", args.ar, ["--beam", "1"])
-    ins = System("InsNet-Dinic", args.insnet, ["--task", "insertion_translation", "--insertion-mode", "parallel"])
+    insnets = [System(name, path, ["--task", "insertion_translation", "--insertion-mode", "parallel"])
+               for name, path in zip(names, args.insnet)]
     with contextlib.redirect_stdout(sys.stderr):
-        for s in (ar, ins):
+        for s in [ar] + insnets:
             load(s, args.data, args.subset, args.src, args.tgt)
-    samples = {s.name: batches(s, args.subset, 64, args.max_sentences) for s in (ar, ins)}
+    samples = {s.name: batches(s, args.subset, 64, args.max_sentences) for s in [ar] + insnets}
     decode(ar, samples[ar.name])
     ids = sorted(ar.hyps)
     if not args.max_sentences and ids != list(range(len(refs))):
         sys.exit(f"anchor_source: {len(ids)} outputs for {len(refs)} reference lines in {args.raw_ref}: not the same set")
     refs = [refs[i] for i in ids]
     base = [ar.hyps[i] for i in ids]
-    reference = reference_words(ins, args.subset)
+    reference = reference_words(insnets[0], args.subset)
+    given_ar = {d: {i: anchors(ar.words[i], d) for i in ids} for d in args.depths}
+    given_ref = {d: {i: anchors(reference[i], d) for i in ids} for d in args.depths}
 
-    runs = [("InsNet-Dinic", None)]
-    for d in args.depths:
-        runs.append((f"InsNet-Dinic, AR greedy's anchors (depth {d})", {i: anchors(ar.words[i], d) for i in ids}))
-    for d in args.depths:
-        runs.append((f"InsNet-Dinic, the reference's anchors (depth {d})", {i: anchors(reference[i], d) for i in ids}))
+    runs = []  # (model, row name, the constrained starts or None)
+    for ins in insnets:
+        runs.append((ins, ins.name, None))
+        runs += [(ins, f"{ins.name}, AR greedy's anchors (depth {d})", given_ar[d]) for d in args.depths]
+        runs += [(ins, f"{ins.name}, the reference's anchors (depth {d})", given_ref[d]) for d in args.depths]
     rows = [{"system": ar.name, "sacrebleu": round(sacrebleu.metrics.BLEU().corpus_score(base, [refs]).score, 2),
              "diff": 0.0, "diff_low": 0.0, "diff_high": 0.0, "p_value": 1.0, "given_per_sentence": "",
              "steps_per_token": "", "tokens_per_sentence": round(sum(len(ar.words[i]) for i in ids) / len(ids), 2)}]
-    for name, given in runs:
+    for ins, name, given in runs:
         print(f"decoding: {name}", file=sys.stderr, flush=True)
         steps = decode(ins, samples[ins.name], given)
         hyps = [ins.hyps[i] for i in ids]
@@ -145,10 +155,10 @@ def main(argv=None):
         w.writeheader()
         w.writerows(rows)
     print(f"{args.subset}, {len(ids)} sentences; diff: BLEU minus AR greedy's, 95% paired-bootstrap interval")
-    print(f"{'system':<52} {'BLEU':>6} {'diff [95% CI]':>22} {'given':>6} {'steps/tok':>9}")
+    print(f"{'system':<68} {'BLEU':>6} {'diff [95% CI]':>22} {'given':>6} {'steps/tok':>9}")
     for r in rows:
         ci = f"{r['diff']:+.2f} [{r['diff_low']:+.2f}, {r['diff_high']:+.2f}]"
-        print(f"{r['system']:<52} {r['sacrebleu']:>6.2f} {ci:>22} {r['given_per_sentence']!s:>6} "
+        print(f"{r['system']:<68} {r['sacrebleu']:>6.2f} {ci:>22} {r['given_per_sentence']!s:>6} "
               f"{r['steps_per_token']!s:>9}")
     return rows
 

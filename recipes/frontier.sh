@@ -22,6 +22,9 @@
 #                            (what --skip-repeats patches)
 #              dinic_late    --late-words 0.5: last-layer words moved to a layer of their own, so q(stop) sees
 #                            outputs that look finished but miss words (what the stop check patches)
+#            and, named in VARIANTS only, the anchored order's depth (2 in dinic), which sets the layering's steps:
+#              dinic_depth1  --anchor-depth 1: one anchor, two gaps (one hard first word, more steps)
+#              dinic_depth3  --anchor-depth 3: seven anchors, eight gaps (fewer steps)
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
@@ -53,8 +56,10 @@ ck=${CK:-checkpoints/frontier}; out=${OUT:-results/frontier_multi30k_cpu}
 updates=${UPDATES:-2000}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:-1}
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
 stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train variants choose test)
-declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--late-words 0.5")  # beside dinic's
-declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words")  # in its frontier row
+declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--late-words 0.5"
+  [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3")  # beside dinic's
+declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
+  [dinic_depth3]="anchor depth 3")  # in its frontier row
 read -r -a variants <<<"${VARIANTS-dinic_repeat dinic_late}"
 for v in "${variants[@]}"; do
   [ -n "${variant_flags[$v]:-}" ] || { echo "frontier.sh: unknown variant '$v' in VARIANTS (${!variant_flags[*]})" >&2; exit 2; }

@@ -54,7 +54,7 @@ def test_the_constrained_start_keeps_the_given_anchors_in_their_order(small_data
 
 def anchor_source(small_data, raw_corpus, insnet, ar, out, *extra):
     return run([sys.executable, os.path.join(ROOT, "experiments", "anchor_source.py"), "--data", small_data,
-                "--insnet", insnet, "--ar", ar, "--raw-ref", os.path.join(raw_corpus, "valid.de"), "--subset", "valid",
+                "--insnet", *([insnet] if isinstance(insnet, str) else insnet), "--ar", ar, "--raw-ref", os.path.join(raw_corpus, "valid.de"), "--subset", "valid",
                 "--bootstrap", "50", "--out", str(out), *extra], timeout=900)
 
 
@@ -80,7 +80,23 @@ def test_anchor_source_writes_each_anchor_source_against_ar_greedy(small_data, r
     assert "valid, 12 sentences" in res.stdout
 
 
+def test_anchor_source_decodes_each_named_checkpoint_against_one_ar_greedy(small_data, raw_corpus, tiny_checkpoint,
+                                                                          ar_checkpoint, tmp_path):
+    out = tmp_path / "two"
+    res = anchor_source(small_data, raw_corpus, [tiny_checkpoint, tiny_checkpoint], ar_checkpoint, out,
+                        "--names", "A", "B", "--max-sentences", "12", "--depths", "1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    with open(f"{out}.csv", newline="") as f:
+        rows = {r["system"]: r for r in csv.DictReader(f)}
+    kinds = ["", ", AR greedy's anchors (depth 1)", ", the reference's anchors (depth 1)"]
+    assert list(rows) == ["AR greedy"] + [m + k for m in ("A", "B") for k in kinds]
+    for k in kinds:  # the same checkpoint twice: the same outputs, so the same row
+        a, b = (dict(rows[m + k], system=None) for m in ("A", "B"))
+        assert a == b, k
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--names", "A", "B"], "--names must give each of the 1 --insnet checkpoints its own name"),
     (["--depths", "0"], "--depths must be 1 or more"),
     (["--ar", "missing.pt"], "--ar missing.pt does not exist"),
 ])
