@@ -28,7 +28,7 @@
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
-#            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.5 0.6 0.75), is stored with
+#            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.3 0.4 0.5 0.6 0.75), is stored with
 #            its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone decodes;
 #            the same for each variant; then each variant against InsNet-Dinic on valid, CK/valid_variants.{csv,txt}
 #            (what decides whether a variant's flag becomes InsNet-Dinic's training)
@@ -193,7 +193,7 @@ variants_on_valid() {  # each variant against dinic on valid, each with its stor
 store_stop_check() {  # CKPT RUN: the best --stop-check-prob of STOP_CHECKS on valid, stored with CKPT as its default
   python recipes/store_decoding.py "$1" --clear
   local p out=$ck/valid_stop_check_$2
-  for p in ${STOP_CHECKS:-0.5 0.6 0.75}; do
+  for p in ${STOP_CHECKS:-0.3 0.4 0.5 0.6 0.75}; do
     printf 'stop check %s\t%s\t--task insertion_translation --insertion-mode parallel --stop-check-prob %s\n' "$p" "$1" "$p"
   done >"$out.tsv"
   python benchmarks/frontier.py --data "$data" --systems "$out.tsv" --subset valid \
