@@ -20,7 +20,8 @@ This decodes ``--subset`` at batch 64 with:
 
 If the model given AR greedy's anchors is level with AR greedy, the gap lies in the anchors; if it stays below, in
 the gaps. ``--insnet`` takes several checkpoints (e.g. models trained with other ``--anchor-depth``), named by
-``--names`` in their rows (one checkpoint: ``InsNet-Dinic``); AR greedy is decoded once for all. Writes OUT.csv (``system``, ``sacrebleu``, ``diff``, ``diff_low``, ``diff_high``, ``p_value``: sacreBLEU's
+``--names`` in their rows (one checkpoint: ``InsNet-Dinic``); AR greedy is decoded once for all. Writes OUT.csv
+(``system``, ``sacrebleu``, ``diff``, ``diff_low``, ``diff_high``, ``p_value``: sacreBLEU's
 paired bootstrap against AR greedy, as benchmarks/frontier.py; ``given_per_sentence``: anchors given;
 ``steps_per_token``: insertion steps per output word, the given ones included; ``tokens_per_sentence``) and prints
 the table. Anchors are word pieces (BPE units, as the model inserts them).
