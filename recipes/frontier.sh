@@ -25,16 +25,12 @@
 #            and, named in VARIANTS only, the anchored order's depth (2 in dinic), which sets the layering's steps:
 #              dinic_depth1  --anchor-depth 1: one anchor, two gaps (one hard first word, more steps)
 #              dinic_depth3  --anchor-depth 3: seven anchors, eight gaps (fewer steps)
-#            and the slot length head, which learns each slot's number of words (what q(stop) and the stop check guess):
-#              dinic_lengths --slot-length-classes 16
-#              dinic_lengths_light  the same with --slot-length-weight 0.1
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
 #            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.3 0.4 0.5 0.6 0.75), is stored with
 #            its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone decodes;
-#            the same for each variant (dinic_lengths*, whose head decides the stop: --slot-top-p of SLOT_TOP_PS,
-#            0.8 0.9 1); then each variant against InsNet-Dinic on valid, CK/valid_variants.{csv,txt}
+#            the same for each variant; then each variant against InsNet-Dinic on valid, CK/valid_variants.{csv,txt}
 #            (what decides whether a variant's flag becomes InsNet-Dinic's training)
 #   test     benchmarks/frontier.py on the test set, on the CPU -> OUT.{csv,png} (results/frontier_multi30k_cpu), its
 #            printed table CK/test.txt
@@ -61,12 +57,9 @@ updates=${UPDATES:-2000}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
 stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train variants choose test)
 declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--late-words 0.5"
-  [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3"
-  [dinic_lengths]="--slot-length-classes 16" [dinic_lengths_light]="--slot-length-classes 16 --slot-length-weight 0.1")
-  # beside dinic's
+  [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3")  # beside dinic's
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
-  [dinic_depth3]="anchor depth 3" [dinic_lengths]="slot lengths"
-  [dinic_lengths_light]="slot lengths, weight 0.1")  # in its frontier row
+  [dinic_depth3]="anchor depth 3")  # in its frontier row
 read -r -a variants <<<"${VARIANTS-dinic_repeat dinic_late}"
 for v in "${variants[@]}"; do
   [ -n "${variant_flags[$v]:-}" ] || { echo "frontier.sh: unknown variant '$v' in VARIANTS (${!variant_flags[*]})" >&2; exit 2; }
@@ -198,23 +191,18 @@ variants_on_valid() {  # each variant against dinic on valid, each with its stor
 }
 
 store_stop_check() {  # CKPT RUN: the best --stop-check-prob of STOP_CHECKS on valid, stored with CKPT as its default
-  # (a run with the slot length head, which decides the stop itself: the best --slot-top-p of SLOT_TOP_PS)
   python recipes/store_decoding.py "$1" --clear
-  local flag=--stop-check-prob grid=${STOP_CHECKS:-0.3 0.4 0.5 0.6 0.75} label="stop check" p
-  if [[ "${variant_flags[$2]:-}" == *--slot-length-classes* ]]; then  # dinic_lengths*
-    flag=--slot-top-p grid=${SLOT_TOP_PS:-0.8 0.9 1}; label="slot top-p"
-  fi
-  local out=$ck/valid_${label// /_}_$2
-  for p in $grid; do
-    printf '%s %s\t%s\t--task insertion_translation --insertion-mode parallel %s %s\n' "$label" "$p" "$1" "$flag" "$p"
+  local p out=$ck/valid_stop_check_$2
+  for p in ${STOP_CHECKS:-0.3 0.4 0.5 0.6 0.75}; do
+    printf 'stop check %s\t%s\t--task insertion_translation --insertion-mode parallel --stop-check-prob %s\n' "$p" "$1" "$p"
   done >"$out.tsv"
   python benchmarks/frontier.py --data "$data" --systems "$out.tsv" --subset valid \
     --raw-ref "$raw/valid.de" --baseline "$(tail -1 "$out.tsv" | cut -f1)" --threads "$threads" \
     --score-only --out "$out" | tee "$out.txt"
   p=$(python -c "import csv; rows = list(csv.DictReader(open('$out.csv')));
 print(max(rows, key=lambda r: float(r['sacrebleu']))['system'].split()[-1])")
-  echo "frontier.sh: $2's $label chosen on valid: $p"
-  python recipes/store_decoding.py "$1" --insertion-mode parallel "$flag" "$p"
+  echo "frontier.sh: $2's stop check chosen on valid: $p"
+  python recipes/store_decoding.py "$1" --insertion-mode parallel --stop-check-prob "$p"
 }
 
 test_stage() {

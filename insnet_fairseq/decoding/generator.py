@@ -13,9 +13,8 @@ fields are the flag reference) switch on the decoding rules, each a unit of its 
 
 * the word rules of a step, ``--skip-repeats`` and ``--min-token-prob`` (:mod:`insnet_fairseq.decoding.word_rules`);
 * when a sentence stops: q(stop | h_last) > ``--stop-threshold``, not before ``--min-length-ratio`` words per source
-  word, and the stop check ``--stop-check-prob`` (:mod:`insnet_fairseq.decoding.stopping`); or, for a model with a
-  slot length head in parallel mode, once it predicts every slot empty (:meth:`InsertionSteps.uses_lengths`, which
-  also closes the slots it predicts empty); a sentence also stops at its step or length cap, and leaves the batch;
+  word, and the stop check ``--stop-check-prob`` (:mod:`insnet_fairseq.decoding.stopping`); a sentence also stops at
+  its step or length cap, and leaves the batch;
 * ``--insertion-candidates K`` decoded side by side (:mod:`insnet_fairseq.decoding.candidates`), ranked by the model's
   own score, by a judge (``--iter-decode-with-external-reranker``, :class:`insnet_fairseq.decoding.rerank.Judge`) or
   by minimum Bayes risk (``--insertion-candidates-mbr``, :func:`insnet_fairseq.decoding.mbr.mbr_ranks`);
@@ -234,15 +233,9 @@ class InsertionGenerator(InsertionSteps):
         history = {i: [] for i in range(len(owner))}
         hyps: List[Optional[dict]] = [None] * len(owner)
         self._record(history, state, rows.ids)
-        lengths_rule = self.uses_lengths(decoder)  # the slot length head: done once it predicts every slot empty
-        scored = None
         while True:
-            if lengths_rule:
-                scored = self.slot_distribution(decoder, state)  # [B, K]: -inf at the slots predicted empty
-                done, held, forced = ~torch.isfinite(scored[1]).any(1), None, None
-            else:
-                done, held = stopping(self.termination_logit(decoder, state), state.lengths, rows.min_len)
-                done, forced = stop_check(self, decoder, state, rows.source_kv, rows.source_pad, done)
+            done, held = stopping(self.termination_logit(decoder, state), state.lengths, rows.min_len)
+            done, forced = stop_check(self, decoder, state, rows.source_kv, rows.source_pad, done)
             stop = done | (state.steps >= rows.cap) | (state.lengths >= rows.max_len)
             cut = candidates.cut(stop, rows.ids)  # rows dropped unfinished
             if bool(stop.any()):
@@ -254,7 +247,6 @@ class InsertionGenerator(InsertionSteps):
                 held = None if held is None else held[keep]
                 forced = None if forced is None else forced.select(keep)
                 first_rank = None if first_rank is None else first_rank[keep]
-                scored = None if scored is None else ((scored[0][0][keep], scored[0][1][keep]), scored[1][keep])
                 stop_check.select(keep)
             if forced is not None:  # the rows ending on the stop check's words: placed, without a pass, and done
                 ending = forced.slots.any(1)  # [B]
@@ -278,7 +270,7 @@ class InsertionGenerator(InsertionSteps):
                     forced = None
             # a sentence held back by --min-length-ratio inserts one word per step (its best slot)
             state = self.step(decoder, state, rows.source_kv, rows.source_pad, rows.max_len, one_word=held,
-                              word_rank=first_rank, forced=forced, scored=scored)
+                              word_rank=first_rank, forced=forced)
             first_rank = None
             self._record(history, state, rows.ids)
         return hyps

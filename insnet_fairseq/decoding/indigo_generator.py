@@ -48,10 +48,10 @@ class IndigoGenerator(InsertionGenerator):
         return lp[:, -1] - words.max(-1).values
 
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len, one_word=None,
-             word_rank=None, forced=None, encode=True, scored=None) -> DecoderState:
+             word_rank=None, forced=None, encode=True) -> DecoderState:
         """The most likely word (not <eod>: the sentence did not stop), then its most likely slot (one word per
         step always: ``one_word`` changes nothing; ``forced`` is always None: --stop-check-prob is refused, so
-        ``encode`` is always True; ``scored`` is always None: InDIGO has no slot length head)."""
+        ``encode`` is always True)."""
         heads = decoder.heads
         seen, lp = getattr(self, "_last_lprobs", (None, None))
         if seen is state:  # no row stopped: the stop test's distribution of this very state

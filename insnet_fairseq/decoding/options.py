@@ -33,8 +33,8 @@ FUSE_MODES = ("off", "on", "auto")  # --fuse-slot-queries / --no-fuse-slot-queri
 
 # the defaults of the flags not given, per --insertion-mode (parallel: the best measured on valid; for_mode)
 MODE_DEFAULTS = {
-    "sequential": dict(slot_top_p=0.7, skip_repeats=False, stop_check_prob=0.0, slot_lengths=False),
-    "parallel": dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75, slot_lengths=True),
+    "sequential": dict(slot_top_p=0.7, skip_repeats=False, stop_check_prob=0.0),
+    "parallel": dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75),
 }
 
 
@@ -93,11 +93,6 @@ class DecodingOptions:
     stop_check_top_p: float = 0.9
     # --min-length-ratio R: no stop before R words per source word; a sentence held back inserts one word a step
     min_length_ratio: float = 0.0
-    # --no-slot-lengths turns it off: parallel decoding of a model with a slot length head (--slot-length-classes)
-    # fills only the slots it predicts non-empty (p(0 words) <= 0.5), and a sentence stops when it predicts every
-    # slot empty: q(stop), --stop-threshold, --stop-check-prob and --min-length-ratio are then not read. Flag
-    # default: on in parallel mode; sequential decoding ignores it. A model without the head decodes as before
-    slot_lengths: bool = False
     # --insertion-candidates K: K candidates per sentence decoded side by side, candidate j starting from the j-th
     # most probable first word (with --sampling: K samples); output best first by mean log-probability per insertion
     candidates: int = 1
@@ -289,7 +284,6 @@ class DecodingOptions:
             stop_check_prob=cfg.stop_check_prob,
             stop_check_top_p=cfg.stop_check_top_p,
             min_length_ratio=cfg.min_length_ratio,
-            slot_lengths=False if cfg.no_slot_lengths else None,
             candidates=cfg.insertion_candidates,
             candidates_finish=cfg.insertion_candidates_finish,
             candidates_mbr=cfg.insertion_candidates_mbr,
@@ -372,11 +366,6 @@ class DecodingFlags(FairseqDataclass):
     )
     no_skip_repeats: bool = field(
         default=False, metadata={"help": "parallel decoding without --skip-repeats (on by default there)"}
-    )
-    no_slot_lengths: bool = field(
-        default=False, metadata={"help": "parallel decoding of a model with a slot length head (--slot-length-classes) "
-                                 "without it: q(stop) and the stop check decide when a sentence ends, --slot-top-p "
-                                 "which slots are filled"}
     )
     min_token_prob: float = field(
         default=0.0,

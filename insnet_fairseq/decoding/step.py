@@ -10,7 +10,6 @@ positions and offsets, one decoder pass over them with the cache written in plac
 cache). A step returns a new state. What it reads is given to its constructor: the target dictionary and the
 :class:`~insnet_fairseq.decoding.options.DecodingOptions`.
 """
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -23,7 +22,6 @@ from insnet_fairseq.decoding.state import HOLE, DecoderState, Phrases, Picks, co
 from insnet_fairseq.decoding.stopping import Forced
 from insnet_fairseq.decoding.word_rules import StepWords, word_rules
 from insnet_fairseq.geometry.offsets import offsets_from_rank, rank_matrix
-from insnet_fairseq.modules.slots import gather_steps
 
 ENCODE_CHUNK = 1 << 22  # rows x S x S elements per full encoding pass (see InsertionSteps._encode_all)
 
@@ -250,23 +248,14 @@ class InsertionSteps:
             return tokens, best
         return tokens, lprobs.gather(1, tokens.unsqueeze(1)).squeeze(1)
 
-    def uses_lengths(self, decoder) -> bool:
-        """Whether the slot length head decides which slots are filled and when a sentence stops: parallel decoding
-        (``slot_lengths``, off with ``--no-slot-lengths``) of a model that has one (``--slot-length-classes``)."""
-        return (self.options.slot_lengths and self.options.mode == "parallel"
-                and getattr(decoder.heads, "length_proj", None) is not None)
-
-    def slot_distribution(self, decoder, state: DecoderState) -> Tuple[Tuple[Tensor, Tensor], Tensor]:
+    @staticmethod
+    def slot_distribution(decoder, state: DecoderState) -> Tuple[Tuple[Tensor, Tensor], Tensor]:
         """Position log-probs of every slot of the partial sequences, and the slots' neighbours.
 
         Returns ((left, right) [B, K] steps of each slot's neighbours, pos_lprobs [B, K]), K = S - 1
         slots; slot k lies between the tokens of ranks k and k + 1 (left to right); slots beyond a
-        sentence's length, and closed slots (infilling: outside the blanks; with the slot length head
-        (:meth:`uses_lengths`): the slots it predicts empty), get -inf, and a row without an open slot gets -inf
-        everywhere. The slots are scored from the tokens' cached parts
-        (:meth:`~insnet_fairseq.modules.slots.SlotHeads.step_position_logits`).
-
-        Example: "<s> a </s>" with the length head predicting 2 and 0 words -> pos_lprobs [0, -inf].
+        sentence's length, and closed slots (infilling: outside the blanks), get -inf. The slots are
+        scored from the tokens' cached parts (:meth:`~insnet_fairseq.modules.slots.SlotHeads.step_position_logits`).
         """
         heads = decoder.heads
         h = state.hidden
@@ -277,16 +266,9 @@ class InsertionSteps:
         if state.open_right is not None:
             slot_ok = slot_ok & state.open_right.gather(1, left)  # [B, K] the left token's slot is open
         a, b = state.parts
-        if self.uses_lengths(decoder):  # one slot representation for both heads                       [B, K, D]
-            e = heads.slot_repr_from_parts(gather_steps(a, left), gather_steps(b, right), state.last_hidden.unsqueeze(1))
-            logits = heads.position_logit(e).float()  # [B, K]
-            empty = torch.log_softmax(heads.length_logits(e).float(), -1)[..., 0] > -math.log(2)  # p(0 words) > 0.5
-            slot_ok = slot_ok & ~empty
-        else:
-            logits = heads.step_position_logits(a, b, state.last_hidden, left, right)  # [B, K]
-        some = slot_ok.any(1, keepdim=True)  # [B, 1] (a row without an open slot: -inf, not NaN)
-        pos_lprobs = torch.log_softmax(logits.masked_fill(~slot_ok & some, float("-inf")), -1)
-        return (left, right), pos_lprobs.masked_fill(~slot_ok, float("-inf"))
+        logits = heads.step_position_logits(a, b, state.last_hidden, left, right)  # [B, K]
+        pos_lprobs = torch.log_softmax(logits.masked_fill(~slot_ok, float("-inf")), -1)
+        return (left, right), pos_lprobs
 
     @staticmethod
     def chosen_slot_repr(decoder, state: DecoderState, slots: Tuple[Tensor, Tensor], chosen: Tensor,
@@ -306,15 +288,14 @@ class InsertionSteps:
 
     def step(self, decoder, state: DecoderState, source_kv, source_pad, max_len,
              one_word: Optional[Tensor] = None, word_rank: Optional[Tensor] = None,
-             forced: Optional[Forced] = None, encode: bool = True, scored=None) -> DecoderState:
+             forced: Optional[Forced] = None, encode: bool = True) -> DecoderState:
         """One insertion step; ``max_len`` (int or [B]) caps the length with <s> and </s>; the rows of
         ``one_word`` (bool [B]) insert a single word, at their best slot; row b's words are its
         ``word_rank[b]``-th most probable ones (LongTensor [B]; None: the best). ``forced``: the stop check's words
         (:class:`~insnet_fairseq.decoding.stopping.StopCheck`); a row with a forced slot inserts exactly those words
         there (as many as ``max_len`` leaves room for), which are not scored again. ``encode`` False: the words are
-        placed but not encoded (see :meth:`insert`), for a step after which every row stops. ``scored``: this state's
-        :meth:`slot_distribution`, where the caller has it already."""
-        slots, pos_lprobs = scored if scored is not None else self.slot_distribution(decoder, state)
+        placed but not encoded (see :meth:`insert`), for a step after which every row stops."""
+        slots, pos_lprobs = self.slot_distribution(decoder, state)
         room = (torch.as_tensor(max_len, device=pos_lprobs.device) - state.lengths).clamp_min(1)
         if one_word is not None:
             room = room.masked_fill(one_word, 1)

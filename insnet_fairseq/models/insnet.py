@@ -46,24 +46,19 @@ class InsNetDecoder(FairseqDecoder):
         tied = embed_tokens if args.share_decoder_input_output_embed else None
         self.heads = SlotHeads(args.decoder_embed_dim, len(dictionary), tied,
                                slot_query=getattr(args, "slot_query_stream", False),
-                               global_vector=not getattr(args, "no_global_slot", False),
-                               length_classes=getattr(args, "slot_length_classes", 0))
+                               global_vector=not getattr(args, "no_global_slot", False))
         self.max_target_positions = args.max_target_positions
         self.termination_every_step = getattr(args, "termination_every_step", False)
 
     def upgrade_state_dict_named(self, state_dict, name):
-        """A checkpoint without the slot query stream or the slot length head (e.g. ``--finetune-from-model`` of an
-        l2r model into a ``--slot-query-stream`` or ``--slot-length-classes`` one) starts their parameters from their
-        initial values."""
-        new = {}
-        if self.context.slot_query is not None and f"{name}.context.slot_query" not in state_dict:
-            new[f"{name}.context.slot_query"] = self.context.slot_query
-            new.update({f"{name}.heads.query_norm.{k}": v for k, v in self.heads.query_norm.state_dict().items()})
-        if self.heads.length_proj is not None and f"{name}.heads.length_proj.weight" not in state_dict:
-            new.update({f"{name}.heads.length_proj.{k}": v for k, v in self.heads.length_proj.state_dict().items()})
-        if new:
-            logger.info(f"the checkpoint lacks {', '.join(new)}: they start from their initial values")
-            state_dict.update({k: v.detach().clone() for k, v in new.items()})
+        """A checkpoint without the slot query stream (e.g. ``--finetune-from-model`` of an l2r model
+        into a ``--slot-query-stream`` one) starts the stream's parameters from their initial values."""
+        if self.context.slot_query is None or f"{name}.context.slot_query" in state_dict:
+            return state_dict
+        new = {f"{name}.context.slot_query": self.context.slot_query}
+        new.update({f"{name}.heads.query_norm.{k}": v for k, v in self.heads.query_norm.state_dict().items()})
+        logger.info(f"the checkpoint has no slot query stream: {', '.join(new)} start from their initial values")
+        state_dict.update({k: v.detach().clone() for k, v in new.items()})
         return state_dict
 
     def encode_source(self, encoder_out: Dict):
@@ -119,9 +114,6 @@ class InsNetDecoder(FairseqDecoder):
                 tokens left and right of each one's slot in its context ([2, N]: row 0 left, row 1 right)
             position: logits [B, T, K] (-inf at slots that do not exist), target [B, T], mask
             termination: logits [B, n - 1] for t = 1..n-1, target (1 at the last step), mask
-            slot_length (``--slot-length-classes C`` only): logits [N, C] and target [N] of every slot of every
-                context that has a termination term (each layer's context and the whole sentence): the number of
-                words the final sequence holds in the slot, clamped to C - 1
         and with ``return_states`` also ``states``: :meth:`encode_trajectory`'s tensors of this pass.
         """
         B, n = target.shape
@@ -175,40 +167,9 @@ class InsNetDecoder(FairseqDecoder):
                 "mask": term_mask,
             },
         }
-        if self.heads.length_proj is not None:
-            out["slot_length"] = self.slot_length_terms(h, order, left_all, right_all, term_mask)
         if return_states:  # the pass's context states (:meth:`encode_trajectory`): --dinic-lagged's promotions
             out["states"] = (h, kv, rank, tokens, lengths, source_kv, source_pad)
         return out
-
-    def slot_length_terms(self, h: Tensor, order: Tensor, left_all: Tensor, right_all: Tensor,
-                          term_mask: Tensor) -> Dict[str, Tensor]:
-        """Slot length logits and targets at every slot of the contexts ``term_mask`` marks.
-
-        h [B, n, D], order [B, n] (final position of each step's token), left_all/right_all [B, n, n]
-        (:func:`~insnet_fairseq.geometry.offsets.slot_neighbours`), term_mask [B, n - 1] (context after step t + 1)
-        -> logits [N, C], target [N]: N = the number of slots of those contexts (the context after step c has c
-        slots). A slot between the tokens at final positions p < q holds q - p - 1 words.
-
-        Example: "<s> a b </s>" inserted in the order [0, 3, 2, 1] (sequential): the context after step 1
-        ("<s> </s>") has one slot, 2 words; after step 2 ("<s> b </s>") slots of 1 and 0 words; after step 3, three of 0.
-        """
-        B, n = order.shape
-        C = self.heads.length_proj.out_features
-        steps = torch.arange(1, n, device=order.device).expand(B, n - 1)
-        M = max(int(term_mask.sum(1).max()), 1)
-        key = torch.where(term_mask, steps, torch.full_like(steps, n))  # the marked contexts first, in step order
-        ctx = key.sort(1).values[:, :M]  # [B, M]
-        ctx_ok = ctx < n
-        ctx = ctx.clamp(max=n - 1)
-        K = n - 1
-        row = lambda m: m.gather(1, ctx.unsqueeze(2).expand(-1, -1, n))[:, :, :K]  # noqa: E731  [B, M, K]
-        left, right = row(left_all), row(right_all)
-        slot_ok = ctx_ok.unsqueeze(2) & (torch.arange(K, device=order.device).view(1, 1, K) < ctx.unsqueeze(2))
-        span = order.gather(1, right.flatten(1)) - order.gather(1, left.flatten(1)) - 1  # [B, M * K]
-        e = self.heads.context_slot_repr(h, ctx, left, right)  # [B, M, K, D]
-        return {"logits": self.heads.length_logits(e[slot_ok]),
-                "target": span.view(B, M, K)[slot_ok].clamp(0, C - 1)}
 
     def max_positions(self):
         return self.max_target_positions - 1  # <s> is prepended to fairseq's target
@@ -257,17 +218,9 @@ class InsNetModel(FairseqEncoderDecoderModel):
             "token, as sequential training does (continue inside a layer too), not only at each layer's end: "
             "parallel decoding meets part-filled layers when it skips or misses slots",
         )
-        parser.add_argument(
-            "--slot-length-classes", type=int, metavar="C",
-            help="train a slot length head: at every slot of every layer's context, the number of words the final "
-            "sequence holds there (0..C-1, C-1: that many or more); parallel decoding then fills the slots it "
-            "predicts non-empty and stops when it predicts every slot empty (default 0: no head)",
-        )
 
     @staticmethod
     def check_ablation_flags(args):
-        if args.slot_length_classes < 0 or args.slot_length_classes == 1:
-            raise ValueError(f"--slot-length-classes must be 0 (no head) or >= 2, got {args.slot_length_classes}")
         if args.offset_clip < 0:
             raise ValueError(f"--offset-clip must be >= 0 (0: no clipping; 1: InsNet-truncated), got {args.offset_clip}")
 
@@ -379,7 +332,6 @@ def insnet_base_architecture(args):
     args.offset_clip = getattr(args, "offset_clip", None) or 0
     args.no_global_slot = getattr(args, "no_global_slot", False)
     args.termination_every_step = getattr(args, "termination_every_step", False)
-    args.slot_length_classes = getattr(args, "slot_length_classes", None) or 0
     args.max_source_positions = getattr(args, "max_source_positions", None) or 1024
     args.max_target_positions = getattr(args, "max_target_positions", None) or 1024
     transformer_base_architecture(args)

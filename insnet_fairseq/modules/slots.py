@@ -10,9 +10,7 @@ step ``t`` (the global vector; ``--no-global-slot``, the paper's InsNet-noglobal
 ``e = LayerNorm(concat(f_l(h_l), f_r(h_r)))``, everywhere slots are scored). Heads: token ``log_softmax(W_p e + b)`` (with
 ``--slot-query-stream``, ``W_p LayerNorm(e + z) + b``, z the slot's query, see :mod:`insnet_fairseq.modules.decoder`); position ``w_o . e``,
 log-softmax over the ``t`` slots of a step; termination ``q(stop | h_t)`` (which keeps ``h_t`` under
-``--no-global-slot``: the ablation removes it from the slot representation only); with ``--slot-length-classes C``
-the slot's length ``softmax(W_n e + b)`` over 0..C-1 words (C-1: that many or more), the number of words the final
-sequence holds in the slot.
+``--no-global-slot``: the ablation removes it from the slot representation only).
 
 Training needs the position logit of every slot of every step: B x n x n x D if built naively.
 :meth:`SlotHeads.position_logits` never builds it: LayerNorm's mean and variance and the final
@@ -40,7 +38,7 @@ def gather_steps(x: Tensor, index: Tensor) -> Tensor:
 
 class SlotHeads(nn.Module):
     def __init__(self, embed_dim: int, vocab_size: int, tied_embedding: nn.Embedding = None, eps: float = 1e-5,
-                 slot_query: bool = False, global_vector: bool = True, length_classes: int = 0):
+                 slot_query: bool = False, global_vector: bool = True):
         super().__init__()
         self.global_vector = global_vector  # False: --no-global-slot (InsNet-noglobal)
         self.query_norm = nn.LayerNorm(embed_dim, eps=eps) if slot_query else None  # --slot-query-stream
@@ -51,7 +49,6 @@ class SlotHeads(nn.Module):
         self.norm = nn.LayerNorm(embed_dim, eps=eps)
         self.position_proj = nn.Linear(embed_dim, 1)  # w_o (its bias cancels in the softmax)
         self.termination_proj = nn.Linear(embed_dim, 1)
-        self.length_proj = nn.Linear(embed_dim, length_classes) if length_classes > 0 else None  # W_n
         self.token_proj = nn.Linear(embed_dim, vocab_size)
         if tied_embedding is not None:
             self.token_proj.weight = tied_embedding.weight
@@ -100,11 +97,6 @@ class SlotHeads(nn.Module):
     def position_logit(self, e: Tensor) -> Tensor:
         """[..., D] -> [...]."""
         return self.position_proj(e).squeeze(-1)
-
-    def length_logits(self, e: Tensor) -> Tensor:
-        """Slot length logits (``--slot-length-classes C``): e [..., D] -> [..., C]; class c: the slot holds c words
-        in the final sequence (the last class: that many or more)."""
-        return self.length_proj(e)
 
     def termination_logit(self, h_global: Tensor) -> Tensor:
         """Logit of q(stop | h_t): [..., D] -> [...]."""
@@ -186,12 +178,6 @@ class SlotHeads(nn.Module):
         """
         e = self.slot_repr_from_parts(gather_steps(a, left), gather_steps(b, right), g.unsqueeze(1))  # [B, K, D]
         return self.position_logit(e).float()
-
-    def context_slot_repr(self, h: Tensor, steps: Tensor, left: Tensor, right: Tensor) -> Tensor:
-        """Materialised e at every slot of some contexts: steps [B, M] (each context's last step, its global
-        vector), left/right [B, M, K] (the steps of each slot's neighbours) -> [B, M, K, D]."""
-        a, b = self.parts(h)  # [B, n, Dl], [B, n, Dr]
-        return self.slot_repr_from_parts(gather_steps(a, left), gather_steps(b, right), gather_steps(h, steps).unsqueeze(2))
 
     def target_slot_repr(self, h: Tensor, steps: Tensor, left: Tensor, right: Tensor) -> Tensor:
         """Materialised e at one slot per prediction.

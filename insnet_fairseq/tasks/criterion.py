@@ -7,12 +7,8 @@ with optional label smoothing on tokens, and with ``--repeat-penalty W`` an unli
 
     W * sum_t sum_{n in left, right of slot t, n != token_t}  -log(1 - p(n | e_slot))
 
-so that the model learns what ``--skip-repeats`` patches at decoding; and for a model with a slot length head
-(``--slot-length-classes``) the cross-entropy of every scored slot's length:
-
-    sum_{context c} sum_{slot k of c}  -log n(words the final sequence holds in slot k | e_{c, k})
-
-Each term is logged on its own, normalised per inserted target token (base 2, like fairseq's other criteria).
+so that the model learns what ``--skip-repeats`` patches at decoding. Each term is logged on its own, normalised
+per inserted target token (base 2, like fairseq's other criteria).
 """
 import math
 from dataclasses import dataclass, field
@@ -25,7 +21,7 @@ from fairseq.dataclass import FairseqDataclass
 
 from .token_loss import smoothed_nll
 
-TERMS = ("token", "position", "termination", "repeat", "slot_length")
+TERMS = ("token", "position", "termination", "repeat")
 NLL_TERMS = TERMS[:3]  # the trajectory's negative log-likelihood (nll_loss, ppl)
 
 
@@ -34,8 +30,6 @@ class InsNetLossConfig(FairseqDataclass):
     label_smoothing: float = field(default=0.0, metadata={"help": "label smoothing on the token head"})
     repeat_penalty: float = field(default=0.0, metadata={
         "help": "weight of an unlikelihood term against a slot's word equal to a neighbour of the slot (0: none)"})
-    slot_length_weight: float = field(default=1.0, metadata={
-        "help": "weight of the slot length term (models with --slot-length-classes)"})
 
 
 def repeat_unlikelihood(logits, target, neighbours):
@@ -53,10 +47,9 @@ def repeat_unlikelihood(logits, target, neighbours):
     return total
 
 
-def term_losses(net_output, label_smoothing: float = 0.0, repeat_penalty: float = 0.0, slot_length_weight: float = 1.0):
+def term_losses(net_output, label_smoothing: float = 0.0, repeat_penalty: float = 0.0):
     """Summed NLL of each named term; returns {name: (loss, nll)} (equal unless smoothing); with ``repeat_penalty``
-    also ``repeat``: (weight x the unlikelihood term, the term); with a slot length head also ``slot_length``: (
-    ``slot_length_weight`` x the term, the term)."""
+    also ``repeat``: (weight x the unlikelihood term, the term)."""
     tok = net_output["token"]
     # [N, V] logits, real steps only: fairseq's label_smoothed_nll_loss with a one-pass backward
     tok_loss, tok_nll = smoothed_nll(tok["logits"], tok["target"], label_smoothing)
@@ -76,27 +69,20 @@ def term_losses(net_output, label_smoothing: float = 0.0, repeat_penalty: float 
                              "(--arch insnet_*) give")
         rep = repeat_unlikelihood(tok["logits"], tok["target"], tok["neighbours"])
         terms["repeat"] = (repeat_penalty * rep, rep)
-    if "slot_length" in net_output:  # --slot-length-classes
-        length = net_output["slot_length"]
-        length_nll = F.cross_entropy(length["logits"].float(), length["target"], reduction="sum")
-        terms["slot_length"] = (slot_length_weight * length_nll, length_nll)
     return terms
 
 
 @register_criterion("insnet_loss", dataclass=InsNetLossConfig)
 class InsNetLoss(FairseqCriterion):
-    def __init__(self, task, label_smoothing=0.0, repeat_penalty=0.0, slot_length_weight=1.0):
+    def __init__(self, task, label_smoothing=0.0, repeat_penalty=0.0):
         super().__init__(task)
         if repeat_penalty < 0:
             raise ValueError(f"--repeat-penalty {repeat_penalty}: must be >= 0")
-        if slot_length_weight < 0:
-            raise ValueError(f"--slot-length-weight {slot_length_weight}: must be >= 0")
         self.label_smoothing, self.repeat_penalty = label_smoothing, repeat_penalty
-        self.slot_length_weight = slot_length_weight
 
     def forward(self, model, sample, reduce=True):
         net_output = model(**sample["net_input"])
-        terms = term_losses(net_output, self.label_smoothing, self.repeat_penalty, self.slot_length_weight)
+        terms = term_losses(net_output, self.label_smoothing, self.repeat_penalty)
         loss = sum(t[0] for t in terms.values())
         nll = sum(t[1] for name, t in terms.items() if name in NLL_TERMS)  # the model's NLL, without the penalty
         sample_size = int(net_output["token"]["target"].numel())

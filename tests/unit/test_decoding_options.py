@@ -35,9 +35,7 @@ def rules(o: DecodingOptions):
 
 def test_parallel_mode_defaults_to_the_best_settings_measured_on_valid():
     assert rules(decoding("--insertion-mode", "parallel")) == (0.9, True, 0.75)
-    assert MODE_DEFAULTS["parallel"] == dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75, slot_lengths=True)
-    assert decoding("--insertion-mode", "parallel").slot_lengths  # a model with a slot length head decodes by it
-    assert not decoding("--insertion-mode", "parallel", "--no-slot-lengths").slot_lengths
+    assert MODE_DEFAULTS["parallel"] == dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75)
 
 
 def test_sequential_mode_keeps_its_defaults():
