@@ -28,8 +28,9 @@
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
-#            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.3 0.4 0.5 0.6 0.75), is stored with
-#            its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone decodes;
+#            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.3 0.4 0.5 0.6 0.75), is
+#            stored with its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone
+#            decodes;
 #            the same for each variant; then each variant against InsNet-Dinic on valid, CK/valid_variants.{csv,txt}
 #            (what decides whether a variant's flag becomes InsNet-Dinic's training)
 #   test     benchmarks/frontier.py on the test set, on the CPU -> OUT.{csv,png} (results/frontier_multi30k_cpu), its
