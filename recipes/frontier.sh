@@ -25,10 +25,6 @@
 #            and, named in VARIANTS only, the anchored order's depth (2 in dinic), which sets the layering's steps:
 #              dinic_depth1  --anchor-depth 1: one anchor, two gaps (one hard first word, more steps)
 #              dinic_depth3  --anchor-depth 3: seven anchors, eight gaps (fewer steps)
-#            and the model's own words in the contexts it trains on (what skip repeats and the stop check patch):
-#              dinic_own     --own-words 0.5: each word that later layers read is, with probability 0.5, the
-#                            model's own most probable word at its slot
-#              dinic_own_light --own-words 0.15, dinic_own_all --own-words 1: less often, every time
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
@@ -62,11 +58,9 @@ updates=${UPDATES:-2000}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
 stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train variants choose test)
 declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--late-words 0.5"
-  [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3" [dinic_own]="--own-words 0.5"
-  [dinic_own_light]="--own-words 0.15" [dinic_own_all]="--own-words 1")  # beside dinic's
+  [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3")  # beside dinic's
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
-  [dinic_depth3]="anchor depth 3" [dinic_own]="own words 0.5"
-  [dinic_own_light]="own words 0.15" [dinic_own_all]="own words 1")  # in its frontier row
+  [dinic_depth3]="anchor depth 3")  # in its frontier row
 read -r -a variants <<<"${VARIANTS-dinic_repeat dinic_late}"
 for v in "${variants[@]}"; do
   [ -n "${variant_flags[$v]:-}" ] || { echo "frontier.sh: unknown variant '$v' in VARIANTS (${!variant_flags[*]})" >&2; exit 2; }

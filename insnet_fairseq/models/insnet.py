@@ -92,7 +92,7 @@ class InsNetDecoder(FairseqDecoder):
 
     def forward(
         self, target: Tensor, order: Tensor, encoder_out: Dict, context: Optional[Tensor] = None,
-        return_states: bool = False, context_tokens: Optional[Tensor] = None,
+        return_states: bool = False,
     ) -> Dict[str, Dict[str, Tensor]]:
         """One pass over whole insertion trajectories, sequential or layered (InsNet-Dinic).
 
@@ -108,10 +108,6 @@ class InsNetDecoder(FairseqDecoder):
                 vector, and one termination term per layer (at each context and the last step; with
                 ``--termination-every-step`` one after every token, as in sequential training).
                 The context encoding is the same single pass over ``order`` either way.
-            context_tokens: optional [B, n] like ``target`` (the same ``<s>``, ``</s>`` and padding): the words the
-                pass encodes as the context of later steps, while the terms' targets stay ``target``'s
-                (``--own-words``: some words replaced by the model's own, :mod:`insnet_fairseq.training.own_words`).
-                None: ``target``.
 
         Returns named terms (T = n - 2 prediction steps t = 1..n-2, K = n - 2 slots):
             token: logits [N, V] and target [N] for the N real steps (``position.mask``), and ``neighbours``: the
@@ -123,9 +119,7 @@ class InsNetDecoder(FairseqDecoder):
         B, n = target.shape
         device = target.device
         steps = torch.arange(n, device=device)
-        h, kv, rank, tokens, lengths, source_kv, source_pad = self.encode_trajectory(
-            target if context_tokens is None else context_tokens, order, encoder_out)
-        gold = tokens if context_tokens is None else target.gather(1, order)  # [B, n] the targets, insertion order
+        h, kv, rank, tokens, lengths, source_kv, source_pad = self.encode_trajectory(target, order, encoder_out)
 
         T = n - 2
         pred = steps[1 : n - 1]  # [T] sequential contexts t = 1..n-2
@@ -162,7 +156,7 @@ class InsNetDecoder(FairseqDecoder):
             # only real steps reach the vocabulary projection: [N, V], N = sum(len - 2)
             "token": {
                 "logits": self.heads.token_logits(e[step_valid], None if z is None else z[step_valid]),
-                "target": gold[:, 2:][step_valid],
+                "target": tokens[:, 2:][step_valid],
                 # the words left and right of each token's slot in its context, [2, N] (--repeat-penalty)
                 "neighbours": torch.stack([tokens.gather(1, left_t)[step_valid], tokens.gather(1, right_t)[step_valid]]),
             },
@@ -174,7 +168,7 @@ class InsNetDecoder(FairseqDecoder):
             },
         }
         if return_states:  # the pass's context states (:meth:`encode_trajectory`): --dinic-lagged's promotions
-            out["states"] = (h, kv, rank, gold, lengths, source_kv, source_pad)
+            out["states"] = (h, kv, rank, tokens, lengths, source_kv, source_pad)
         return out
 
     def max_positions(self):
@@ -257,12 +251,10 @@ class InsNetModel(FairseqEncoderDecoderModel):
         decoder = cls.decoder_class(args, tgt_dict, dec_emb)
         return cls(args, encoder, decoder)
 
-    def forward(self, src_tokens, src_lengths, target, order, context=None, return_states=False, context_tokens=None,
-                **kwargs):
+    def forward(self, src_tokens, src_lengths, target, order, context=None, return_states=False, **kwargs):
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
-        if return_states or context_tokens is not None:  # InsNetDecoder only (InDIGO trains sequentially)
-            return self.decoder(target, order, encoder_out, context, return_states=return_states,
-                                context_tokens=context_tokens)
+        if return_states:  # InsNetDecoder only (InDIGO trains sequentially, without --dinic-lagged)
+            return self.decoder(target, order, encoder_out, context, return_states=True)
         return self.decoder(target, order, encoder_out, context)
 
     def forward_encoder(self, src_tokens, src_lengths):

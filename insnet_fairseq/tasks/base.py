@@ -28,7 +28,6 @@ from insnet_fairseq.geometry.layers import (PAD_LAYER, compact, delay_last_words
 from insnet_fairseq.geometry.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES,
                                             TREE_POLICIES)
 from insnet_fairseq.training.layerization import LAYERIZATIONS, layerize, promotions_from_states, token_logprobs_by_step
-from insnet_fairseq.training.own_words import own_words
 from insnet_fairseq.training.searched_order import search_orders
 
 logger = logging.getLogger(__name__)
@@ -100,13 +99,6 @@ class InsertionConfig(TranslationConfig, DecodingFlags):
                                "where parallel decoding stops too early); with --dinic-lagged the moved words keep "
                                "their stored layer; 0: off"},
     )
-    own_words: float = field(
-        default=0.0, metadata={"help": "layered training (--layerization uniform, --dinic-tau): each word that later "
-                               "layers read is replaced in their context, with this probability, by the model's own "
-                               "most probable word at its slot (one pass without gradient first), so that the model "
-                               "learns to continue the partial outputs of parallel decoding; the targets stay the "
-                               "reference's; 0: off"},
-    )
     searched_order_beam: int = field(
         default=0, metadata={"help": "InDIGO's searched adaptive order (--arch indigo_*): each batch's orders are "
                              "found by beam search under the current model, K per sentence, and the batch is trained on "
@@ -158,11 +150,6 @@ class InsertionTask(TranslationTask):
             raise ValueError(f"--late-words must be in [0, 1), got {cfg.late_words}")
         if cfg.late_words > 0 and mode == "sequential":
             raise ValueError("--late-words delays words of the last layer of a layered trajectory: use it with "
-                             "--layerization uniform or --dinic-tau")
-        if not 0.0 <= cfg.own_words <= 1.0:
-            raise ValueError(f"--own-words must be in [0, 1], got {cfg.own_words}")
-        if cfg.own_words > 0 and mode == "sequential":
-            raise ValueError("--own-words replaces words that later layers of a layered trajectory read: use it with "
                              "--layerization uniform or --dinic-tau")
         if cfg.dinic_lagged and mode != "dinic":
             raise ValueError(f"--dinic-lagged promotes tokens of InsNet-Dinic layerings: use it with --dinic-tau, not "
@@ -262,16 +249,6 @@ class InsertionTask(TranslationTask):
         sample["layers"] = num_layers(layers)
         return lagged
 
-    def own_words_batch(self, sample, model, update_num) -> None:
-        """--own-words: the training batch's context tokens, some words the model's own
-        (:func:`~insnet_fairseq.training.own_words.own_words`; draws seeded by the update)."""
-        net_input = sample["net_input"]
-        g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + 7 + int(update_num))
-        u = torch.rand(net_input["target"].shape, generator=g).to(net_input["target"].device)
-        special = torch.tensor([self.tgt_dict.bos(), self.tgt_dict.eos(), self.tgt_dict.pad()])
-        net_input["context_tokens"] = own_words(model, net_input, special, self.tgt_dict.pad(), u,
-                                              self.cfg.own_words)
-
     def promote_lagged(self, sample, model, layers, net_output):
         """--dinic-lagged: one promotion round of the training batch's ``layers`` [B, n] from its training
         pass (``net_output``: its context states, and its token log-probabilities as the words' scores at
@@ -343,8 +320,6 @@ class InsertionTask(TranslationTask):
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         self.order_batch(sample, model)
         lagged = self.layer_batch(sample, model, update_num)
-        if self.cfg.own_words > 0 and sample is not None and "context" in sample.get("net_input", {}):
-            self.own_words_batch(sample, model, update_num)
         if lagged is None or ignore_grad:
             return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
         captured = []  # --dinic-lagged: the training pass's output, with its states

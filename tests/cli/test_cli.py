@@ -244,27 +244,6 @@ def test_late_words_add_a_layer_in_training_only(small_data, tmp_path):
     assert all(b > a for a, b in zip(plain, late)), (plain, late)
 
 
-def test_own_words_train_layered_runs_and_are_refused_without_layers(small_data, tmp_path):
-    """--own-words: uniform-layered and InsNet-Dinic (lagged) updates run with it, their losses finite and, from the
-    same start, not those of training without it (the contexts differ); refused for sequential training."""
-    def losses(*extra):
-        out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "3", "--no-save", "--insertion-order",
-                            "anchored", "--slot-query-stream", *extra))
-        assert out.returncode == 0, out.stderr[-3000:]
-        rows = train_rows(out.stdout + out.stderr)
-        assert len(rows) == 3 and all(math.isfinite(float(r["loss"])) for r in rows)
-        return [float(r["loss"]) for r in rows]
-    uniform = ["--layerization", "uniform"]
-    plain, own = losses(*uniform), losses(*uniform, "--own-words", "1")
-    assert all(a != b for a, b in zip(plain, own)), (plain, own)  # each update's loss on other contexts
-    losses("--dinic-tau", "1", "--dinic-lagged", "--dinic-lagged-warm", "--own-words", "0.5")
-    out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "1", "--own-words", "0.5"))
-    assert out.returncode != 0 and "--own-words replaces words that later layers" in out.stderr
-    out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "1", "--layerization", "uniform",
-                        "--own-words", "1.5"))
-    assert out.returncode != 0 and "--own-words must be in [0, 1]" in out.stderr
-
-
 def test_dinic_layerings_survive_a_resume(small_data, tmp_path):
     flags = ["--dinic-tau", "1.0", "--insertion-order", "binary", "--save-interval-updates", "3"]
     first = run(train_cmd(small_data, str(tmp_path / "ckpt"), "--max-update", "3", *flags))
