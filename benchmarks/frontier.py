@@ -67,11 +67,13 @@ COLUMNS = ["system", "sacrebleu", "diff", "diff_low", "diff_high", "p_value", "p
 class PassCounter:
     """Counts decoder passes: calls of the first layer of every decoder layer stack of ``models``.
 
-    A stack is an ``nn.ModuleList`` named ``layers`` inside a model's ``decoder``. Every method that
-    runs that layer over target-side states is counted (``forward``; InsNet's ``forward_with_queries``
-    and ``query``, the slot query stream). ``rows`` adds the hypothesis rows of each call: the batch
-    dimension of the states (fairseq's layers take ``T x B x C``, InsNet's ``B x T x C``), ``positions`` their
-    rows x positions (the target positions the call computes).
+    A stack is an ``nn.ModuleList`` named ``layers`` inside a model's ``decoder``, or ``query_layers`` (InsNet's
+    untied slot query stream). Every method that runs that layer over target-side states is counted
+    (``forward``; InsNet's ``forward_with_queries`` and ``query``, the slot query stream), except a call made
+    inside a counted one (a fused pass that runs its queries through the untied query layer is one pass).
+    ``rows`` adds the hypothesis rows of each call: the batch dimension of the states (fairseq's layers take
+    ``T x B x C``, InsNet's ``B x T x C``), ``positions`` their rows x positions (the target positions the call
+    computes).
 
     Example: AR greedy decoding of one sentence into 4 tokens + ``</s>`` is 5 calls of 1 row; beam 5,
     5 calls of 5 rows; InsNet sequential decoding of 4 tokens, 1 initial pass + 4 steps = 5 calls, and
@@ -85,10 +87,12 @@ class PassCounter:
         self.rows = 0
         self.positions = 0
         self._patched = []
+        self._inside = 0  # counted calls running now: a call inside one is part of its pass
         for model in models:
             decoder = getattr(model, "decoder", model)
             for name, module in decoder.named_modules():
-                if name.split(".")[-1] == "layers" and isinstance(module, nn.ModuleList) and len(module):
+                if name.split(".")[-1] in ("layers", "query_layers") and isinstance(module, nn.ModuleList) \
+                        and len(module):
                     self._patch(module[0])
 
     @staticmethod
@@ -103,8 +107,14 @@ class PassCounter:
             original = getattr(layer, method)
 
             def counted(*args, __original=original, __method=method, **kwargs):
+                if self._inside:
+                    return __original(*args, **kwargs)
                 self.count(__method, dim, args, kwargs)
-                return __original(*args, **kwargs)
+                self._inside += 1
+                try:
+                    return __original(*args, **kwargs)
+                finally:
+                    self._inside -= 1
 
             setattr(layer, method, counted)  # an instance attribute: nn.Module.__call__ finds it first
             self._patched.append((layer, method))

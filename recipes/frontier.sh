@@ -25,6 +25,10 @@
 #            and, named in VARIANTS only, the anchored order's depth (2 in dinic), which sets the layering's steps:
 #              dinic_depth1  --anchor-depth 1: one anchor, two gaps (one hard first word, more steps)
 #              dinic_depth3  --anchor-depth 3: seven anchors, eight gaps (fewer steps)
+#            and the capacity of the parallel model:
+#              dinic_untied  --untied-slot-queries: the slot query stream gets layers of its own (the same compute)
+#              dinic_enc6    --encoder-layers 6: a deeper encoder (it runs once a sentence); a model of its own shape,
+#                            so its l2r base is its own as well: l2r_kd_enc6, trained for BASE_UPDATES updates
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
@@ -58,12 +62,14 @@ updates=${UPDATES:-2000}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
 stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train variants choose test)
 declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--late-words 0.5"
-  [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3")  # beside dinic's
+  [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3"
+  [dinic_untied]="--untied-slot-queries" [dinic_enc6]="")  # beside dinic's
+declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
-  [dinic_depth3]="anchor depth 3")  # in its frontier row
+  [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder")  # its row
 read -r -a variants <<<"${VARIANTS-dinic_repeat dinic_late}"
 for v in "${variants[@]}"; do
-  [ -n "${variant_flags[$v]:-}" ] || { echo "frontier.sh: unknown variant '$v' in VARIANTS (${!variant_flags[*]})" >&2; exit 2; }
+  [ -n "${variant_name[$v]:-}" ] || { echo "frontier.sh: unknown variant '$v' in VARIANTS (${!variant_name[*]})" >&2; exit 2; }
 done
 
 teacher() {
@@ -83,13 +89,14 @@ train_run() {  # KIND SAVE UPDATES [flags]: resumes from SAVE/checkpoint_last.pt
   touch "$save/done"
 }
 
-dinic_run() {  # SAVE [flags]: from l2r_kd's checkpoint at BASE_UPDATES, once it exists (a resumed run: from its own)
-  local save=$1 from=$ck/l2r_kd/checkpoint_*_${base_updates}.pt base=$ck/l2r_kd_at_${base_updates}.pt start=(); shift
+dinic_run() {  # SAVE BASE_RUN [flags]: from BASE_RUN's checkpoint at BASE_UPDATES, once it exists (a resumed run: from
+  # its own)
+  local save=$1 run=$2 from=$ck/$2/checkpoint_*_${base_updates}.pt base=$ck/$2_at_${base_updates}.pt start=(); shift 2
   if [ ! -f "$save/done" ] && [ ! -f "$save/checkpoint_last.pt" ]; then
-    until [ -f "$base" ]; do  # l2r_kd keeps its last 4 checkpoints only: the base is copied while it exists
+    until [ -f "$base" ]; do  # the base run keeps its last 4 checkpoints only: the base is copied while it exists
       if compgen -G "$from" >/dev/null; then cp "$(compgen -G "$from" | head -1)" "$base.$$" && mv "$base.$$" "$base"
-      elif [ -f "$ck/l2r_kd/done" ]; then
-        echo "frontier.sh: $base missing and l2r_kd no longer keeps its update $base_updates: train l2r_kd again to" \
+      elif [ -f "$(dirname "$from")/done" ]; then
+        echo "frontier.sh: $base missing and $run no longer keeps its update $base_updates: train $run again to" \
              "that update (recipes/train.sh insnet, UPDATES=$base_updates) and copy its checkpoint there" >&2; exit 2
       else sleep 30; fi
     done
@@ -108,18 +115,24 @@ train() {
        "updates each, $threads thread(s) each; logs in logs/$(basename "$ck")/)"
   train_run ar "$ck/ar_kd" "$updates" & local ar=$!
   train_run insnet "$ck/l2r_kd" "$updates" & local l2r=$!
-  dinic_run "$ck/dinic" & local dinic=$!
+  dinic_run "$ck/dinic" l2r_kd & local dinic=$!
   wait $ar $l2r $dinic
 }
 
 variants_stage() {
   [ ${#variants[@]} = 0 ] && { echo "frontier.sh: no VARIANTS, variants stage skipped"; return; }
   [ -f "$kd/train.en-de.de.bin" ] || { echo "frontier.sh: $kd missing: run the teacher stage first" >&2; exit 2; }
-  echo "frontier.sh: training ${variants[*]} from l2r_kd's update $base_updates, $threads thread(s) each"
+  echo "frontier.sh: training ${variants[*]} from l2r_kd's update $base_updates (a variant of its own shape: from its" \
+       "own l2r base's), $threads thread(s) each"
   local pids=() v
   for v in "${variants[@]}"; do
     # shellcheck disable=SC2086
-    dinic_run "$ck/$v" ${variant_flags[$v]} & pids+=($!)
+    if [ -n "${variant_shape[$v]:-}" ]; then  # its own l2r base, then InsNet-Dinic from it
+      { train_run insnet "$ck/l2r_kd_${v#dinic_}" "$base_updates" ${variant_shape[$v]}
+        dinic_run "$ck/$v" "l2r_kd_${v#dinic_}" ${variant_shape[$v]} ${variant_flags[$v]}; } & pids+=($!)
+    else
+      dinic_run "$ck/$v" l2r_kd ${variant_flags[$v]} & pids+=($!)
+    fi
   done
   wait "${pids[@]}"
 }

@@ -28,7 +28,7 @@ from fairseq.models import (
 )
 from fairseq.models.transformer import Embedding, TransformerEncoder, TransformerModel
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
-from torch import Tensor
+from torch import Tensor, nn
 
 from insnet_fairseq.geometry.masks import causal_mask, slot_query_geometry
 from insnet_fairseq.geometry.offsets import is_left_to_right, offsets_from_rank, rank_matrix, slot_neighbours
@@ -36,6 +36,17 @@ from insnet_fairseq.modules.decoder import InsNetContextEncoder
 from insnet_fairseq.modules.slots import SlotHeads
 
 logger = logging.getLogger(__name__)
+
+
+def untied_query_weights(state_dict: Dict[str, Tensor], prefix: str, query_layers: nn.ModuleList) -> Dict[str, Tensor]:
+    """``PREFIX.query_layers.i.NAME`` for every parameter of ``query_layers``, copied from the tokens' layer
+    ``PREFIX.layers.i.NAME`` of ``state_dict``; W_qkv gives its query third (the query layers have no keys).
+    Example: ``query_layers.0.self_attn.qkv_proj.weight`` [D, D] = ``layers.0.self_attn.qkv_proj.weight[:D]``."""
+    out = {}
+    for key, param in query_layers.state_dict().items():
+        source = state_dict[f"{prefix}.layers.{key}"]
+        out[f"{prefix}.query_layers.{key}"] = source[: param.size(0)].clone()  # (equal sizes: all of it)
+    return out
 
 
 class InsNetDecoder(FairseqDecoder):
@@ -52,13 +63,18 @@ class InsNetDecoder(FairseqDecoder):
 
     def upgrade_state_dict_named(self, state_dict, name):
         """A checkpoint without the slot query stream (e.g. ``--finetune-from-model`` of an l2r model
-        into a ``--slot-query-stream`` one) starts the stream's parameters from their initial values."""
-        if self.context.slot_query is None or f"{name}.context.slot_query" in state_dict:
-            return state_dict
-        new = {f"{name}.context.slot_query": self.context.slot_query}
-        new.update({f"{name}.heads.query_norm.{k}": v for k, v in self.heads.query_norm.state_dict().items()})
-        logger.info(f"the checkpoint has no slot query stream: {', '.join(new)} start from their initial values")
-        state_dict.update({k: v.detach().clone() for k, v in new.items()})
+        into a ``--slot-query-stream`` one) starts the stream's parameters from their initial values; one
+        without untied query layers (``--untied-slot-queries``) starts them as copies of the tokens' layers, so
+        that the model computes what the checkpoint's did."""
+        if self.context.slot_query is not None and f"{name}.context.slot_query" not in state_dict:
+            new = {f"{name}.context.slot_query": self.context.slot_query}
+            new.update({f"{name}.heads.query_norm.{k}": v for k, v in self.heads.query_norm.state_dict().items()})
+            logger.info(f"the checkpoint has no slot query stream: {', '.join(new)} start from their initial values")
+            state_dict.update({k: v.detach().clone() for k, v in new.items()})
+        if self.context.query_layers is not None and not any(k.startswith(f"{name}.context.query_layers.")
+                                                              for k in state_dict):
+            logger.info("the checkpoint has no untied slot query layers: they start as copies of the tokens' layers")
+            state_dict.update(untied_query_weights(state_dict, f"{name}.context", self.context.query_layers))
         return state_dict
 
     def encode_source(self, encoder_out: Dict):
@@ -203,6 +219,12 @@ class InsNetModel(FairseqEncoderDecoderModel):
             "context with offsets relative to the slot (XLNet-style two-stream attention)",
         )
         parser.add_argument(
+            "--untied-slot-queries", action="store_true",
+            help="with --slot-query-stream: the query stream gets layers of its own (query, offset and output "
+            "projections, FFN, LayerNorms) that read the tokens' keys and values; fine-tuning a checkpoint without "
+            "them starts them as copies of the tokens' layers",
+        )
+        parser.add_argument(
             "--offset-clip", type=int, metavar="K",
             help="ablation InsNet-truncated (paper Table 6, K = 1): clip every insertion offset to [-K, K] "
             "before its embedding (default 0: no clipping)",
@@ -221,6 +243,8 @@ class InsNetModel(FairseqEncoderDecoderModel):
 
     @staticmethod
     def check_ablation_flags(args):
+        if getattr(args, "untied_slot_queries", False) and not args.slot_query_stream:
+            raise ValueError("--untied-slot-queries needs --slot-query-stream (the stream whose layers it unties)")
         if args.offset_clip < 0:
             raise ValueError(f"--offset-clip must be >= 0 (0: no clipping; 1: InsNet-truncated), got {args.offset_clip}")
 
@@ -329,6 +353,7 @@ def insnet_base_architecture(args):
     args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
     args.offset_embedding = getattr(args, "offset_embedding", None) or "sinusoidal"
     args.slot_query_stream = getattr(args, "slot_query_stream", False)
+    args.untied_slot_queries = getattr(args, "untied_slot_queries", False)
     args.offset_clip = getattr(args, "offset_clip", None) or 0
     args.no_global_slot = getattr(args, "no_global_slot", False)
     args.termination_every_step = getattr(args, "termination_every_step", False)

@@ -93,14 +93,16 @@ class OffsetSelfAttention(nn.Module):
     D model dim, Dh = D / H, R = 2S - 1 distinct offsets.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, rel_dim: int, dropout: float = 0.0):
+    def __init__(self, embed_dim: int, num_heads: int, rel_dim: int, dropout: float = 0.0, keys: bool = True):
+        """``keys=False``: queries only (an untied slot query stream, :meth:`query`): ``qkv_proj`` holds just W_q,
+        the keys and values are another layer's."""
         super().__init__()
         assert embed_dim % num_heads == 0, "embed_dim must be divisible by num_heads"
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.scaling = self.head_dim ** -0.5
-        self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim)
+        self.qkv_proj = nn.Linear(embed_dim, (3 if keys else 1) * embed_dim)
         self.r_proj = nn.Linear(rel_dim, embed_dim, bias=False)  # W_kR
         self.out_proj = nn.Linear(embed_dim, embed_dim)
         self.u = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # content bias
@@ -322,15 +324,16 @@ class CrossAttention(nn.Module):
     Shapes: B batch, T queries, L source length, H heads, D model dim, Dh = D / H.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, source_dim: int, dropout: float = 0.0):
+    def __init__(self, embed_dim: int, num_heads: int, source_dim: int, dropout: float = 0.0, keys: bool = True):
+        """``keys=False``: no ``kv_proj`` (an untied slot query stream reads the tokens' layer's source keys/values)."""
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.q_proj = nn.Linear(embed_dim, embed_dim)
-        self.kv_proj = nn.Linear(source_dim, 2 * embed_dim)
+        self.kv_proj = nn.Linear(source_dim, 2 * embed_dim) if keys else None
         self.out_proj = nn.Linear(embed_dim, embed_dim)
         self.dropout = dropout
-        for lin in (self.q_proj, self.kv_proj, self.out_proj):
+        for lin in filter(None, (self.q_proj, self.kv_proj, self.out_proj)):
             nn.init.xavier_uniform_(lin.weight)
             nn.init.zeros_(lin.bias)
 

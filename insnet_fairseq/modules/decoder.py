@@ -8,7 +8,9 @@ pass encodes a whole trajectory (training) and decoding can cache every layer's 
 per predicted token that sits at its slot, starts from a learned vector (it must not see the word
 it predicts), and in every layer reads the keys/values of the tokens of its context, with the
 offsets the word will have once inserted there. The tokens' stream is unchanged; the queries add
-no keys, so one pass still encodes a whole trajectory.
+no keys, so one pass still encodes a whole trajectory. The queries use each layer's own weights, or with
+``--untied-slot-queries`` a layer of their own that reads the same keys and values (the tokens' self-attention and
+source keys/values) through its own query, offset and output projections, FFN and LayerNorms.
 
 Two flags change what the stack sees, everywhere it runs (one-pass training, cached decoding,
 layerization, the reference procedures), so that all of them stay equal:
@@ -38,18 +40,20 @@ class InsNetDecoderLayer(nn.Module):
     """Offset self-attention -> cross-attention -> feed-forward, each with a residual and
     LayerNorm (post-norm like fairseq's default, pre-norm with ``--decoder-normalize-before``)."""
 
-    def __init__(self, args, rel_dim: int, cross_attention: bool = True):
+    def __init__(self, args, rel_dim: int, cross_attention: bool = True, keys: bool = True):
+        """``keys=False``: a layer of the untied slot query stream, run by :meth:`query` only: it makes no keys or
+        values (no W_k, W_v in self- or cross-attention), it reads another layer's."""
         super().__init__()
         d = args.decoder_embed_dim
         self.normalize_before = args.decoder_normalize_before
         self.dropout = args.dropout
         self.activation_dropout = getattr(args, "activation_dropout", 0.0) or 0.0
-        self.self_attn = OffsetSelfAttention(d, args.decoder_attention_heads, rel_dim, args.attention_dropout)
+        self.self_attn = OffsetSelfAttention(d, args.decoder_attention_heads, rel_dim, args.attention_dropout, keys)
         self.self_attn_norm = nn.LayerNorm(d)
         self.cross_attn = self.cross_attn_norm = None  # no source (insertion_lm): self-attention -> FFN
         if cross_attention:
             self.cross_attn = CrossAttention(d, args.decoder_attention_heads, args.encoder_embed_dim,
-                                             args.attention_dropout)
+                                             args.attention_dropout, keys)
             self.cross_attn_norm = nn.LayerNorm(d)
         self.fc1 = nn.Linear(d, args.decoder_ffn_embed_dim)
         self.fc2 = nn.Linear(args.decoder_ffn_embed_dim, d)
@@ -100,16 +104,25 @@ class InsNetDecoderLayer(nn.Module):
 
     def forward_with_queries(self, xq: Tensor, n_tokens: int, offsets: Tensor, rel_table: Tensor,
                              attn_mask: Tensor, source_kv: Tuple[Tensor, Tensor],
-                             source_padding_mask: Optional[Tensor], past) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+                             source_padding_mask: Optional[Tensor], past,
+                             query_layer: Optional["InsNetDecoderLayer"] = None) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         """:meth:`forward` for the first ``n_tokens`` rows (new tokens) and :meth:`query` for the rest (slot
         queries that read every token, the new ones included), in one pass (cached decoding): one
         self-attention call (:meth:`OffsetSelfAttention.joint`; the tokens' keys/values join ``past``), then
-        cross-attention and the FFN over both. xq [B, T + Q, D], offsets/attn_mask [B, T + Q, S]
-        -> (xq' [B, T + Q, D], (k, v) [B, H, S, Dh])."""
+        cross-attention and the FFN over both. With ``query_layer`` (an untied slot query stream) the tokens go
+        through this layer and the queries through that one, reading the tokens' new keys/values.
+        xq [B, T + Q, D], offsets/attn_mask [B, T + Q, S] -> (xq' [B, T + Q, D], (k, v) [B, H, S, Dh])."""
+        T = n_tokens
+        if query_layer is not None:
+            x, kv = self._token_self_attention(xq[:, :T], offsets[:, :T], rel_table, attn_mask[:, :T], past)
+            x = self._rest(x, source_kv, source_padding_mask)  # [B, T, D]
+            q = query_layer.query(xq[:, T:], kv, offsets[:, T:], rel_table, attn_mask[:, T:], source_kv,
+                                  source_padding_mask)  # [B, Q, D]
+            return torch.cat([x, q], 1), kv
         kv = []
 
         def self_attention(y):
-            out, new_kv = self.self_attn.joint(y, n_tokens, offsets, rel_table, attn_mask, past)
+            out, new_kv = self.self_attn.joint(y, T, offsets, rel_table, attn_mask, past)
             kv.append(new_kv)
             return out
 
@@ -118,8 +131,9 @@ class InsNetDecoderLayer(nn.Module):
 
     def query(self, x: Tensor, kv: Tuple[Tensor, Tensor], offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
               source_kv: Tuple[Tensor, Tensor], source_padding_mask: Optional[Tensor]) -> Tensor:
-        """The slot query stream through this layer (same weights): x [B, Q, D] reads the tokens'
-        (k, v) [B, H, S, Dh] of this layer; offsets / attn_mask [B, Q, S] -> [B, Q, D]."""
+        """The slot query stream through this layer: x [B, Q, D] reads the tokens' (k, v) [B, H, S, Dh] of this
+        layer (or, for an untied query layer, of the tokens' layer at its depth) and its source keys/values;
+        offsets / attn_mask [B, Q, S] -> [B, Q, D]."""
         x = self._residual(x, self.self_attn_norm, lambda y: self.self_attn.query(y, kv, offsets, rel_table, attn_mask))
         return self._rest(x, source_kv, source_padding_mask)
 
@@ -153,8 +167,16 @@ class InsNetContextEncoder(nn.Module):
                                      for _ in range(args.decoder_layers)])
         self.layer_norm = nn.LayerNorm(d) if args.decoder_normalize_before else None
         self.slot_query = None  # --slot-query-stream: the learned start of every slot query
+        self.query_layers = None  # --untied-slot-queries: the query stream's own layers (else it runs self.layers)
         if getattr(args, "slot_query_stream", False):
             self.slot_query = nn.Parameter(torch.randn(d) * d ** -0.5)
+            if getattr(args, "untied_slot_queries", False):
+                self.query_layers = nn.ModuleList([InsNetDecoderLayer(args, rel_dim, self.cross_attention, keys=False)
+                                                   for _ in range(args.decoder_layers)])
+
+    def query_layer(self, i: int) -> InsNetDecoderLayer:
+        """The layer that runs the slot query stream at depth i: the tokens' own, or an untied query layer."""
+        return self.layers[i] if self.query_layers is None else self.query_layers[i]
 
     def clip(self, offsets: Tensor) -> Tensor:
         """``--offset-clip K``: offsets clipped to ``[-K, K]`` (InsNet-truncated); unchanged when K = 0.
@@ -221,7 +243,8 @@ class InsNetContextEncoder(nn.Module):
         new_past = []
         for i, layer in enumerate(self.layers):
             xq, kv = layer.forward_with_queries(xq, T, offsets, self.offset_embed, mask, source_kv[i],
-                                                source_padding_mask, None if past is None else past[i])
+                                                source_padding_mask, None if past is None else past[i],
+                                                None if self.query_layers is None else self.query_layers[i])
             new_past.append(kv)
         if self.layer_norm is not None:
             xq = self.layer_norm(xq)
@@ -251,8 +274,9 @@ class InsNetContextEncoder(nn.Module):
         offsets = self.clip(offsets)
         x = (self.embed_scale * self.slot_query).expand(B, Q, -1)
         x = dropout(x, self.dropout, self.training)
-        for i, layer in enumerate(self.layers):
-            x = layer.query(x, kv[i], offsets, self.offset_embed, attn_mask, source_kv[i], source_padding_mask)
+        for i in range(len(self.layers)):
+            x = self.query_layer(i).query(x, kv[i], offsets, self.offset_embed, attn_mask, source_kv[i],
+                                          source_padding_mask)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         return x

@@ -169,6 +169,49 @@ def test_slot_query_model_loads_a_checkpoint_without_the_stream():
         query.load_state_dict(sd)
 
 
+def test_untied_query_layers_start_as_the_tokens_layers_and_are_the_ones_the_stream_runs():
+    """--untied-slot-queries: fine-tuning a checkpoint with a tied stream copies each tokens' layer into its query
+    layer (W_qkv: its query third), so the model computes exactly the tied model's log-probabilities; once the
+    query layers change, the token terms change and the position and termination terms do not (the tokens' stream
+    never runs the query layers). A plain checkpoint (no stream) loads too; the flag alone is refused."""
+    from conftest import build_tiny_model, random_batch, step_logprobs, tiny_args
+    from insnet_fairseq.geometry.orders import make_order
+    from insnet_fairseq.models.insnet import InsNetModel
+
+    tied, d = build_tiny_model(seed=1, slot_query_stream=True)
+    untied, _ = build_tiny_model(seed=2, slot_query_stream="untied")
+    untied.load_state_dict(tied.state_dict())
+    D = 32
+    layer, qlayer = tied.decoder.context.layers[1], untied.decoder.context.query_layers[1]
+    assert qlayer.self_attn.qkv_proj.weight.shape == (D, D) and qlayer.cross_attn.kv_proj is None
+    assert torch.equal(qlayer.self_attn.qkv_proj.weight, layer.self_attn.qkv_proj.weight[:D])
+    assert torch.equal(qlayer.fc2.weight, layer.fc2.weight)
+    src, src_lengths, target = random_batch(d, [9, 4, 7], seed=3)
+    order = make_order("anchored", target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(4))
+
+    def terms(model):  # the token, position and termination log-probs of every real step
+        with torch.no_grad():
+            tok, pos, term = step_logprobs(model(src, src_lengths, target, order))
+        real = target.ne(d.pad())[:, 2:]
+        return [tok[real], pos[real], term[target.ne(d.pad())[:, 1:]]]
+
+    for a, b in zip(terms(tied), terms(untied)):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    with torch.no_grad():
+        qlayer.fc2.bias.add_(torch.randn(D, generator=torch.Generator().manual_seed(5)))  # (not a constant: LayerNorm)
+    changed = terms(untied)
+    assert not torch.allclose(changed[0], terms(tied)[0], atol=1e-3)
+    for a, b in zip(changed[1:], terms(tied)[1:]):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    plain, _ = build_tiny_model(seed=1)
+    fresh, _ = build_tiny_model(seed=2, slot_query_stream="untied")
+    fresh.load_state_dict(plain.state_dict())
+    assert torch.equal(fresh.decoder.context.query_layers[0].fc1.weight, plain.decoder.context.layers[0].fc1.weight)
+    with pytest.raises(ValueError, match="--untied-slot-queries needs --slot-query-stream"):
+        InsNetModel.build_model(tiny_args(untied_slot_queries=True), type("T", (), {"source_dictionary": d,
+                                                                                    "target_dictionary": d})())
+
+
 def test_joint_attention_equals_the_tokens_call_then_the_queries_call():
     """OffsetSelfAttention.joint (a fused decoding step): the new tokens' rows equal forward() over the cache, the
     slot queries' rows equal query() over the keys that include the new tokens; the keys it returns are forward()'s.

@@ -299,10 +299,12 @@ def test_skip_repeats_leaves_the_repeating_slots_open_unless_nothing_is_left():
     assert kept.chosen.tolist() == [[True, False, True]] and kept.tokens.tolist() == [8, 10]
 
 
+@pytest.mark.parametrize("stream", [True, "untied"])
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
-def test_slot_query_model_cached_uncached_and_batched_agree(mode):
-    """--slot-query-stream: the queries read the cache (holes included) exactly as a re-encoding does."""
-    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=True)
+def test_slot_query_model_cached_uncached_and_batched_agree(mode, stream):
+    """--slot-query-stream (its layers the tokens' or its own): the queries read the cache (holes included)
+    exactly as a re-encoding does."""
+    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=stream)
     model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
     src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
     cached = decode(model, d, src, src_lengths, mode=mode, slot_top_p=0.9, max_steps=25)
@@ -316,12 +318,14 @@ def test_slot_query_model_cached_uncached_and_batched_agree(mode):
     assert len({tuple(h["tokens"].tolist()) for h in cached}) > 1
 
 
+@pytest.mark.parametrize("stream", [True, "untied"])
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
-def test_fused_slot_queries_equal_the_separate_query_pass(mode, monkeypatch):
+def test_fused_slot_queries_equal_the_separate_query_pass(mode, stream, monkeypatch):
     """--slot-query-stream, cached: a step's pass computes the next step's slot queries (fused) exactly as a
     separate query pass over the cache does: same tokens and scores, from constrained starts, with
-    candidates, and with one pass per step, the initial state's included (the decoder's query_stream never runs)."""
-    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=True)
+    candidates, and with one pass per step, the initial state's included (the decoder's query_stream never runs).
+    With untied query layers the pass runs each layer's tokens, then its queries."""
+    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=stream)
     model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
     src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
     given = [[5, 9], [11], [], [6, 8, 10], [12], []]

@@ -19,7 +19,8 @@ def one_pass_logprobs(model, src, src_lengths, target, order):
 
 
 @pytest.mark.parametrize("policy", ["l2r", "r2l", "random", "binary", "anchored"])
-@pytest.mark.parametrize("offset_embedding,slot_query", [("sinusoidal", False), ("learned", False), ("sinusoidal", True)])
+@pytest.mark.parametrize("offset_embedding,slot_query", [("sinusoidal", False), ("learned", False), ("sinusoidal", True),
+                                                       ("sinusoidal", "untied")])
 def test_one_pass_equals_reencoding_every_prefix(policy, offset_embedding, slot_query):
     model, d = build_tiny_model(seed=1, offset_embedding=offset_embedding, decoder_normalize_before=True,
                                 slot_query_stream=slot_query)
@@ -36,7 +37,7 @@ def test_one_pass_equals_reencoding_every_prefix(policy, offset_embedding, slot_
         torch.testing.assert_close(term_lp[b][term_m[b]], torch.tensor(naive[b]["termination"]), atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("slot_query", [False, True])
+@pytest.mark.parametrize("slot_query", [False, True, "untied"])
 def test_post_norm_model_and_batched_reencoding_give_the_same_loss(slot_query):
     model, d = build_tiny_model(seed=3, slot_query_stream=slot_query)
     src, src_lengths, target = random_batch(d, [10, 4, 7], seed=4)
