@@ -267,6 +267,9 @@ def test_bad_layerization_flags_are_refused(small_data, tmp_path):
     assert out.returncode != 0 and "--layerization" in out.stderr and "invalid choice" in out.stderr
     out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "1", "--late-words", "0.5"))
     assert out.returncode != 0 and "--late-words delays words of the last layer" in out.stderr
+    out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "1", "--untied-slot-queries"))
+    assert out.returncode != 0 and "--untied-slot-queries needs --slot-query-stream" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def free_port() -> int:
