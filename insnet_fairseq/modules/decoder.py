@@ -114,8 +114,8 @@ class InsNetDecoderLayer(nn.Module):
         xq [B, T + Q, D], offsets/attn_mask [B, T + Q, S] -> (xq' [B, T + Q, D], (k, v) [B, H, S, Dh])."""
         T = n_tokens
         if query_layer is not None:
-            x, kv = self._token_self_attention(xq[:, :T], offsets[:, :T], rel_table, attn_mask[:, :T], past)
-            x = self._rest(x, source_kv, source_padding_mask)  # [B, T, D]
+            x, kv = self(xq[:, :T], offsets[:, :T], rel_table, attn_mask[:, :T], source_kv, source_padding_mask,
+                         past)  # [B, T, D]
             q = query_layer.query(xq[:, T:], kv, offsets[:, T:], rel_table, attn_mask[:, T:], source_kv,
                                   source_padding_mask)  # [B, Q, D]
             return torch.cat([x, q], 1), kv
