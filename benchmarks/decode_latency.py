@@ -16,10 +16,9 @@
 * with ``--verify``: the parallel-trained model's drafts verified by the ``--ar`` model (``--insertion-verify``,
   ``--verify-tolerance B``), every verification pass in the time (the output is the AR model's greedy output at
   B = 0, with the same length limit as the AR system here);
-* with ``--vocabulary-layouts``: InsNet sequential (and the ``--candidates`` system) with ``F.linear``'s vocabulary
-  product (its decoding multiplies by a kept contiguous W^T, ``SlotHeads.vocabulary``), and the AR model with that
-  kept W^T: the per-step ratios are printed against both AR systems, so that the layout's gain is not counted as
-  InsNet's.
+
+Every model's linear layers decode through :mod:`insnet_fairseq.modules.packed_linear` (the autoregressive and
+Levenshtein models' too): all systems use the same products.
 
     .venv/bin/python benchmarks/decode_latency.py --insnet checkpoints/table_insnet/checkpoint_last.pt \
         --insnet-parallel checkpoints/dinic_tau1/checkpoint_last.pt \
@@ -45,40 +44,16 @@ from fairseq.sequence_generator import SequenceGenerator
 import insnet_fairseq  # noqa: F401  (registers the task/model and the fairseq fixes)
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
+from insnet_fairseq.modules.packed_linear import pack_linears
 
 
 def load(path, data, device="cpu"):
     if not os.path.isfile(path):
         sys.exit(f"decode_latency: checkpoint {path} not found (train it first: see README, Benchmarks)")
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
-    model = models[0].eval().to(device)
+    model = pack_linears(models[0].eval().to(device))  # the same products for every system (InsNet's are packed)
     task.load_dataset("test")
     return model, task
-
-
-AR_TRANSPOSED = "AR transformer greedy, transposed vocabulary"
-
-
-def linear_vocabulary(model):
-    """``model`` (InsNet) with F.linear's vocabulary product instead of the kept W^T (SlotHeads.vocabulary)."""
-    model.decoder.heads.transposed_vocabulary = False
-    return model
-
-
-class TransposedVocabulary(torch.nn.Module):
-    """A fairseq decoder's output projection (``nn.Linear`` without bias, W [V, D]) multiplied by a kept contiguous
-    W^T [D, V], the layout of InsNet's decoding (SlotHeads.vocabulary): x [..., D] -> [..., V]."""
-
-    def __init__(self, linear):
-        super().__init__()
-        self.linear = linear
-        self.weight_t = linear.weight.detach().t().contiguous()  # [D, V] (the benchmark's weights do not change)
-
-    def forward(self, x):
-        out = x.reshape(-1, x.size(-1)) @ self.weight_t
-        if self.linear.bias is not None:
-            out += self.linear.bias
-        return out.view(*x.shape[:-1], self.weight_t.size(1))
 
 
 def src_sizes(ds):
@@ -171,10 +146,6 @@ def main(argv=None):
                    help="also decode InsNet sequentially, and the parallel-trained model (fused queries with --fused), "
                         "with --compile-decoder MODE, for each MODE; their warm-up decodes every batch once (the "
                         "compilation), the rounds are timed after it")
-    p.add_argument("--vocabulary-layouts", action="store_true",
-                   help="also decode InsNet sequentially (and the --candidates system) with F.linear's vocabulary "
-                        "product (the layout before the kept W^T of SlotHeads.vocabulary), and the AR model with the "
-                        "kept W^T (TransposedVocabulary): each system's step in both layouts")
     p.add_argument("--cached-only", action="store_true",
                    help="leave out the uncached decodings and the length terciles (the latency comparison only)")
     args = p.parse_args(argv)
@@ -202,8 +173,6 @@ def main(argv=None):
                 for c in ([True] if cached_only else caches)]
 
     systems = (insnet_systems("InsNet seq", insnet, ins_task, mode="sequential")
-               + (insnet_systems("InsNet seq, F.linear vocabulary", linear_vocabulary(load(args.insnet, args.data, dev)[0]),
-                                 ins_task, cached_only=True, mode="sequential") if args.vocabulary_layouts else [])
                + insnet_systems("InsNet par", insnet, ins_task, mode="parallel", slot_top_p=args.slot_top_p))
     for mode in args.compile:  # --compile-decoder: cached only (the uncached path re-encodes and is not compiled)
         systems += insnet_systems(f"InsNet seq, compiled {mode}", insnet, ins_task, cached_only=True, mode="sequential",
@@ -226,16 +195,11 @@ def main(argv=None):
         mbr = args.mbr if args.candidates > 1 else 0.0  # the model's own pick among its candidates, or MBR's
         finish = args.candidates_finish if mbr else 0  # (the own-pick systems wait for all K, as before --mbr)
         picked = (f", first {finish} finished" if finish else "") + (f", MBR T={args.mbr:g}" if mbr else "")
-        if args.candidates > 1:  # the same model with --insertion-candidates (and with F.linear's vocabulary, if asked)
-            copies = [("", par)] + ([(", F.linear vocabulary", linear_vocabulary(load(args.insnet_parallel, args.data,
-                                                                                     dev)[0]))]
-                                    if args.vocabulary_layouts else [])
-            for layout, model in copies:
-                systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates{picked}{fused}"
-                                          f"{layout}", model, par_task, cached_only=bool(layout), mode="parallel",
-                                          slot_top_p=args.slot_top_p, skip_repeats=args.skip_repeats,
-                                          candidates=args.candidates, candidates_finish=finish, candidates_mbr=mbr,
-                                          fuse_slot_queries=fuse)
+        if args.candidates > 1:  # the same model with --insertion-candidates
+            systems += insnet_systems(f"InsNet-parallel-trained par, {args.candidates} candidates{picked}{fused}", par,
+                                      par_task, mode="parallel", slot_top_p=args.slot_top_p,
+                                      skip_repeats=args.skip_repeats, candidates=args.candidates,
+                                      candidates_finish=finish, candidates_mbr=mbr, fuse_slot_queries=fuse)
         if args.stop_check_prob > 0:  # the same model with --stop-check-prob (and, if asked, the candidates)
             label = f"InsNet-parallel-trained par, stop check {args.stop_check_prob}" + (
                 f", {args.candidates} candidates{picked}" if args.candidates > 1 else "") + fused
@@ -263,11 +227,6 @@ def main(argv=None):
                                       fuse_slot_queries=fuse)
     systems.append(System("AR transformer greedy", ar, SequenceGenerator([ar], ar_task.target_dictionary, beam_size=1,
                                                                          max_len_a=2, max_len_b=10), ar_task, dev))
-    if args.vocabulary_layouts:  # the AR model with InsNet's vocabulary layout: a second copy, its projection swapped
-        ar_t = load(args.ar, args.data, dev)[0]
-        ar_t.decoder.output_projection = TransposedVocabulary(ar_t.decoder.output_projection)
-        systems.append(System(AR_TRANSPOSED, ar_t, SequenceGenerator([ar_t], ar_task.target_dictionary, beam_size=1,
-                                                                     max_len_a=2, max_len_b=10), ar_task, dev))
     if args.beam > 1:  # beam search side by side: InsNet sequential (--insertion-beam) and the AR model
         systems += insnet_systems(f"InsNet seq, beam {args.beam}", insnet, ins_task, mode="sequential", beam=args.beam)
         systems.append(System(f"AR transformer beam {args.beam}", ar, SequenceGenerator(
@@ -327,9 +286,7 @@ def main(argv=None):
                       "faster than uncached")
     if "batch 1" in [s for s, _, _, _ in plans]:
         ar_ms = ms("AR transformer greedy", "batch 1")
-        for ar_name in ["AR transformer greedy", AR_TRANSPOSED]:  # the per-step ratio: an InsNet step against an AR step
-            if (ar_name, "batch 1") not in results:
-                continue
+        for ar_name in ["AR transformer greedy"]:  # the per-step ratio: an InsNet step against an AR step
             ar_step = ms(ar_name, "batch 1") / results[(ar_name, "batch 1")][1]
             for name in dict.fromkeys(n for n, _ in results):
                 if name.startswith("InsNet") and not name.endswith("uncached") and (name, "batch 1") in results:

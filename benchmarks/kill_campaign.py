@@ -49,8 +49,8 @@ orders are drawn from (seed, epoch, first sentence of the batch).
 
 What made a resumed run part from an uninterrupted one without ``insnet_fairseq/fairseq_fixes/
 optimizer_versions.py``: the InsNet-Dinic layering pass runs the model in eval mode without gradients, where
-the model reuses tensors kept from its weights (each layer's offset projection, the transposed vocabulary
-matrix), keyed by the weights' version counters, and fairseq's Adam updates the weights through ``.data``,
+the model reuses tensors kept from its weights (each layer's offset projection, the packed weight of
+every linear layer), keyed by the weights' version counters, and fairseq's Adam updates the weights through ``.data``,
 which leaves those counters alone. An uninterrupted run laid out its batches with tensors
 made from an earlier update's weights, a resumed one with tensors made after it resumed, and a promotion near
 tau went the other way. With the results table's model at tau 2 on all of Multi30k (1,024-token batches, a

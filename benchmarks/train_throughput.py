@@ -22,6 +22,12 @@ re-encoding (one pass per prefix: O(n) passes) runs only up to ``--naive-max-len
 position term ``(q + v) . p_offset`` (plain causal attention, ``is_causal``). Not a model anyone trains: the cost
 of everything in InsNet but its offsets, so its ratio to the AR model, beside InsNet's, is the offsets' share.
 
+Every model's linear layers run through :mod:`insnet_fairseq.modules.packed_linear` (oneDNN's products on a CPU), the AR
+model's too (:func:`~insnet_fairseq.modules.packed_linear.pack_linears`, as fairseq-train gives it them). ``--linear-kernels``
+adds each of AR, "AR, InsNet's token loss" and both InsNet models with its layers on ``F.linear`` (MKL's products;
+:func:`~insnet_fairseq.modules.packed_linear.set_packed`), and prints each model's speed-up and the like-with-like
+ratio both ways.
+
 ``--offset-kernels`` adds the same two InsNet models with the dense offset term that the kernel replaced: "InsNet,
 gather" (every query against all 2S - 1 offsets, gathered) and "InsNet l2r, view" (the l2r order's S + 1 offsets
 skewed into place by a view, :meth:`~insnet_fairseq.modules.attention.OffsetSelfAttention.left_to_right_bias`).
@@ -42,6 +48,7 @@ from insnet_fairseq.tasks.criterion import term_losses
 from insnet_fairseq.tasks.token_loss import smoothed_nll
 from insnet_fairseq.modules import offset_scores
 from insnet_fairseq.modules.attention import OffsetSelfAttention
+from insnet_fairseq.modules.packed_linear import pack_linears, set_packed
 from insnet_fairseq.models.insnet import InsNetModel
 from insnet_fairseq.geometry.orders import make_order
 from insnet_fairseq.reference import reencode_prefixes
@@ -57,6 +64,7 @@ L2R = "insnet-l2r"  # InsNet trained in the l2r order (the default --insertion-o
 GATHER = "insnet-gather"  # --offset-kernels: InsNet (random orders) with the dense gather instead of the C++ kernel
 L2R_VIEW = "insnet-l2r-view"  # --offset-kernels: InsNet l2r with the skewed view instead of the C++ kernel
 AR_FUSED = "ar-fused"  # the AR model with InsNet's token loss (smoothed_nll): the like-with-like baseline
+STOCK = ", F.linear"  # --linear-kernels: a model's name with this suffix is the same model on F.linear's products
 
 
 class Task(InsertionTranslationTask):
@@ -67,11 +75,13 @@ class Task(InsertionTranslationTask):
 
 
 def build(kind, d):
+    if kind.endswith(STOCK):
+        return set_packed(build(kind[: -len(STOCK)], d), False)
     torch.manual_seed(0)
     args = argparse.Namespace(**SIZE)
     if kind in ("ar", AR_FUSED):
         TransformerModel.add_args(argparse.ArgumentParser())
-        return TransformerModel.build_model(args, Task(d))
+        return pack_linears(TransformerModel.build_model(args, Task(d)))
     model = InsNetModel.build_model(args, Task(d))
     if kind in (GATHER, L2R_VIEW):
         for m in model.modules():
@@ -127,6 +137,7 @@ def synthetic_batches(d, length, max_tokens, count):
 
 
 def step_fn(kind, model, batch, d, eps):
+    kind = kind[: -len(STOCK)] if kind.endswith(STOCK) else kind
     ni = batch["net_input"]
     tgt = batch["target"]
     if kind == "ar":  # fairseq's criteria: label_smoothed_cross_entropy (eps > 0), cross_entropy (eps 0)
@@ -176,6 +187,8 @@ def main():
     p.add_argument("--offset-kernels", action="store_true",
                    help="also time both InsNet models with the dense offset term the C++ kernel replaced (the gather; "
                         "the l2r order's skewed view)")
+    p.add_argument("--linear-kernels", action="store_true",
+                   help="also time AR, AR with InsNet's token loss and both InsNet models on F.linear's products")
     p.add_argument("--flush-denormal", action="store_true",
                    help="torch.set_flush_denormal(True): denormal floats (an untrained model's tiny probabilities) "
                         "computed as zero, a diagnostic of how much of a difference they make")
@@ -204,6 +217,7 @@ def main():
         kinds = ("ar", AR_FUSED, "insnet") + (("naive",) if mean_len <= args.naive_max_length else ())
         kinds += (L2R,) + ((NO_OFFSETS,) if args.without_offset_term else ())
         kinds += (GATHER, L2R_VIEW) if args.offset_kernels else ()
+        kinds += tuple(k + STOCK for k in ("ar", AR_FUSED, "insnet", L2R)) if args.linear_kernels else ()
         models = {k: build(k, d) for k in kinds}
         opts = {k: torch.optim.Adam(m.parameters(), lr=1e-4) for k, m in models.items()}
         # warm-up
@@ -225,6 +239,12 @@ def main():
         print(f"{setting:9s} mean target len {mean_len:5.1f}: AR {tps['ar']:7.0f} tok/s  InsNet {tps['insnet']:7.0f} tok/s  "
               f"{naive}InsNet/AR {tps['insnet'] / tps['ar']:.2f}x" +
               (f"  InsNet/naive {tps['insnet'] / tps['naive']:.1f}x" if "naive" in tps else "") + plain, flush=True)
+        if args.linear_kernels:
+            print(f"{setting:9s} oneDNN's products against F.linear's: " + "  ".join(
+                f"{k} {tps[k]:.0f} against {tps[k + STOCK]:.0f} tok/s ({tps[k] / tps[k + STOCK]:.2f}x)"
+                for k in ("ar", AR_FUSED, "insnet", L2R)) +
+                  f"  |  like with like, InsNet l2r/AR: {tps[L2R] / tps[AR_FUSED]:.2f}x oneDNN, "
+                  f"{tps[L2R + STOCK] / tps[AR_FUSED + STOCK]:.2f}x F.linear", flush=True)
     extra, kernels = args.without_offset_term, args.offset_kernels
     print("\n| setting | target len | AR tok/s | InsNet tok/s | naive tok/s | InsNet/AR | InsNet/naive | "
           "InsNet l2r tok/s | InsNet l2r/AR | AR, InsNet's token loss, tok/s | InsNet l2r/AR, same loss |" + (" no offset term tok/s | no offset term/AR |" if extra else "") +

@@ -11,8 +11,9 @@ The package, by layer; a module imports only from its own layer and the layers b
    trees (:mod:`.data.dependency`: the InsNet syntactic order's levels, the expansion LM's transitions) and the
    expansion LM's dataset (:mod:`.data.expansion_dataset`); :mod:`.errors`: the errors raised on bad input;
 1. ``modules``: the InsNet context encoder (:mod:`.modules.decoder`), offset attention
-   (:mod:`.modules.attention`, with its C++ kernel :mod:`.modules.offset_scores`) and slot heads
-   (:mod:`.modules.slots`);
+   (:mod:`.modules.attention`, with its C++ kernel :mod:`.modules.offset_scores`), slot heads
+   (:mod:`.modules.slots`) and the linear layers they are built from (:mod:`.modules.packed_linear`: oneDNN's
+   products on a CPU);
 2. ``models``: the InsNet model (:mod:`.models.insnet`); InDIGO on the same machinery (:mod:`.models.indigo`);
    the text-infilling paper's self-attention baseline, fairseq's transformer with segment-aware positions
    (:mod:`.models.infill_transformer`); fairseq's Levenshtein Transformer started from, and keeping, its
@@ -37,12 +38,13 @@ The package, by layer; a module imports only from its own layer and the layers b
    ``--label-tau`` loss failing on its float64 targets (:mod:`.fairseq_fixes.insertion_targets`),
    ``--task language_modeling`` under numpy 2 (:mod:`.fairseq_fixes.numpy_compat`), tracebacks printed for a
    bad flag or file (:mod:`.fairseq_fixes.clean_errors`: one line instead), ``fairseq-train`` aborting at
-   exit when its batch-prefetch thread is still inside torch (:mod:`.fairseq_fixes.clean_exit`), and optimizer
-   steps that the tensors kept from the weights do not notice (:mod:`.fairseq_fixes.optimizer_versions`).
+   exit when its batch-prefetch thread is still inside torch (:mod:`.fairseq_fixes.clean_exit`), optimizer
+   steps that the tensors kept from the weights do not notice (:mod:`.fairseq_fixes.optimizer_versions`), and
+   fairseq's own models multiplying through other products than InsNet's (:mod:`.fairseq_fixes.packed_models`).
 """
 from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, checkpoint_compat, clean_errors, clean_exit,
                                           distributed_cpu, insertion_targets, interactive, numpy_compat,
-                                          optimizer_versions)
+                                          optimizer_versions, packed_models)
 
 checkpoint_compat.install()
 batching.install()
@@ -62,5 +64,6 @@ from insnet_fairseq.tasks import (checkpoint_checks, criterion, expansion_lm as 
                                   lm, translation, unconditional_lm)
 
 checkpoint_checks.install()
+packed_models.install()  # outermost, after checkpoint_checks' wrapper of the same function
 
 __version__ = "0.1.0"

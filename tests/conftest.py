@@ -19,8 +19,21 @@ from insnet_fairseq.tasks.lm import InsertionLMConfig, InsertionLMTask  # noqa: 
 from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel, insnet_small  # noqa: E402
 from insnet_fairseq.tasks.translation import InsertionTranslationTask  # noqa: E402
 from insnet_fairseq.data.dependency import ROOT as TREE_ROOT  # noqa: E402
+from insnet_fairseq.modules import packed_linear  # noqa: E402
 
 import synthetic_corpus  # noqa: E402  (tests/synthetic_corpus.py: the generated corpus every corpus fixture uses)
+
+# ---------------------------------------------------------------- every product of a tiny model packed
+REAL_MIN_WORK = packed_linear.MIN_WORK
+
+
+@pytest.fixture(autouse=True)
+def every_product_packed(monkeypatch):
+    """In this process, every decoding product of a linear layer goes through oneDNN's packed path, however small
+    (modules/packed_linear.py packs only products of ``MIN_WORK`` multiply-adds, which no tiny model reaches), so that
+    every decoding invariant below tests it. The rule's own test restores ``REAL_MIN_WORK``."""
+    monkeypatch.setattr(packed_linear, "MIN_WORK", 0)
+
 
 # ---------------------------------------------------------------- command-line runs (fairseq-* of the venv)
 BIN = os.path.dirname(sys.executable)

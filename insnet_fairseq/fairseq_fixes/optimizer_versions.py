@@ -1,8 +1,8 @@
 """Make fairseq's optimizer steps visible to the tensors a model keeps from its weights.
 
 An InsNet model evaluated without gradients keeps tensors derived from its weights from one call to the next
-(:mod:`insnet_fairseq.modules.kept`: every self-attention layer's offset projection, the transposed vocabulary
-matrix), keyed by each weight's version counter, which an in-place update bumps. fairseq 0.12's optimizers
+(:mod:`insnet_fairseq.modules.kept`: every self-attention layer's offset projection, the packed weight of
+every linear layer), keyed by each weight's version counter, which an in-place update bumps. fairseq 0.12's optimizers
 update the parameters through ``p.data`` (``FairseqAdam``: ``p_data_fp32 = p.data``, then ``addcdiv_``; the
 fp16 wrappers: ``p.data.copy_``), which leaves the version counter as it was. So in fairseq-train every
 no-gradient evaluation between updates (the InsNet-Dinic layering pass of each training batch, the

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 from insnet_fairseq.geometry.masks import causal_mask, slot_query_geometry
 from insnet_fairseq.geometry.offsets import is_left_to_right, offsets_from_rank, rank_matrix, slot_neighbours
 from insnet_fairseq.modules.decoder import InsNetContextEncoder
+from insnet_fairseq.modules.packed_linear import pack_linears
 from insnet_fairseq.modules.slots import SlotHeads
 
 logger = logging.getLogger(__name__)
@@ -205,6 +206,7 @@ class InsNetModel(FairseqEncoderDecoderModel):
     def __init__(self, args, encoder, decoder):
         super().__init__(encoder, decoder)
         self.args = args
+        pack_linears(self)  # fairseq's encoder too: decoding on a CPU multiplies by packed weights (modules/packed_linear.py)
 
     @staticmethod
     def add_args(parser):

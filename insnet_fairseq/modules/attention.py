@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from insnet_fairseq.modules import offset_scores
 from insnet_fairseq.modules.kept import may_keep, weights_key
+from insnet_fairseq.modules.packed_linear import Linear
 
 
 def sinusoidal_offset_table(max_offset: int, dim: int) -> Tensor:
@@ -102,9 +103,9 @@ class OffsetSelfAttention(nn.Module):
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
         self.scaling = self.head_dim ** -0.5
-        self.qkv_proj = nn.Linear(embed_dim, (3 if keys else 1) * embed_dim)
-        self.r_proj = nn.Linear(rel_dim, embed_dim, bias=False)  # W_kR
-        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        self.qkv_proj = Linear(embed_dim, (3 if keys else 1) * embed_dim)
+        self.r_proj = Linear(rel_dim, embed_dim, bias=False)  # W_kR
+        self.out_proj = Linear(embed_dim, embed_dim)
         self.u = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # content bias
         self.v = nn.Parameter(torch.zeros(num_heads, self.head_dim))  # position bias
         self.dropout = dropout
@@ -192,8 +193,7 @@ class OffsetSelfAttention(nn.Module):
         offsets [B, T, S]; attn_mask bool [B, T, S], True = blocked. Returns [B, T, D].
         """
         B, T, D = x.shape
-        w, b = self.qkv_proj.weight[:D], self.qkv_proj.bias[:D]  # the query third of W_qkv
-        q = F.linear(x, w, b).view(B, T, self.num_heads, self.head_dim)  # [B, T, H, Dh]
+        q = self.qkv_proj.rows(x, 0, D).view(B, T, self.num_heads, self.head_dim)  # [B, T, H, Dh]: W_qkv's query third
         if self.naive:
             return self._naive_attend(q, kv[0].transpose(1, 2), kv[1].transpose(1, 2), offsets, rel_table, attn_mask)
         return self._attend(q.transpose(1, 2), kv[0], kv[1], offsets, rel_table, attn_mask)
@@ -214,9 +214,8 @@ class OffsetSelfAttention(nn.Module):
             return torch.cat([out, self.query(x[:, T:], kv, offsets[:, T:], rel_table, attn_mask[:, T:])], 1), kv
         B, N, D = x.shape
         H, Dh = self.num_heads, self.head_dim
-        w, b = self.qkv_proj.weight, self.qkv_proj.bias
-        q = F.linear(x, w[:D], b[:D]).view(B, N, H, Dh).transpose(1, 2)  # [B, H, T + Q, Dh]
-        k, v = F.linear(x[:, :T], w[D:], b[D:]).view(B, T, 2, H, Dh).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, T, Dh]
+        q = self.qkv_proj.rows(x, 0, D).view(B, N, H, Dh).transpose(1, 2)  # [B, H, T + Q, Dh]
+        k, v = self.qkv_proj.rows(x[:, :T], D, 3 * D).view(B, T, 2, H, Dh).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, T, Dh]
         if hasattr(past, "extend"):  # a preallocated cache: written in place
             k, v = past.extend(k, v)  # [B, H, S, Dh] each
         elif past is not None:
@@ -329,9 +328,9 @@ class CrossAttention(nn.Module):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
-        self.q_proj = nn.Linear(embed_dim, embed_dim)
-        self.kv_proj = nn.Linear(source_dim, 2 * embed_dim) if keys else None
-        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        self.q_proj = Linear(embed_dim, embed_dim)
+        self.kv_proj = Linear(source_dim, 2 * embed_dim) if keys else None
+        self.out_proj = Linear(embed_dim, embed_dim)
         self.dropout = dropout
         for lin in filter(None, (self.q_proj, self.kv_proj, self.out_proj)):
             nn.init.xavier_uniform_(lin.weight)

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from insnet_fairseq.modules.attention import CrossAttention, OffsetSelfAttention, sinusoidal_offset_table
+from insnet_fairseq.modules.packed_linear import Linear
 
 
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
@@ -55,8 +56,8 @@ class InsNetDecoderLayer(nn.Module):
             self.cross_attn = CrossAttention(d, args.decoder_attention_heads, args.encoder_embed_dim,
                                              args.attention_dropout, keys)
             self.cross_attn_norm = nn.LayerNorm(d)
-        self.fc1 = nn.Linear(d, args.decoder_ffn_embed_dim)
-        self.fc2 = nn.Linear(args.decoder_ffn_embed_dim, d)
+        self.fc1 = Linear(d, args.decoder_ffn_embed_dim)
+        self.fc2 = Linear(args.decoder_ffn_embed_dim, d)
         self.final_norm = nn.LayerNorm(d)
         self.activation = getattr(F, getattr(args, "activation_fn", "relu") or "relu")
 

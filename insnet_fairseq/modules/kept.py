@@ -1,6 +1,6 @@
 """Tensors derived from a module's weights and kept from one decoding call to the next (the offset projection of
-:meth:`~insnet_fairseq.modules.attention.OffsetSelfAttention.project_offsets`, the transposed vocabulary matrix of
-:meth:`~insnet_fairseq.modules.slots.SlotHeads.vocabulary`): when a module may keep one, and the key that says when the
+:meth:`~insnet_fairseq.modules.attention.OffsetSelfAttention.project_offsets`, the packed weights of
+:func:`~insnet_fairseq.modules.packed_linear.linear`): when a module may keep one, and the key that says when the
 kept tensor is stale.
 """
 import torch

@@ -23,7 +23,7 @@ O(B n D) per step instead of the O(B n D^2) of projecting every slot's neighbour
 import torch
 from torch import Tensor, nn
 
-from insnet_fairseq.modules.kept import may_keep, weights_key
+from insnet_fairseq.modules.packed_linear import Linear
 
 
 def gather_steps(x: Tensor, index: Tensor) -> Tensor:
@@ -44,19 +44,17 @@ class SlotHeads(nn.Module):
         self.query_norm = nn.LayerNorm(embed_dim, eps=eps) if slot_query else None  # --slot-query-stream
         self.left_dim = embed_dim // 2
         self.right_dim = embed_dim - self.left_dim
-        self.f_left = nn.Linear(embed_dim, self.left_dim)
-        self.f_right = nn.Linear(embed_dim, self.right_dim)
+        self.f_left = Linear(embed_dim, self.left_dim)
+        self.f_right = Linear(embed_dim, self.right_dim)
         self.norm = nn.LayerNorm(embed_dim, eps=eps)
-        self.position_proj = nn.Linear(embed_dim, 1)  # w_o (its bias cancels in the softmax)
-        self.termination_proj = nn.Linear(embed_dim, 1)
-        self.token_proj = nn.Linear(embed_dim, vocab_size)
+        self.position_proj = Linear(embed_dim, 1)  # w_o (its bias cancels in the softmax)
+        self.termination_proj = Linear(embed_dim, 1)
+        self.token_proj = Linear(embed_dim, vocab_size)
         if tied_embedding is not None:
             self.token_proj.weight = tied_embedding.weight
         else:
             nn.init.normal_(self.token_proj.weight, mean=0, std=embed_dim ** -0.5)
         nn.init.zeros_(self.token_proj.bias)
-        self.transposed_vocabulary = True  # CPU decoding multiplies by a kept W_p^T (False: F.linear), see vocabulary
-        self._kept_transpose = None  # (key, W_p^T contiguous [D, V])
 
     # -- materialised slot representations (decoding, target slots, test oracle) ---------------
     def slot_repr(self, h_left: Tensor, h_right: Tensor, h_global: Tensor) -> Tensor:
@@ -74,25 +72,9 @@ class SlotHeads(nn.Module):
         return self.vocabulary(e)
 
     def vocabulary(self, e: Tensor) -> Tensor:
-        """W_p e + b: e [..., D] -> [..., V].
-
-        Decoding on a CPU (no gradients, not training) multiplies by a kept contiguous copy of W_p^T ([D, V], made
-        once and again whenever the weight changes: its data pointer, version counter, dtype) instead of ``F.linear``'s
-        transposed view of W_p [V, D]: MKL multiplies 1-64 rows by the 9,808 x 256 matrix in that layout 1.2-1.7x
-        faster on the CPU where it was measured (``experiments/small_matmul.py --transposed``;
-        ``benchmarks/decode_latency.py --vocabulary-layouts`` times decoding in both layouts, and gives the autoregressive model the same). Training,
-        gradients and GPUs keep ``F.linear``. The same values up to float rounding (tested); costs a second copy of
-        the matrix.
-        Example: e [3, 256] -> [3, 9808], as ``token_proj(e)``.
-        """
-        w = self.token_proj.weight
-        if not (may_keep(self) and self.transposed_vocabulary and w.device.type == "cpu"):
-            return self.token_proj(e)
-        key = weights_key(w)
-        if self._kept_transpose is None or self._kept_transpose[0] != key:
-            self._kept_transpose = (key, w.t().contiguous())
-        wt = self._kept_transpose[1]  # [D, V]
-        return torch.addmm(self.token_proj.bias, e.reshape(-1, e.size(-1)), wt).view(*e.shape[:-1], wt.size(1))
+        """W_p e + b: e [..., D] -> [..., V]. Decoding on a CPU multiplies by W_p packed once for oneDNN
+        (:mod:`insnet_fairseq.modules.packed_linear`). Example: e [3, 256] -> [3, 9808]."""
+        return self.token_proj(e)
 
     def position_logit(self, e: Tensor) -> Tensor:
         """[..., D] -> [...]."""

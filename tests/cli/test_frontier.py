@@ -76,3 +76,23 @@ def test_frontier_refuses_a_missing_checkpoint(small_data, raw_corpus, tmp_path)
     assert res.returncode != 0 and "required: --data, --systems, --raw-ref, --baseline" in res.stderr
     res = run([sys.executable, os.path.join(ROOT, "benchmarks", "frontier.py"), "--replot", "--out", str(tmp_path / "f")])
     assert res.returncode != 0 and "f.csv not found" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_linear_kernels_times_every_system_both_ways(small_data, tiny_checkpoint, ar_checkpoint, tmp_path):
+    """benchmarks/linear_kernels.py: a row per system and batch size, both times, their ratio, and the share of
+    sentences decoded the same both ways (the tiny models' outputs do not flip: the products agree to rounding)."""
+    systems = tmp_path / "systems.tsv"
+    systems.write_text(f"AR greedy\t{ar_checkpoint}\t--beam 1 --max-len-a 0 --max-len-b 8\n"
+                       f"InsNet parallel\t{tiny_checkpoint}\t--task insertion_translation --max-insertion-steps 6 "
+                       "--insertion-mode parallel\n")
+    res = run([sys.executable, os.path.join(ROOT, "benchmarks", "linear_kernels.py"), "--data", small_data,
+               "--systems", str(systems), "--subset", "test", "--max-sentences", "6", "--batch-sizes", "1", "3",
+               "--rounds", "1"], timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = [line.split(" | ") for line in res.stdout.splitlines() if line.startswith("| AR") or line.startswith("| InsNet")]
+    assert [(r[0], r[1]) for r in rows] == [("| AR greedy", "1"), ("| InsNet parallel", "1"), ("| AR greedy", "3"),
+                                            ("| InsNet parallel", "3")], res.stdout
+    for r in rows:
+        stock, packed, ratio = float(r[2]), float(r[3]), float(r[4])
+        assert stock > 0 and packed > 0 and abs(ratio - packed / stock) < 0.01
+        assert r[5] == "100.0% |", r

@@ -102,30 +102,6 @@ def test_offset_term_cost_times_one_layer_with_and_without_only_the_offset_term(
                                    full.offset_bias(q, l2r_offsets, table, mask, 6))
 
 
-def test_decode_latency_gives_the_ar_model_the_same_vocabulary_product():
-    """--vocabulary-layouts times the AR model with InsNet's layout (a kept W^T): its output projection must compute
-    what fairseq's ``nn.Linear`` does ([B, T, D] and [N, D] inputs, with and without a bias), or the timing compares
-    another computation; ``linear_vocabulary`` switches an InsNet model's heads back to F.linear."""
-    from benchmarks import decode_latency
-
-    torch.manual_seed(3)
-    for bias in (False, True):
-        linear = torch.nn.Linear(16, 40, bias=bias)
-        swapped = decode_latency.TransposedVocabulary(linear)
-        for x in (torch.randn(2, 3, 16), torch.randn(5, 16)):
-            with torch.no_grad():
-                torch.testing.assert_close(swapped(x), linear(x), atol=1e-5, rtol=1e-5)
-    assert swapped.weight_t.shape == (16, 40) and swapped.weight_t.is_contiguous()
-
-    class Heads:
-        transposed_vocabulary = True
-
-    model = type("M", (), {})()
-    model.decoder = type("D", (), {})()
-    model.decoder.heads = Heads()
-    assert decode_latency.linear_vocabulary(model) is model and model.decoder.heads.transposed_vocabulary is False
-
-
 def test_peak_tensor_memory_counts_live_tensors_in_time_order():
     """memory_scaling.py's CPU measure: the most bytes live at once during the call, frees included."""
     from benchmarks import memory_scaling

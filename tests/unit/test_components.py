@@ -94,40 +94,6 @@ def test_offset_projection_kept_for_decoding_follows_the_weights():
     assert p.requires_grad and p.shape == (2, 11, 8)
 
 
-def test_decoding_vocabulary_product_by_the_kept_transpose_follows_the_weights():
-    """CPU decoding's vocabulary product (a kept contiguous W_p^T) equals token_proj's, with a tied embedding, on
-    [N, D] and [B, K, D] slots; it is made again after the weight changes in place (an optimizer step) or its dtype
-    changes; training and gradients use token_proj itself (and so does ``transposed_vocabulary = False``)."""
-    torch.manual_seed(6)
-    emb = torch.nn.Embedding(50, 24)
-    heads = SlotHeads(24, 50, tied_embedding=emb).eval()
-    torch.nn.init.normal_(heads.token_proj.bias)
-    for e in (torch.randn(5, 24), torch.randn(2, 3, 24)):
-        with torch.no_grad():
-            fast = heads.token_logits(e)
-            torch.testing.assert_close(fast, heads.token_proj(e), atol=1e-5, rtol=1e-5)
-        assert fast.shape == (*e.shape[:-1], 50)
-    kept = heads._kept_transpose[1]
-    assert kept.shape == (24, 50) and kept.is_contiguous()
-    with torch.no_grad():
-        emb.weight.mul_(2.0)  # in place, as an optimizer step on the tied embedding
-        e = torch.randn(4, 24)
-        torch.testing.assert_close(heads.token_logits(e), heads.token_proj(e), atol=1e-5, rtol=1e-5)
-        assert heads._kept_transpose[1] is not kept
-        half = heads.to(torch.bfloat16)  # a new dtype: a new copy, in that dtype
-        assert half.token_logits(e.bfloat16()).dtype == torch.bfloat16 and half._kept_transpose[1].dtype == torch.bfloat16
-    heads.float()
-    calls = []
-    heads.token_proj.register_forward_hook(lambda *a: calls.append(1))
-    heads.train()
-    assert heads.token_logits(torch.randn(3, 24)).requires_grad and calls == [1]
-    heads.eval()
-    heads.transposed_vocabulary = False
-    with torch.no_grad():
-        heads.token_logits(torch.randn(3, 24))
-    assert calls == [1, 1]
-
-
 @pytest.mark.parametrize("global_vector", [True, False])
 def test_decoding_position_logits_match_the_fused_head(global_vector):
     """One decoding step's slots scored from the tokens' parts (materialised, a few ops) equal the fused

@@ -1,5 +1,5 @@
 """fairseq_fixes/optimizer_versions: after a fairseq optimizer step (which updates the parameters through
-``.data``) the tensors an InsNet model keeps from its weights (offset projections, transposed vocabulary) are made
+``.data``) the tensors an InsNet model keeps from its weights (offset projections, packed weights) are made
 again, so a no-gradient pass (the InsNet-Dinic layering of the next batch, validation) sees the current weights,
 as a fresh process loading the same weights would."""
 import copy

@@ -1,0 +1,141 @@
+"""Linear layers whose products run through oneDNN on a CPU: decoding with each weight packed once, training too.
+
+``F.linear`` on a CPU calls MKL's GEMM. oneDNN (bundled with every CPU build of torch) computes the same products, and
+multiplies faster still by a weight reordered once into its blocked layout (``torch.ops.mkldnn._reorder_linear_weight``,
+the op of ``torch.compile``'s weight freezing). On the CPU where it was measured (an AMD EPYC, one thread,
+``experiments/small_matmul.py --packed``), decoding's products by a packed weight take 0.33-0.47x ``nn.Linear``'s time
+from 3 rows of the FFN's matrices and from one row of the vocabulary's, and a training step of the frontier's models
+runs 1.6x faster with oneDNN's products (``benchmarks/train_throughput.py --linear-kernels``). Below some work (one or
+two rows of a small matrix) MKL's product and a shorter call are faster.
+
+:func:`linear` decides (:func:`packs`): decoding (eval mode, no gradients) multiplies by a packed copy kept on the
+layer, as :mod:`insnet_fairseq.modules.kept` keeps other tensors derived from weights, made again when the weight
+changes (an optimizer step, a checkpoint load); training and gradients run :class:`OneDNNLinear` on the plain weights,
+which change every update; GPUs, other dtypes and small products keep ``F.linear``. The same values up to float
+rounding (tested); decoding holds a second copy of each weight.
+
+:class:`Linear` is ``nn.Linear`` with that forward (the same parameters, the same state dict). InsNet's layers are
+built from it; :func:`pack_linears` turns the ``nn.Linear`` layers of any model into it (fairseq's encoder inside
+InsNet, and the baselines InsNet is compared with: :mod:`insnet_fairseq.fairseq_fixes.packed_models`), so that every
+model multiplies through the same products.
+"""
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from fairseq.modules.multihead_attention import MultiheadAttention
+from torch import Tensor, nn
+
+from insnet_fairseq.modules.kept import weights_key
+
+ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+MIN_WORK = 3 << 18  # multiply-adds (3 rows by 1024 x 256) from which oneDNN's product is faster, call included
+ROWS_HINT = 16  # the packing's row count hint: from 2 to 64 rows as fast as each row count's own packing
+
+
+def packs(x: Tensor, weight: Tensor) -> bool:
+    """Whether :func:`linear` multiplies ``x`` [..., K] by ``weight`` [N, K] through oneDNN: float32 on a CPU with
+    oneDNN built in, and at least ``MIN_WORK`` multiply-adds (rows x N x K; below it the call's overhead takes the
+    gain: ``experiments/small_matmul.py --packed``).
+    Example: 3 rows by a 1024 x 256 weight (786K) -> True; 2 rows by it, or 8 rows by a 256 x 256 one -> False;
+    one row by a 9,808 x 256 vocabulary -> True."""
+    return (ONEDNN and x.dtype == torch.float32 and weight.dtype == torch.float32 and x.device.type == "cpu"
+            and x.numel() * weight.size(0) >= MIN_WORK)
+
+
+def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], owner: nn.Module, name: str = "",
+           rows: Optional[slice] = None) -> Tensor:
+    """``F.linear(x, weight[rows], bias[rows])``: x [..., K], weight [N, K] -> [..., N] (or the rows' count). Outside
+    training and gradients, where :func:`packs`, by oneDNN with the weight (its ``rows``) packed once and kept on
+    ``owner`` under ``name`` (one layer may keep several, e.g. the query rows and the key/value rows of one
+    projection); the packed copy is made again when ``weight`` changes (:func:`~insnet_fairseq.modules.kept.weights_key`).
+    Example: x [2, 5, 256], a 1024 x 256 weight -> [2, 5, 1024], the values of ``F.linear`` to float rounding."""
+    if rows is not None:
+        weight, bias = weight[rows], None if bias is None else bias[rows]
+    if not (owner.packed and packs(x, weight)) or torch.compiler.is_compiling():
+        return F.linear(x, weight, bias)
+    if owner.training or torch.is_grad_enabled():  # (not may_keep) the weights change every update: not packed
+        return OneDNNLinear.apply(x.reshape(-1, x.size(-1)), weight, bias).view(*x.shape[:-1], weight.size(0))
+    kept = owner.__dict__.setdefault("_packed", {})  # name -> (key, packed weight); not a buffer: no state dict
+    key = weights_key(weight)
+    entry = kept.get(name)
+    if entry is None or entry[0] != key:
+        entry = kept[name] = (key, torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), ROWS_HINT))
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), entry[1], bias, "none", [], "")
+
+
+def _product(x: Tensor, w: Tensor) -> Tensor:
+    """x [M, K] @ w [N, K]^T -> [M, N] by oneDNN (both contiguous)."""
+    return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+
+
+class OneDNNLinear(torch.autograd.Function):
+    """``F.linear(x, weight, bias)`` in training: the forward product and both gradient products by oneDNN, with
+    plain (unpacked) weights, as they change every update. x [M, K], weight [N, K], bias [N] or None -> [M, N].
+    Gradients: x's is g W ([M, N] @ [N, K]), W's is g^T x ([N, M] @ [M, K]; both transposes copied contiguous),
+    the bias' the sum of g over rows. The same values as ``F.linear``'s up to float rounding (tested)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight.contiguous(), bias, "none", [], "")
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, weight = ctx.saved_tensors
+        g = grad.contiguous()  # [M, N]
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = _product(g, weight.t().contiguous())  # [M, K]
+        if ctx.needs_input_grad[1]:
+            gw = _product(g.t().contiguous(), x.t().contiguous())  # [N, K]
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = g.sum(0)
+        return gx, gw, gb
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` whose forward is :func:`linear`, and :meth:`rows`, the product by a block of its rows. ``packed``
+    (True) lets it use oneDNN; :func:`set_packed` switches a whole model."""
+
+    packed = True
+
+    def __getstate__(self):
+        """Copies and pickles leave the packed weights out (oneDNN's opaque tensors have no storage to copy); a copy
+        packs its own on its first decoding call."""
+        state = dict(super().__getstate__())
+        state.pop("_packed", None)
+        return state
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, self.weight, self.bias, self)
+
+    def rows(self, x: Tensor, start: int, stop: int) -> Tensor:
+        """The product by rows ``start:stop`` of the weight (and bias) only: x [..., K] -> [..., stop - start].
+        Example: a fused W_qkv [3D, D]: ``rows(x, 0, D)`` is the queries, ``rows(x, D, 3 * D)`` the keys and values."""
+        return linear(x, self.weight, self.bias, self, f"{start}:{stop}", slice(start, stop))
+
+
+def pack_linears(model: nn.Module) -> nn.Module:
+    """Every ``nn.Linear`` of ``model`` made a :class:`Linear` in place (its class only: the same parameters, hooks and
+    state dict), so that it decodes and trains through :func:`linear`; and every fairseq ``MultiheadAttention`` set
+    to run its projections through its layers (fairseq's own switch, ``_set_skip_embed_dim_check``: its other path
+    hands the weights to ``F.multi_head_attention_forward``, past the layers). Returns ``model``. Subclasses of
+    ``nn.Linear`` with a forward of their own are left as they are."""
+    for module in model.modules():
+        if type(module) is nn.Linear:
+            module.__class__ = Linear
+        elif isinstance(module, MultiheadAttention):
+            module._set_skip_embed_dim_check()
+    return model
+
+
+def set_packed(model: nn.Module, packed: bool) -> nn.Module:
+    """Let every :class:`Linear` of ``model`` use oneDNN (True) or keep ``F.linear`` (False: for a side-by-side
+    benchmark, :mod:`benchmarks.linear_kernels`). Returns ``model``."""
+    for module in model.modules():
+        if isinstance(module, Linear):
+            module.packed = packed
+            module.__dict__.pop("_packed", None)
+    return model
