@@ -133,9 +133,9 @@ def pack_linears(model: nn.Module) -> nn.Module:
 
 def set_packed(model: nn.Module, packed: bool) -> nn.Module:
     """Let every :class:`Linear` of ``model`` use oneDNN (True) or keep ``F.linear`` (False: for a side-by-side
-    benchmark, :mod:`benchmarks.linear_kernels`). Returns ``model``."""
+    benchmark, :mod:`benchmarks.linear_kernels`). The packed copies stay kept (still keyed by their weights): switching
+    back and forth packs nothing again. Returns ``model``."""
     for module in model.modules():
         if isinstance(module, Linear):
             module.packed = packed
-            module.__dict__.pop("_packed", None)
     return model
