@@ -22,11 +22,11 @@ re-encoding (one pass per prefix: O(n) passes) runs only up to ``--naive-max-len
 position term ``(q + v) . p_offset`` (plain causal attention, ``is_causal``). Not a model anyone trains: the cost
 of everything in InsNet but its offsets, so its ratio to the AR model, beside InsNet's, is the offsets' share.
 
-Every model's linear layers run through :mod:`insnet_fairseq.modules.packed_linear` (oneDNN's products on a CPU), the AR
-model's too (:func:`~insnet_fairseq.modules.packed_linear.pack_linears`, as fairseq-train gives it them). ``--linear-kernels``
-adds each of AR, "AR, InsNet's token loss" and both InsNet models with its layers on ``F.linear`` (MKL's products;
-:func:`~insnet_fairseq.modules.packed_linear.set_packed`), and prints each model's speed-up and the like-with-like
-ratio both ways.
+Every model's linear layers run through :mod:`insnet_fairseq.modules.packed_linear` (oneDNN's products on a CPU),
+the AR model's too (:func:`~insnet_fairseq.modules.packed_linear.pack_linears`, as fairseq-train gives it them).
+``--linear-kernels`` adds each of AR, "AR, InsNet's token loss" and both InsNet models with its layers on
+``F.linear`` (MKL's products; :func:`~insnet_fairseq.modules.packed_linear.set_packed`), and prints each model's
+speed-up and the like-with-like ratio both ways.
 
 ``--offset-kernels`` adds the same two InsNet models with the dense offset term that the kernel replaced: "InsNet,
 gather" (every query against all 2S - 1 offsets, gathered) and "InsNet l2r, view" (the l2r order's S + 1 offsets

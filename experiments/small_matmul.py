@@ -49,7 +49,8 @@ def main(argv=None):
     p.add_argument("--calls", type=int, default=50, help="calls per timing")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--packed", action="store_true",
-                   help="also time the decoding layer of insnet_fairseq/modules/packed_linear.py, against F.linear, at each M")
+                   help="also time the decoding layer of insnet_fairseq/modules/packed_linear.py against nn.Linear, "
+                        "at each M")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)

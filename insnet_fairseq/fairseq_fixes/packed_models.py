@@ -7,8 +7,8 @@ Transformer, the Insertion Transformer: the baselines of ``recipes/`` and ``benc
 while InsNet multiplies through oneDNN's, and every comparison of time, at equal wall-clock budgets
 (``make demo``) or per sentence (``benchmarks/frontier.py``), would measure the two libraries as well as the
 models. So ``fairseq.models.build_model``, through which every task builds its model, is wrapped to apply
-:func:`~insnet_fairseq.modules.packed_linear.pack_linears` to what it returns (on any device: on a GPU the layers
-are ``F.linear``).
+:func:`~insnet_fairseq.modules.packed_linear.pack_linears` to what it returns (on a GPU the layers compute
+``F.linear``).
 """
 from fairseq import models as fairseq_models
 

@@ -206,7 +206,7 @@ class InsNetModel(FairseqEncoderDecoderModel):
     def __init__(self, args, encoder, decoder):
         super().__init__(encoder, decoder)
         self.args = args
-        pack_linears(self)  # fairseq's encoder too: decoding on a CPU multiplies by packed weights (modules/packed_linear.py)
+        pack_linears(self)  # fairseq's encoder inside it too: oneDNN's products on a CPU (modules/packed_linear.py)
 
     @staticmethod
     def add_args(parser):

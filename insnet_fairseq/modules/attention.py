@@ -215,7 +215,8 @@ class OffsetSelfAttention(nn.Module):
         B, N, D = x.shape
         H, Dh = self.num_heads, self.head_dim
         q = self.qkv_proj.rows(x, 0, D).view(B, N, H, Dh).transpose(1, 2)  # [B, H, T + Q, Dh]
-        k, v = self.qkv_proj.rows(x[:, :T], D, 3 * D).view(B, T, 2, H, Dh).permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, T, Dh]
+        kv = self.qkv_proj.rows(x[:, :T], D, 3 * D)  # [B, T, 2D]: W_qkv's key and value thirds
+        k, v = kv.view(B, T, 2, H, Dh).permute(2, 0, 3, 1, 4).unbind(0)  # each [B, H, T, Dh]
         if hasattr(past, "extend"):  # a preallocated cache: written in place
             k, v = past.extend(k, v)  # [B, H, S, Dh] each
         elif past is not None:

@@ -3,10 +3,10 @@
 ``F.linear`` on a CPU calls MKL's GEMM. oneDNN (bundled with every CPU build of torch) computes the same products, and
 multiplies faster still by a weight reordered once into its blocked layout (``torch.ops.mkldnn._reorder_linear_weight``,
 the op of ``torch.compile``'s weight freezing). On the CPU where it was measured (an AMD EPYC, one thread,
-``experiments/small_matmul.py --packed``), decoding's products by a packed weight take 0.33-0.47x ``nn.Linear``'s time
-from 3 rows of the FFN's matrices and from one row of the vocabulary's, and a training step of the frontier's models
-runs 1.6x faster with oneDNN's products (``benchmarks/train_throughput.py --linear-kernels``). Below some work (one or
-two rows of a small matrix) MKL's product and a shorter call are faster.
+``experiments/small_matmul.py --packed``), decoding's products by a packed weight take 0.71-0.75x ``nn.Linear``'s
+time at 3 rows of an FFN matrix and 0.46-0.47x at 64, 0.86x at one row of the vocabulary and 0.33-0.48x from two; a
+training step runs 1.55-1.67x faster with oneDNN's products (``benchmarks/train_throughput.py --linear-kernels``).
+Below some work (one or two rows of an FFN matrix) MKL's product and a shorter call are faster.
 
 :func:`linear` decides (:func:`packs`): decoding (eval mode, no gradients) multiplies by a packed copy kept on the
 layer, as :mod:`insnet_fairseq.modules.kept` keeps other tensors derived from weights, made again when the weight
@@ -48,7 +48,8 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], owner: nn.Module, 
     """``F.linear(x, weight[rows], bias[rows])``: x [..., K], weight [N, K] -> [..., N] (or the rows' count). Outside
     training and gradients, where :func:`packs`, by oneDNN with the weight (its ``rows``) packed once and kept on
     ``owner`` under ``name`` (one layer may keep several, e.g. the query rows and the key/value rows of one
-    projection); the packed copy is made again when ``weight`` changes (:func:`~insnet_fairseq.modules.kept.weights_key`).
+    projection); the packed copy is made again when ``weight`` changes
+    (:func:`~insnet_fairseq.modules.kept.weights_key`).
     Example: x [2, 5, 256], a 1024 x 256 weight -> [2, 5, 1024], the values of ``F.linear`` to float rounding."""
     if rows is not None:
         weight, bias = weight[rows], None if bias is None else bias[rows]
@@ -119,14 +120,16 @@ class Linear(nn.Linear):
 
 def pack_linears(model: nn.Module) -> nn.Module:
     """Every ``nn.Linear`` of ``model`` made a :class:`Linear` in place (its class only: the same parameters, hooks and
-    state dict), so that it decodes and trains through :func:`linear`; and every fairseq ``MultiheadAttention`` set
-    to run its projections through its layers (fairseq's own switch, ``_set_skip_embed_dim_check``: its other path
-    hands the weights to ``F.multi_head_attention_forward``, past the layers). Returns ``model``. Subclasses of
-    ``nn.Linear`` with a forward of their own are left as they are."""
+    state dict), so that it decodes and trains through :func:`linear`; and, on a machine without a GPU, every fairseq
+    ``MultiheadAttention`` set to run its projections through its layers (fairseq's own switch,
+    ``_set_skip_embed_dim_check``: its other path hands the weights to ``F.multi_head_attention_forward``, past the
+    layers; on a GPU that path's fused attention is kept). Returns ``model``. Subclasses of ``nn.Linear`` with a
+    forward of their own are left as they are."""
+    cpu_only = not torch.cuda.is_available()
     for module in model.modules():
         if type(module) is nn.Linear:
             module.__class__ = Linear
-        elif isinstance(module, MultiheadAttention):
+        elif cpu_only and isinstance(module, MultiheadAttention):
             module._set_skip_embed_dim_check()
     return model
 

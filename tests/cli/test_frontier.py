@@ -89,7 +89,7 @@ def test_linear_kernels_times_every_system_both_ways(small_data, tiny_checkpoint
                "--systems", str(systems), "--subset", "test", "--max-sentences", "6", "--batch-sizes", "1", "3",
                "--rounds", "1"], timeout=900)
     assert res.returncode == 0, res.stderr[-3000:]
-    rows = [line.split(" | ") for line in res.stdout.splitlines() if line.startswith("| AR") or line.startswith("| InsNet")]
+    rows = [line.split(" | ") for line in res.stdout.splitlines() if line.startswith(("| AR", "| InsNet"))]
     assert [(r[0], r[1]) for r in rows] == [("| AR greedy", "1"), ("| InsNet parallel", "1"), ("| AR greedy", "3"),
                                             ("| InsNet parallel", "3")], res.stdout
     for r in rows:

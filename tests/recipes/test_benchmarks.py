@@ -50,6 +50,21 @@ def test_without_offset_term_drops_exactly_the_position_term():
         torch.testing.assert_close(tt.step_fn("insnet", plain, batch, d, 0.1), tt.step_fn("insnet", full, batch, d, 0.1))
 
 
+def assert_same_training_step(tt, models, batch, d, grad_atol):
+    """The two models of ``models`` (train_throughput kind -> model) take a training step from the same seed: the
+    same loss (to 1e-4) and the same gradients (to ``grad_atol``, relative 1e-4)."""
+    losses, grads = {}, {}
+    for k, m in models.items():
+        torch.manual_seed(1)
+        losses[k] = tt.step_fn(k, m, batch, d, 0.1)
+        losses[k].backward()
+        grads[k] = [p.grad for p in m.parameters()]
+    first, second = models
+    torch.testing.assert_close(losses[first], losses[second], rtol=1e-5, atol=1e-4)
+    for a, b in zip(grads[first], grads[second]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=grad_atol)
+
+
 def test_offset_kernels_times_the_same_models_with_the_dense_offset_term():
     """--offset-kernels' systems ("InsNet gather", "InsNet l2r view") are the same models with the C++ kernel switched
     off: the same weights and, in a training step (dropout on, the same seed), the same loss and gradients, so the
@@ -67,15 +82,7 @@ def test_offset_kernels_times_the_same_models_with_the_dense_offset_term():
         switches = {k: {m.offset_kernel for m in models[k].modules() if isinstance(m, OffsetSelfAttention)}
                     for k in models}
         assert switches == {kernel_kind: {True}, dense_kind: {False}}
-        losses, grads = {}, {}
-        for k, m in models.items():
-            torch.manual_seed(1)
-            losses[k] = tt.step_fn(k, m, batch, d, 0.1)
-            losses[k].backward()
-            grads[k] = [p.grad for p in m.parameters()]
-        torch.testing.assert_close(losses[kernel_kind], losses[dense_kind], rtol=1e-5, atol=1e-4)
-        for a, b in zip(grads[kernel_kind], grads[dense_kind]):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        assert_same_training_step(tt, models, batch, d, grad_atol=1e-5)
 
 
 def test_offset_term_cost_times_one_layer_with_and_without_only_the_offset_term():
@@ -100,6 +107,29 @@ def test_offset_term_cost_times_one_layer_with_and_without_only_the_offset_term(
         l2r_offsets = otc.layer_inputs(6, 24, policy="l2r")[1]
         torch.testing.assert_close(full.offset_bias(q, l2r_offsets, table, mask, 6, True),
                                    full.offset_bias(q, l2r_offsets, table, mask, 6))
+
+
+def test_linear_kernels_times_the_same_models_on_f_linear(monkeypatch):
+    """train_throughput --linear-kernels: "X, F.linear" is model X (the same weights) with its layers on F.linear's
+    products; every model, the AR one too, has the packed layers; a training step gives the same loss and gradients
+    both ways, to float rounding. Without dropout: oneDNN's outputs are laid out in memory as F.linear's are not
+    always, and dropout draws its mask in memory order, so with it each way draws another (equally random) mask."""
+    from benchmarks import train_throughput as tt
+    from fairseq.data import Dictionary
+    from insnet_fairseq.modules.packed_linear import Linear
+
+    monkeypatch.setitem(tt.SIZE, "dropout", 0.0)
+
+    d = Dictionary()
+    for w in "abcdefgh":
+        d.add_symbol(w)
+    batch = tt.synthetic_batches(d, 6, 24, 1)[0]
+    for kind in ("ar", tt.AR_FUSED, tt.L2R):
+        models = {k: tt.build(k, d).train() for k in (kind, kind + tt.STOCK)}
+        for k, m in models.items():
+            layers = [x for x in m.modules() if isinstance(x, torch.nn.Linear)]
+            assert layers and all(type(x) is Linear and x.packed == (k == kind) for x in layers), k
+        assert_same_training_step(tt, models, batch, d, grad_atol=1e-4)
 
 
 def test_peak_tensor_memory_counts_live_tensors_in_time_order():
