@@ -18,7 +18,8 @@
   B = 0, with the same length limit as the AR system here);
 
 Every model's linear layers decode through :mod:`insnet_fairseq.modules.packed_linear` (the autoregressive and
-Levenshtein models' too): all systems use the same products.
+Levenshtein models' too, built through :mod:`insnet_fairseq.fairseq_fixes.packed_models`' wrapper): all systems use
+the same products.
 
     .venv/bin/python benchmarks/decode_latency.py --insnet checkpoints/table_insnet/checkpoint_last.pt \
         --insnet-parallel checkpoints/dinic_tau1/checkpoint_last.pt \
@@ -44,14 +45,13 @@ from fairseq.sequence_generator import SequenceGenerator
 import insnet_fairseq  # noqa: F401  (registers the task/model and the fairseq fixes)
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
-from insnet_fairseq.modules.packed_linear import pack_linears
 
 
 def load(path, data, device="cpu"):
     if not os.path.isfile(path):
         sys.exit(f"decode_latency: checkpoint {path} not found (train it first: see README, Benchmarks)")
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
-    model = pack_linears(models[0].eval().to(device))  # the same products for every system (InsNet's are packed)
+    model = models[0].eval().to(device)
     task.load_dataset("test")
     return model, task
 
@@ -286,13 +286,12 @@ def main(argv=None):
                       "faster than uncached")
     if "batch 1" in [s for s, _, _, _ in plans]:
         ar_ms = ms("AR transformer greedy", "batch 1")
-        for ar_name in ["AR transformer greedy"]:  # the per-step ratio: an InsNet step against an AR step
-            ar_step = ms(ar_name, "batch 1") / results[(ar_name, "batch 1")][1]
-            for name in dict.fromkeys(n for n, _ in results):
-                if name.startswith("InsNet") and not name.endswith("uncached") and (name, "batch 1") in results:
-                    step = ms(name, "batch 1") / results[(name, "batch 1")][1]
-                    print(f"batch 1, per step: {name} {step:.2f} ms, {ar_name} {ar_step:.2f} ms: {step / ar_step:.2f}x "
-                          "the AR model's step")
+        ar_step = ar_ms / results[("AR transformer greedy", "batch 1")][1]  # the per-step ratio: InsNet against AR
+        for name in dict.fromkeys(n for n, _ in results):
+            if name.startswith("InsNet") and not name.endswith("uncached") and (name, "batch 1") in results:
+                step = ms(name, "batch 1") / results[(name, "batch 1")][1]
+                print(f"batch 1, per step: {name} {step:.2f} ms, AR transformer greedy {ar_step:.2f} ms: "
+                      f"{step / ar_step:.2f}x the AR model's step")
         for name in dict.fromkeys(n for n, _ in results):  # every system, once, in the order they ran
             if name != "AR transformer greedy" and not name.endswith("uncached") and (name, "batch 1") in results:
                 print(f"batch 1: {name} is {ar_ms / ms(name, 'batch 1'):.2f}x the speed of the AR transformer "

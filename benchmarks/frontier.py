@@ -34,8 +34,8 @@ post-processing (``--remove-bpe --tokenizer moses``, as fairseq-generate), and g
   untimed warm-up batch each; ``--threads`` torch threads for all. On a GPU (``--device cuda``, the
   default where one is found) the models and batches are on it, the clock waits for its queue
   (``torch.cuda.synchronize``) at both ends, and the ``device`` column names it. Every model's linear layers
-  decode through :mod:`insnet_fairseq.modules.packed_linear` (the autoregressive model's too, so that both models
-  use the same products).
+  decode through :mod:`insnet_fairseq.modules.packed_linear`, the autoregressive model's too: fairseq builds every
+  model through the wrapper of :mod:`insnet_fairseq.fairseq_fixes.packed_models`.
 
 The outputs scored are those of the batch-1 run. Writes OUT.csv and OUT.png (BLEU against ms/sentence, one panel per batch size, every system a
 labelled point, the Pareto front as a line), and prints the table.
@@ -59,8 +59,6 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq_cli.generate import get_symbols_to_strip_from_output
 from torch import nn
-
-from insnet_fairseq.modules.packed_linear import pack_linears
 
 COLUMNS = ["system", "sacrebleu", "diff", "diff_low", "diff_high", "p_value", "passes_per_token", "calls_per_token",
            "positions_per_token", "ms_b1", "ms_b64", "ratio_b1", "ratio_b64", "tokens_per_sentence", "threads",
@@ -196,7 +194,6 @@ def load(system: System, data: str, subset: str, src: str, tgt: str, device: str
         m.prepare_for_inference_(cfg)
         m.eval()
         m.to(device)
-        pack_linears(m)  # the same products for every system: InsNet's layers are packed already, the AR model's now
     system.task, system.models, system.cfg = task, models, cfg
     system.generator = task.build_generator(models, cfg.generation)
     tokenizer = task.build_tokenizer(cfg.tokenizer)

@@ -3,7 +3,7 @@
 ``F.linear`` on a CPU calls MKL's GEMM. oneDNN (bundled with every CPU build of torch) computes the same products, and
 multiplies faster still by a weight reordered once into its blocked layout (``torch.ops.mkldnn._reorder_linear_weight``,
 the op of ``torch.compile``'s weight freezing). On the CPU where it was measured (an AMD EPYC, one thread,
-``experiments/small_matmul.py --packed``), decoding's products by a packed weight take 0.71-0.75x ``nn.Linear``'s
+``experiments/small_matmul.py --packed``), decoding's products by a packed weight take 0.72-0.75x ``nn.Linear``'s
 time at 3 rows of an FFN matrix and 0.46-0.47x at 64, 0.86x at one row of the vocabulary and 0.33-0.48x from two; a
 training step runs 1.55-1.67x faster with oneDNN's products (``benchmarks/train_throughput.py --linear-kernels``).
 Below some work (one or two rows of an FFN matrix) MKL's product and a shorter call are faster.
@@ -62,12 +62,12 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], owner: nn.Module, 
     entry = kept.get(name)
     if entry is None or entry[0] != key:
         entry = kept[name] = (key, torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), ROWS_HINT))
-    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), entry[1], bias, "none", [], "")
+    return _product(x, entry[1], bias)
 
 
-def _product(x: Tensor, w: Tensor) -> Tensor:
-    """x [M, K] @ w [N, K]^T -> [M, N] by oneDNN (both contiguous)."""
-    return torch.ops.mkldnn._linear_pointwise(x, w, None, "none", [], "")
+def _product(x: Tensor, w: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    """x [..., K] @ w [N, K]^T + bias -> [..., N] by oneDNN; ``w`` plain or packed (``_reorder_linear_weight``)."""
+    return torch.ops.mkldnn._linear_pointwise(x.contiguous(), w, bias, "none", [], "")
 
 
 class OneDNNLinear(torch.autograd.Function):
@@ -80,12 +80,12 @@ class OneDNNLinear(torch.autograd.Function):
     def forward(ctx, x: Tensor, weight: Tensor, bias: Optional[Tensor]) -> Tensor:
         ctx.save_for_backward(x, weight)
         ctx.has_bias = bias is not None
-        return torch.ops.mkldnn._linear_pointwise(x.contiguous(), weight.contiguous(), bias, "none", [], "")
+        return _product(x, weight.contiguous(), bias)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
         x, weight = ctx.saved_tensors
-        g = grad.contiguous()  # [M, N]
+        g = grad.contiguous()  # [M, N] (made contiguous once for both products)
         gx = gw = gb = None
         if ctx.needs_input_grad[0]:
             gx = _product(g, weight.t().contiguous())  # [M, K]

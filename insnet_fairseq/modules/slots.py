@@ -69,12 +69,7 @@ class SlotHeads(nn.Module):
             if z is None:
                 raise ValueError("this model has a slot query stream (--slot-query-stream): pass the slot queries")
             e = self.query_norm(e + z)
-        return self.vocabulary(e)
-
-    def vocabulary(self, e: Tensor) -> Tensor:
-        """W_p e + b: e [..., D] -> [..., V]. Decoding on a CPU multiplies by W_p packed once for oneDNN
-        (:mod:`insnet_fairseq.modules.packed_linear`). Example: e [3, 256] -> [3, 9808]."""
-        return self.token_proj(e)
+        return self.token_proj(e)  # W_p (packed once for oneDNN in CPU decoding: modules/packed_linear.py)
 
     def position_logit(self, e: Tensor) -> Tensor:
         """[..., D] -> [...]."""

@@ -174,11 +174,11 @@ def test_tied_vocabulary_follows_the_embedding():
     ref = lambda e: F.linear(e, emb.weight, heads.token_proj.bias)  # noqa: E731
     with torch.no_grad():
         for e in (torch.randn(5, 24), torch.randn(2, 3, 24)):
-            torch.testing.assert_close(heads.vocabulary(e), ref(e), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(heads.token_logits(e), ref(e), atol=1e-5, rtol=1e-5)
         kept = heads.token_proj._packed[""][1]
         emb.weight.mul_(2.0)
         e = torch.randn(4, 24)
-        torch.testing.assert_close(heads.vocabulary(e), ref(e), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(heads.token_logits(e), ref(e), atol=1e-5, rtol=1e-5)
         assert heads.token_proj._packed[""][1] is not kept
 
 
