@@ -9,8 +9,10 @@
     python recipes/average_checkpoints.py --inputs avg.pt --output small.pt --transfer  # float16, for decoding only
 
 A directory stands for every checkpoint the run kept there (``checkpoint_last.pt``, ``checkpoint_best.pt`` and the
-``--save-interval-updates`` ones, ``checkpoint_E_U.pt``; never an earlier average), each file counted once even when
-two names hold the same state (``checkpoint_best.pt`` is a copy of the last one when the last was the best).
+``--save-interval-updates`` ones, ``checkpoint_E_U.pt``; never an earlier average), each model state counted once even
+when two files hold it (``checkpoint_best.pt`` is a copy of the last one when the last was the best, and
+``checkpoint_last.pt`` holds the weights of the interval checkpoint saved at the same update, with other training
+state).
 Floating-point parameters are averaged in float32 and stored in their own dtype. Integer buffers, the
 configuration, the optimizer history and the training state are the newest input's (by update, so a resumed run
 continues from it), and parameters tied in it (``--share-all-embeddings``) stay one tensor, also where a GPU run
@@ -26,7 +28,6 @@ Example: parameters w = [1, 2] (update 1000) and w = [3, 6] (update 1166) -> w =
 import argparse
 import glob
 import hashlib
-import io
 import os
 import re
 import sys
@@ -39,8 +40,11 @@ from recipes.inference_checkpoint import inference_state
 
 
 def run_checkpoints(directory: str) -> List[str]:
-    """The checkpoints a run kept in ``directory``: last, best and the interval/epoch ones (no averages)."""
-    names = sorted(glob.glob(os.path.join(directory, "checkpoint*.pt")))
+    """The checkpoints a run kept in ``directory``: last, best and the interval/epoch ones (no averages), the last
+    first (of two files with the same weights the first is kept: the run's own last state, to resume from)."""
+    first = {"checkpoint_last.pt": 0, "checkpoint_best.pt": 1}
+    names = sorted(glob.glob(os.path.join(directory, "checkpoint*.pt")),
+                   key=lambda n: (first.get(os.path.basename(n), 2), n))
     kept = [n for n in names if re.fullmatch(r"checkpoint(_last|_best|\d+|_\d+_\d+)\.pt", os.path.basename(n))]
     if not kept:
         sys.exit(f"average_checkpoints.py: no checkpoint*.pt in {directory}")
@@ -48,18 +52,29 @@ def run_checkpoints(directory: str) -> List[str]:
 
 
 def load_distinct(paths: List[str]) -> Tuple[List[str], List[dict]]:
-    """The states of ``paths``, each file read once, without the files whose bytes an earlier one already has
-    (best = last, or a copy): (the paths kept, their states)."""
+    """The states of ``paths`` without those whose model state (every tensor of ``model``, its name, dtype, shape and
+    values) an earlier one already has: best = last, or the last and the interval checkpoint of its update, whose
+    training state differs. -> (the paths kept, their states)."""
     seen, kept, states = set(), [], []
     for p in paths:
-        with open(p, "rb") as f:
-            data = f.read()
-        digest = hashlib.sha1(data).digest()
+        state = torch.load(p, map_location="cpu", weights_only=False)
+        digest = model_digest(state["model"])
         if digest not in seen:
             seen.add(digest)
             kept.append(p)
-            states.append(torch.load(io.BytesIO(data), map_location="cpu", weights_only=False))
+            states.append(state)
     return kept, states
+
+
+def model_digest(model: Dict[str, torch.Tensor]) -> bytes:
+    """A hash of a model state: each entry's name, dtype, shape and bytes, in name order. Equal weights in files that
+    differ elsewhere (optimizer, iterator, best score) hash the same."""
+    h = hashlib.sha1()
+    for name in sorted(model):
+        v = model[name]
+        h.update(f"{name}|{v.dtype}|{tuple(v.shape)}|".encode())
+        h.update(v.detach().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.digest()
 
 
 def updates(state: dict) -> int:

@@ -16,13 +16,13 @@
 #                       --dinic-lagged-warm, fixed lr 5e-4), so its total is UPDATES as well
 #            Every run keeps its last 4 checkpoints of those saved every 250 updates (recipes/train.sh KEEP_INTERVAL).
 #            dinic starts from a copy of l2r_kd's checkpoint, CK/l2r_kd_at_BASE_UPDATES.pt, which the variants share.
-#   variants the runs named in VARIANTS (default both below; VARIANTS= for none; all at once): InsNet-Dinic's
-#            training as dinic, plus one flag that learns what a decoding rule patches:
+#   variants the runs named in VARIANTS (none by default; all at once), each measured against dinic, none made its
+#            training: dinic's training plus one flag that learns what a decoding rule patches:
 #              dinic_repeat  --repeat-penalty 1: the unlikelihood term against a word equal to its slot's neighbour
 #                            (what --skip-repeats patches)
 #              dinic_late    --late-words 0.5: last-layer words moved to a layer of their own, so q(stop) sees
 #                            outputs that look finished but miss words (what the stop check patches)
-#            and, named in VARIANTS only, the anchored order's depth (2 in dinic), which sets the layering's steps:
+#            the anchored order's depth (2 in dinic), which sets the layering's steps:
 #              dinic_depth1  --anchor-depth 1: one anchor, two gaps (one hard first word, more steps)
 #              dinic_depth3  --anchor-depth 3: seven anchors, eight gaps (fewer steps)
 #            and the capacity of the parallel model:
@@ -53,7 +53,7 @@
 # flags, and dinic_repeat also without skip repeats (--no-skip-repeats: does the loss replace the rule?).
 # Environment: CK (checkpoints/frontier, logs in logs/<CK's last name>/), OUT (results/frontier_multi30k_cpu), DATA
 # (data-bin/multi30k_en_de: its valid and test sets are scored; the teacher's corpus is DATA-distill), MULTI30K_DIR
-# (the raw corpus: {valid,test}.de are the references), VARIANTS ("dinic_repeat dinic_late"), GPU_OUT, GPU_SENTENCES.
+# (the raw corpus: {valid,test}.de are the references), VARIANTS (none), GPU_OUT, GPU_SENTENCES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${DATA:-data-bin/multi30k_en_de}; name=$(basename "$data"); kd=$data-distill
@@ -67,7 +67,7 @@ declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--la
 declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
   [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder")  # its row
-read -r -a variants <<<"${VARIANTS-dinic_repeat dinic_late}"
+read -r -a variants <<<"${VARIANTS:-}"
 for v in "${variants[@]}"; do
   [ -n "${variant_name[$v]:-}" ] || { echo "frontier.sh: unknown variant '$v' in VARIANTS (${!variant_name[*]})" >&2; exit 2; }
 done

@@ -101,3 +101,31 @@ def test_linear_kernels_times_every_system_both_ways(small_data, tiny_checkpoint
         assert stock > 0 and packed > 0
         assert (packed - 0.005) / (stock + 0.005) - 0.0005 <= ratio <= (packed + 0.005) / (stock - 0.005) + 0.0005, r
         assert r[5] == "100.0% |", r
+
+
+def test_linear_work_counts_every_product(small_data, tiny_checkpoint, ar_checkpoint):
+    """experiments/linear_work.py: a product adds rows x N x K, a block of rows its own rows only, the vocabulary's
+    products are told apart, and the count stops with its context. Decoding: the AR model multiplies by its
+    vocabulary once per decoder position (fairseq's incremental step projects its last position only), exactly."""
+    import torch
+    from benchmarks.frontier import System
+    from experiments.linear_work import counted_products, measure
+    from insnet_fairseq.modules import packed_linear
+
+    layer = packed_linear.Linear(8, 12)
+    with counted_products(vocab_size=12) as tally:
+        layer(torch.randn(2, 5, 8))
+        layer.rows(torch.randn(3, 8), 0, 4)
+    assert tally == {"all": 10 * 12 * 8 + 3 * 4 * 8, "vocabulary": 10 * 12 * 8}
+    layer(torch.randn(1, 8))  # outside: not counted
+    assert tally["all"] == 10 * 12 * 8 + 3 * 4 * 8 and packed_linear.linear.__name__ == "linear"
+
+    ar = System("AR greedy", ar_checkpoint, ["--beam", "1", "--max-len-a", "0", "--max-len-b", "8"])
+    m = measure(ar, small_data, "test", "en", "de", batch_size=3, max_sentences=6)
+    vocab, d = ar.models[0].decoder.output_projection.weight.shape  # (the dictionary grows as outputs are scored)
+    assert m["tokens"] > 0 and m["vocabulary"] == m["positions"] * vocab * d, m
+    assert m["all"] > m["vocabulary"]
+    ins = System("InsNet parallel", tiny_checkpoint, ["--task", "insertion_translation", "--max-insertion-steps", "6",
+                                                      "--insertion-mode", "parallel"])
+    m = measure(ins, small_data, "test", "en", "de", batch_size=3, max_sentences=6)
+    assert m["tokens"] > 0 and 0 < m["vocabulary"] < m["all"], m

@@ -27,6 +27,10 @@ def test_a_save_directory_is_averaged_once_per_checkpoint(tmp_path):
     save(run / "checkpoint_9_1000.pt", 1000, [1.0, 2.0])
     save(run / "checkpoint_last.pt", 1166, [3.0, 6.0])
     shutil.copy(run / "checkpoint_last.pt", run / "checkpoint_best.pt")  # the last was the best: counted once
+    save(run / "checkpoint_10_1166.pt", 1166, [3.0, 6.0], extra=None)  # the last's weights, saved with
+    state = torch.load(run / "checkpoint_10_1166.pt", weights_only=False)  # other training state: counted once too
+    state["extra_state"] = {"u": 1166, "train_iterator": "elsewhere"}
+    torch.save(state, run / "checkpoint_10_1166.pt")
     save(run / "checkpoint_avg.pt", 1, [100.0, 100.0])  # an earlier average is not an input
     save(run / "checkpoint_60min.pt", 1, [100.0, 100.0])  # nor a snapshot of another run's base
     out = average("--inputs", str(run), "--output", str(run / "checkpoint_avg.pt"))
