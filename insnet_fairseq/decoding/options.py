@@ -123,8 +123,8 @@ class DecodingOptions:
     # --slot-query-stream models, cached decoding: whether a step's pass also computes the next step's slot queries
     # (every slot's: one pass per step instead of two, the same outputs). on (--fuse-slot-queries), off
     # (--no-fuse-slot-queries), auto (neither flag): on a GPU always; on a CPU while one row is decoded (batch 1, one
-    # candidate), two passes otherwise (step.auto_fuses). Fused is faster at batch 1 (CPU frontier test: 49.3 against
-    # 62.3 ms/sentence), and at batch 64 on a GPU (2.27 against 2.88), slower there on a CPU (10.1 against 9.1):
+    # candidate), two passes otherwise (step.auto_fuses). Fused is faster at batch 1 (CPU frontier test: 18.2 against
+    # 21.7 ms/sentence), and at batch 64 on a GPU (2.27 against 2.88), slower there on a CPU (3.85 against 3.44):
     # results/frontier_multi30k_{cpu,gpu}.csv. Not a rule: every setting decodes the same outputs
     fuse_slot_queries: str = "auto"
     # --compile-decoder MODE: each cached step's decoder pass through torch.compile (dynamic shapes); off: eager
