@@ -3,16 +3,18 @@
 
     OMP_NUM_THREADS=1 .venv/bin/python experiments/profile_decoding.py \
         --insnet checkpoints/t60_insnet_l2r/checkpoint_best.pt \
-        --ar checkpoints/multi30k_en_de-teacher/checkpoint_best.pt [--mode sequential] [--sentences 64]
+        --ar checkpoints/multi30k_en_de-teacher/checkpoint_best.pt [--mode parallel] [--sentences 64]
 
-Decodes the same Multi30k test sentences (``benchmarks/decode_latency.py``'s batching) once to
-warm up, then once under ``torch.profiler``, and prints per system and batch size: wall ms per
-decoding step, and the share of the time in model arithmetic (matrix products, attention, softmax,
-layer norm, activations: the ops a step cannot do without) against the rest (indexing, copies,
-concatenation, sorting, masks: bookkeeping), with the top ops by self CPU time. An InsNet step
-should cost about an AR step: the table shows which part does not. Also printed: aten calls per
-step, nested calls included. At batch 1 on a CPU a step's time is mostly the Python and dispatch around
-each call, and the count, unlike the milliseconds, does not depend on what else the machine runs.
+Decodes the same Multi30k test sentences (``benchmarks/decode_latency.py``'s batching) as a user gets them: InsNet
+with the mode's defaults and the settings stored with the model (``--insertion-mode MODE`` alone), each flag given
+replacing its default. Per batch size it first times both systems without the profiler, interleaved batch by batch
+(:func:`timed_steps`), and prints the milliseconds per batched step and their ratio: what one InsNet step costs
+against one AR step. Then, per system, once to warm up and once under ``torch.profiler``: wall ms per decoding step
+(the profiler's own cost included), and the share of the time in model arithmetic (matrix products, oneDNN's
+included, attention, softmax, layer norm, activations: the ops a step cannot do without) against the rest (indexing,
+copies, concatenation, sorting, masks: bookkeeping), with the top ops by self CPU time. Also printed: op calls per
+step, nested calls included. At batch 1 on a CPU a step's time is mostly the Python and dispatch around each call,
+and the count, unlike the milliseconds, does not depend on what else the machine runs.
 
 ``--device cuda`` decodes on the GPU and adds, per step: the kernels launched, the host-device syncs (stream and
 device synchronisations, and device-to-host copies, e.g. ``.item()``, ``.nonzero()``, ``.tolist()``), and the
@@ -30,28 +32,57 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks.decode_latency import batches, load, sync
 from insnet_fairseq.decoding.generator import InsertionGenerator
-from insnet_fairseq.decoding.options import DecodingOptions
+from insnet_fairseq.decoding.options import DecodingOptions, stored_decoding
 
 ARITHMETIC = ("addmm", "mm", "bmm", "matmul", "linear", "scaled_dot_product", "softmax", "log_softmax",
               "layer_norm", "native_layer_norm", "relu", "gelu", "baddbmm", "_efficient_attention",
               "_flash_attention")
 
 
+LEAF = ("aten::", "mkldnn::")  # the ops whose self time is counted: aten's, and oneDNN's products (packed_linear)
+PRODUCTS = ("aten::addmm", "aten::mm", "mkldnn::_linear_pointwise")  # the matrix products by a weight
+
+
 def is_arithmetic(name: str) -> bool:
     return any(k in name for k in ARITHMETIC)
 
 
+def batch_steps(hyps) -> int:
+    """A batch's decoding steps: its longest decoding (InsNet: insertion steps; AR: output tokens, </s> included)."""
+    return max(h[0].get("steps", int(h[0]["tokens"].numel())) for h in hyps)
+
+
+def timed_steps(systems, device="cpu", rounds: int = 3) -> list:
+    """Unprofiled milliseconds per batched step of each of ``systems`` ((model, generator, samples), the same
+    sentences in the same batches), timed interleaved: batch by batch, each batch decoded by every system in a rotating
+    order, ``rounds`` times (the first untimed, a warm-up). Returns the ms per step of each system, in order."""
+    spent, steps = [0.0] * len(systems), [0] * len(systems)
+    with torch.no_grad():
+        for r in range(rounds):
+            for i in range(len(systems[0][2])):
+                for j in [(i + r + k) % len(systems) for k in range(len(systems))]:
+                    model, generator, samples = systems[j]
+                    sync(device)
+                    start = time.perf_counter()
+                    hyps = generator.generate([model], samples[i])
+                    sync(device)
+                    if r > 0:
+                        spent[j] += time.perf_counter() - start
+                        steps[j] += batch_steps(hyps)
+    return [1000 * t / max(1, n) for t, n in zip(spent, steps)]
+
+
 def vocabulary_share(model, generator, samples, vocab: int) -> float:
-    """Percent of the aten time spent in matrix products with a dimension of the vocabulary's size (the output
+    """Percent of the op time (aten's and oneDNN's) spent in matrix products with a dimension of the vocabulary's size (the output
     projection: both systems make it for every sentence at every step, so it bounds what a leaner step can gain),
     from a second profile of the samples that records shapes (which slows every op, so it is not timed)."""
     with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for s in samples:
             generator.generate([model], s)
     events = prof.key_averages(group_by_input_shape=True)
-    total = sum(e.self_cpu_time_total for e in events if e.key.startswith("aten::"))
+    total = sum(e.self_cpu_time_total for e in events if e.key.startswith(LEAF))
     spent = sum(e.self_cpu_time_total for e in events
-                if e.key in ("aten::addmm", "aten::mm") and any(vocab in (shape or []) for shape in e.input_shapes))
+                if e.key in PRODUCTS and any(vocab in (shape or []) for shape in e.input_shapes))
     return 100 * spent / max(1.0, total)
 
 
@@ -81,21 +112,20 @@ def profile_system(name, model, generator, samples, top, vocab, device="cpu"):
         start = time.perf_counter()
         with profile(activities=activities) as prof:
             for s in samples:
-                hyps = generator.generate([model], s)
-                n_steps += max(h[0].get("steps", int(h[0]["tokens"].numel())) for h in hyps)
+                n_steps += batch_steps(generator.generate([model], s))
             sync(device)
         wall = time.perf_counter() - start
     all_events = prof.key_averages()
     events = [e for e in all_events if not e.key.startswith("ProfilerStep")]
-    leaf = [e for e in events if e.key.startswith("aten::")]
+    leaf = [e for e in events if e.key.startswith(LEAF)]
     total = sum(e.self_cpu_time_total for e in leaf)
     arith = sum(e.self_cpu_time_total for e in leaf if is_arithmetic(e.key))
-    calls = sum(e.count for e in leaf)  # every aten call, nested ones included: the same count on any machine
+    calls = sum(e.count for e in leaf)  # every op call, nested ones included: the same count on any machine
     print(f"\n{name}: {1000 * wall / max(1, n_steps):.2f} ms per batched step ({n_steps} steps, profiler on), "
-          f"{calls / max(1, n_steps):.0f} aten calls per step; "
-          f"aten time {total / 1000:.0f} ms: arithmetic {100 * arith / max(1, total):.0f}% (the vocabulary "
+          f"{calls / max(1, n_steps):.0f} op calls per step; "
+          f"op time {total / 1000:.0f} ms: arithmetic {100 * arith / max(1, total):.0f}% (the vocabulary "
           f"projection {vocabulary_share(model, generator, samples, vocab):.0f}%), "
-          f"bookkeeping {100 * (total - arith) / max(1, total):.0f}%; Python outside aten "
+          f"bookkeeping {100 * (total - arith) / max(1, total):.0f}%; Python outside the ops "
           f"{100 * max(0.0, 1 - total / 1e6 / wall):.0f}% of the wall time"
           + (gpu_summary(all_events, n_steps, wall) if device == "cuda" else ""))
     print("| op | self ms | calls | kind |")
@@ -111,10 +141,14 @@ def main(argv=None):
     p.add_argument("--insnet", required=True)
     p.add_argument("--ar", required=True)
     p.add_argument("--mode", default="sequential", choices=["sequential", "parallel"])
-    p.add_argument("--slot-top-p", type=float, default=0.9)
-    p.add_argument("--skip-repeats", action="store_true", help="InsNet parallel: --skip-repeats")
-    p.add_argument("--fused", action="store_true", help="--slot-query-stream models: the next step's slot queries "
-                   "in each step's pass (--fuse-slot-queries)")
+    p.add_argument("--slot-top-p", type=float, default=None, help="default: the mode's, or the model's stored one")
+    p.add_argument("--skip-repeats", action="store_true", default=None,
+                   help="InsNet parallel: --skip-repeats (the parallel mode's default)")
+    p.add_argument("--fused", action="store_const", const="on", default="auto", dest="fuse",
+                   help="--slot-query-stream models: the next step's slot queries in each step's pass "
+                   "(--fuse-slot-queries)")
+    p.add_argument("--two-passes", action="store_const", const="off", dest="fuse",
+                   help="--no-fuse-slot-queries (neither flag: the default, fused at batch 1 on a CPU)")
     p.add_argument("--batch-sizes", default="1,64")
     p.add_argument("--sentences", type=int, default=64)
     p.add_argument("--top", type=int, default=12)
@@ -126,19 +160,24 @@ def main(argv=None):
     insnet, itask = load(args.insnet, args.data, args.device)
     ar, atask = load(args.ar, args.data, args.device)
     ids = list(range(args.sentences))
-    gen = InsertionGenerator(itask.target_dictionary, DecodingOptions(mode=args.mode, slot_top_p=args.slot_top_p,
-                             skip_repeats=args.skip_repeats, fuse_slot_queries="on" if args.fused else "off"))
+    options = DecodingOptions.for_mode(args.mode, stored_decoding([insnet]), slot_top_p=args.slot_top_p,
+                                       skip_repeats=args.skip_repeats, fuse_slot_queries=args.fuse)
+    gen = InsertionGenerator(itask.target_dictionary, options)
     ar_gen = SequenceGenerator([ar], atask.target_dictionary, beam_size=1)
-    print(f"{torch.get_num_threads()} thread(s), {args.sentences} Multi30k test sentences, InsNet {args.mode}, "
-          f"device {args.device}" + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""))
+    print(f"{torch.get_num_threads()} thread(s), {args.sentences} Multi30k test sentences, InsNet {args.mode} "
+          f"(slot top-p {options.slot_top_p}, skip repeats {options.skip_repeats}, stop check "
+          f"{options.stop_check_prob}, slot queries fused: {options.fuse_slot_queries}), device {args.device}"
+          + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""))
     with profile(activities=[ProfilerActivity.CPU]):  # the profiler's one-time start-up, charged to no system
         torch.zeros(1).add_(1)
     for bsz in [int(b) for b in args.batch_sizes.split(",")]:
         vocab = len(itask.target_dictionary)
-        profile_system(f"InsNet {args.mode}, batch {bsz}", insnet, gen, batches(itask, ids, bsz, args.device),
-                       args.top, vocab, args.device)
-        profile_system(f"AR greedy, batch {bsz}", ar, ar_gen, batches(atask, ids, bsz, args.device), args.top, vocab,
-                       args.device)
+        ins_batches, ar_batches = batches(itask, ids, bsz, args.device), batches(atask, ids, bsz, args.device)
+        ins_ms, ar_ms = timed_steps([(insnet, gen, ins_batches), (ar, ar_gen, ar_batches)], args.device)
+        print(f"\nbatch {bsz}, unprofiled, the two timed interleaved: InsNet {args.mode} {ins_ms:.2f} ms per batched "
+              f"step, AR greedy {ar_ms:.2f}: {ins_ms / ar_ms:.2f}x")
+        profile_system(f"InsNet {args.mode}, batch {bsz}", insnet, gen, ins_batches, args.top, vocab, args.device)
+        profile_system(f"AR greedy, batch {bsz}", ar, ar_gen, ar_batches, args.top, vocab, args.device)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,9 @@
 #              dinic_untied  --untied-slot-queries: the slot query stream gets layers of its own (the same compute)
 #              dinic_enc6    --encoder-layers 6: a deeper encoder (it runs once a sentence); a model of its own shape,
 #                            so its l2r base is its own as well: l2r_kd_enc6, trained for BASE_UPDATES updates
+#            and its learning rate, fixed at 5e-4 in dinic:
+#              dinic_decay     decayed linearly from 5e-4 to 0 over the fine-tuning (fairseq's polynomial_decay)
+#              dinic_decay_hi  the same from 1e-3
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
@@ -63,10 +66,13 @@ raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/
 stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train variants choose test)
 declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--late-words 0.5"
   [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3"
-  [dinic_untied]="--untied-slot-queries" [dinic_enc6]="")  # beside dinic's
+  [dinic_untied]="--untied-slot-queries" [dinic_enc6]=""
+  [dinic_decay]="--lr-scheduler polynomial_decay --end-learning-rate 0 --total-num-update $((updates - base_updates))"
+  [dinic_decay_hi]="--lr 1e-3 --lr-scheduler polynomial_decay --end-learning-rate 0 --total-num-update $((updates - base_updates))")  # beside dinic's
 declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
-  [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder")  # its row
+  [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder"
+  [dinic_decay]="lr decayed" [dinic_decay_hi]="lr 1e-3 decayed")  # its row
 read -r -a variants <<<"${VARIANTS:-}"
 for v in "${variants[@]}"; do
   [ -n "${variant_name[$v]:-}" ] || { echo "frontier.sh: unknown variant '$v' in VARIANTS (${!variant_name[*]})" >&2; exit 2; }

@@ -129,3 +129,28 @@ def test_linear_work_counts_every_product(small_data, tiny_checkpoint, ar_checkp
                                                       "--insertion-mode", "parallel"])
     m = measure(ins, small_data, "test", "en", "de", batch_size=3, max_sentences=6)
     assert m["tokens"] > 0 and 0 < m["vocabulary"] < m["all"], m
+
+
+def test_profile_decoding_decodes_as_a_user_gets_it(small_data, tiny_checkpoint, ar_checkpoint, tmp_path, capsys):
+    """experiments/profile_decoding.py profiles the decoding a user gets: the parallel mode's defaults and the
+    settings stored with the model (its stop check), the slot queries fused as the step's default decides; each
+    flag given replaces its default. Both systems' steps are profiled at each batch size."""
+    import shutil
+
+    from experiments.profile_decoding import main as profile_main
+    from recipes.store_decoding import main as store_main
+
+    ckpt = str(tmp_path / "model.pt")
+    shutil.copy(tiny_checkpoint, ckpt)
+    store_main([ckpt, "--insertion-mode", "parallel", "--stop-check-prob", "0.5"])
+    common = ["--data", small_data, "--insnet", ckpt, "--ar", ar_checkpoint, "--mode", "parallel", "--sentences", "3",
+              "--batch-sizes", "1,2", "--top", "2"]
+    capsys.readouterr()
+    profile_main(common)
+    out = capsys.readouterr().out
+    assert "InsNet parallel (slot top-p 0.9, skip repeats True, stop check 0.5, slot queries fused: auto)" in out, out
+    for name in ("InsNet parallel, batch 1:", "AR greedy, batch 1:", "InsNet parallel, batch 2:", "AR greedy, batch 2:"):
+        assert name in out, out
+    profile_main(common + ["--slot-top-p", "0.7", "--two-passes"])
+    out = capsys.readouterr().out
+    assert "(slot top-p 0.7, skip repeats True, stop check 0.5, slot queries fused: off)" in out, out
