@@ -73,9 +73,10 @@ def timed_steps(systems, device="cpu", rounds: int = 3) -> list:
 
 
 def vocabulary_share(model, generator, samples, vocab: int) -> float:
-    """Percent of the op time (aten's and oneDNN's) spent in matrix products with a dimension of the vocabulary's size (the output
-    projection: both systems make it for every sentence at every step, so it bounds what a leaner step can gain),
-    from a second profile of the samples that records shapes (which slows every op, so it is not timed)."""
+    """Percent of the op time (aten's and oneDNN's) spent in matrix products with a dimension of the vocabulary's
+    size (the output projection: both systems make it for every sentence at every step, so it bounds what a leaner
+    step can gain), from a second profile of the samples that records shapes (which slows every op, so it is not
+    timed)."""
     with torch.no_grad(), profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         for s in samples:
             generator.generate([model], s)

@@ -64,11 +64,11 @@ ck=${CK:-checkpoints/frontier}; out=${OUT:-results/frontier_multi30k_cpu}
 updates=${UPDATES:-2000}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:-1}
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
 stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train variants choose test)
+decay="--lr-scheduler polynomial_decay --end-learning-rate 0 --total-num-update $((updates - base_updates))"  # to 0
 declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--late-words 0.5"
   [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3"
   [dinic_untied]="--untied-slot-queries" [dinic_enc6]=""
-  [dinic_decay]="--lr-scheduler polynomial_decay --end-learning-rate 0 --total-num-update $((updates - base_updates))"
-  [dinic_decay_hi]="--lr 1e-3 --lr-scheduler polynomial_decay --end-learning-rate 0 --total-num-update $((updates - base_updates))")  # beside dinic's
+  [dinic_decay]="$decay" [dinic_decay_hi]="--lr 1e-3 $decay")  # beside dinic's
 declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
   [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder"
