@@ -7,7 +7,9 @@
    data-bin/NAME checkpoints/NAME-teacher`` with train.sh's settings and environment (UPDATES,
    MAX_TOKENS, LR, WARMUP, MINUTES, THREADS); TEACHER_ARGS adds fairseq-train flags (a bigger or
    smaller teacher: ``TEACHER_ARGS="--encoder-layers 6 --decoder-layers 6"``). Skipped once it has
-   finished (checkpoints/NAME-teacher/teacher.done), or when TEACHER=checkpoint.pt names one (or an ensemble: TEACHER=a.pt:b.pt, as fairseq's --path).
+   finished (its teacher.done), or when TEACHER=checkpoint.pt names one (or an ensemble: TEACHER=a.pt:b.pt, as
+   fairseq's --path). Its folder is checkpoints/NAME-teacher, or checkpoints/NAME-SUFFIX-teacher for a corpus of
+   another ``--suffix`` (:func:`teacher_dir`), so that a second teacher trains beside the first.
    checkpoint_best.pt is used when there is one, else checkpoint_last.pt.
 2. Beam search over the training set: ``fairseq-generate --gen-subset train --beam BEAM (5)
    --batch-size GEN_BATCH (64)`` plus GEN_ARGS (default ``--max-len-a 1.2 --max-len-b 10``), BPE
@@ -24,7 +26,9 @@
 
 ``--suffix`` (DISTILL_SUFFIX, default ``distill``) names the outputs data-bin/NAME-SUFFIX and work/NAME-SUFFIX, so
 a second teacher's corpus sits beside the first: ``DISTILL_SUFFIX=distill-t120
-TEACHER=checkpoints/t120_ar/checkpoint_best.pt python recipes/distill.py multi30k_en_de``.
+TEACHER=checkpoints/t120_ar/checkpoint_best.pt python recipes/distill.py multi30k_en_de``, or, a teacher trained
+for it, ``DISTILL_SUFFIX=distill-long UPDATES=6000 TEACHER_ARGS="--dropout 0.3" python recipes/distill.py
+multi30k_en_de`` (into checkpoints/multi30k_en_de-distill-long-teacher).
 
 Every step is skipped when its output exists. The direction is read from data-bin/NAME
 (train.SRC-TGT.*); SRC=.. TGT=.. (or --src/--tgt) choose the other one.
@@ -76,6 +80,14 @@ def train_teacher(data, save):
         if os.path.exists(os.path.join(save, name)):
             return os.path.join(save, name)
     fail(f"no checkpoint in {save}")
+
+
+def teacher_dir(checkpoint_dir: str, name: str, suffix: str) -> str:
+    """The folder the teacher of corpus NAME-SUFFIX trains into: NAME-teacher for the default suffix, else
+    NAME-SUFFIX-teacher, so that each corpus has its own teacher.
+    Example: ("checkpoints", "multi30k_en_de", "distill") -> "checkpoints/multi30k_en_de-teacher";
+    ("checkpoints", "multi30k_en_de", "distill-long") -> "checkpoints/multi30k_en_de-distill-long-teacher"."""
+    return os.path.join(checkpoint_dir, f"{name}-teacher" if suffix == "distill" else f"{name}-{suffix}-teacher")
 
 
 def checkpoint_task(ckpt) -> str:
@@ -242,7 +254,7 @@ def main(argv=None):
     work = os.path.abspath(os.path.join(args.work_dir, f"{args.name}-{args.suffix}"))
     dest = os.path.abspath(os.path.join(args.data_dir, f"{args.name}-{args.suffix}"))
     os.makedirs(work, exist_ok=True)
-    ckpt = train_teacher(data, os.path.abspath(os.path.join(args.checkpoint_dir, f"{args.name}-teacher")))
+    ckpt = train_teacher(data, os.path.abspath(teacher_dir(args.checkpoint_dir, args.name, args.suffix)))
     generated = os.path.join(work, "generate-train.txt")
     decode_train(data, ckpt, src, tgt, generated)
     write_corpus(generated, lambda: n_train(data, src, tgt), os.path.join(work, f"train.{src}"),

@@ -55,11 +55,14 @@
 # have finished: the best multi-candidate decoding of docs/insnet.md, chosen there on valid); each of VARIANTS with its default
 # flags, and dinic_repeat also without skip repeats (--no-skip-repeats: does the loss replace the rule?).
 # Environment: CK (checkpoints/frontier, logs in logs/<CK's last name>/), OUT (results/frontier_multi30k_cpu), DATA
-# (data-bin/multi30k_en_de: its valid and test sets are scored; the teacher's corpus is DATA-distill), MULTI30K_DIR
+# (data-bin/multi30k_en_de: its valid and test sets are scored; the teacher's corpus is DATA-KD_SUFFIX), KD_SUFFIX
+# (distill; another names another teacher, trained with TEACHER_UPDATES and TEACHER_ARGS into
+# checkpoints/NAME-KD_SUFFIX-teacher, and its corpus: e.g. KD_SUFFIX=distill-long TEACHER_UPDATES=6000
+# TEACHER_ARGS="--dropout 0.3" CK=checkpoints/frontier_long), MULTI30K_DIR
 # (the raw corpus: {valid,test}.de are the references), VARIANTS (none), GPU_OUT, GPU_SENTENCES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-data=${DATA:-data-bin/multi30k_en_de}; name=$(basename "$data"); kd=$data-distill
+data=${DATA:-data-bin/multi30k_en_de}; name=$(basename "$data"); suffix=${KD_SUFFIX:-distill}; kd=$data-$suffix
 ck=${CK:-checkpoints/frontier}; out=${OUT:-results/frontier_multi30k_cpu}
 updates=${UPDATES:-2000}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:-1}
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
@@ -83,7 +86,7 @@ teacher() {
   [ "$(dirname "$data")" = data-bin ] \
     || { echo "frontier.sh: the teacher stage distils data-bin/NAME (recipes/distill.py NAME), not DATA=$data" >&2; exit 2; }
   [ -f "$kd/train.en-de.de.bin" ] && { echo "frontier.sh: $kd exists, teacher stage skipped"; return; }
-  UPDATES=${TEACHER_UPDATES:-2000} python recipes/distill.py $name
+  DISTILL_SUFFIX=$suffix UPDATES=${TEACHER_UPDATES:-2000} python recipes/distill.py $name
 }
 
 train_run() {  # KIND SAVE UPDATES [flags]: resumes from SAVE/checkpoint_last.pt; skipped when done

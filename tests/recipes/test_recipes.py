@@ -361,6 +361,12 @@ def test_distillation_on_a_tiny_slice(multi30k_bin):
     assert n_sentences(str(tmp / "bin" / "multi30k_en_de-distill-b" / "train.en-de.de")) == N
 
 
+def test_distillation_each_corpus_has_its_own_teacher():
+    assert distill.teacher_dir("ck", "multi30k_en_de", "distill") == os.path.join("ck", "multi30k_en_de-teacher")
+    assert distill.teacher_dir("ck", "multi30k_en_de", "distill-long") == \
+        os.path.join("ck", "multi30k_en_de-distill-long-teacher")  # not the first teacher's folder, done or not
+
+
 def test_distillation_teacher_decodes_by_its_task(tmp_path):
     import torch
 
@@ -685,7 +691,8 @@ def test_frontier_choose_stage_picks_the_rule_stores_stop_checks_and_scores_the_
 
 def test_frontier_recipe_refuses_bad_stages_variants_and_untrained_runs_by_name(tmp_path):
     """recipes/frontier.sh: an unknown stage or variant, the choose stage before every run it scores is trained (a
-    variant included), the variants stage with none asked for (the default, and VARIANTS=)."""
+    variant included), the variants stage with none asked for (the default, and VARIANTS=), the train stage before its
+    teacher's corpus (KD_SUFFIX's) exists."""
     base = {k: v for k, v in ENV.items() if k != "VARIANTS"}  # the recipe's default, whatever the caller's shell set
 
     def run(*args, **env):
@@ -701,6 +708,8 @@ def test_frontier_recipe_refuses_bad_stages_variants_and_untrained_runs_by_name(
         assert code == 0 and "no VARIANTS, variants stage skipped" in out
     code, _, err = run("choose")
     assert code == 2 and f"{tmp_path / 'ck' / 'ar_kd'} is not trained" in err
+    code, _, err = run("train", DATA=str(tmp_path / "corpus"), KD_SUFFIX="distill-long")  # another teacher's corpus
+    assert code == 2 and f"{tmp_path / 'corpus'}-distill-long missing: run the teacher stage first" in err
     for r in ("ar_kd", "l2r_kd", "dinic"):
         (tmp_path / "ck" / r).mkdir(parents=True)
         (tmp_path / "ck" / r / "done").touch()
