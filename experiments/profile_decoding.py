@@ -145,6 +145,8 @@ def main(argv=None):
     p.add_argument("--slot-top-p", type=float, default=None, help="default: the mode's, or the model's stored one")
     p.add_argument("--skip-repeats", action="store_true", default=None,
                    help="InsNet parallel: --skip-repeats (the parallel mode's default)")
+    p.add_argument("--no-skip-repeats", action="store_false", dest="skip_repeats",
+                   help="InsNet parallel: --no-skip-repeats (a neighbour's repeat may be inserted)")
     p.add_argument("--fused", action="store_const", const="on", default="auto", dest="fuse",
                    help="--slot-query-stream models: the next step's slot queries in each step's pass "
                    "(--fuse-slot-queries)")

@@ -6,7 +6,7 @@
 #   bash recipes/frontier.sh STAGE...   # teacher | train | variants | choose | test | gpu
 #
 #   teacher  recipes/distill.py: the AR teacher (recipes/train.sh ar, TEACHER_UPDATES (2000) updates) and its beam-5
-#            translation of the training set, data-bin/multi30k_en_de-distill
+#            translation of the training set, DATA-KD_SUFFIX (data-bin/multi30k_en_de-distill)
 #   train    on that corpus, UPDATES (2000) updates each, THREADS (1) per run, all three at once (dinic from l2r_kd's
 #            update BASE_UPDATES on):
 #              ar_kd    fairseq's transformer (recipes/train.sh ar)

@@ -154,3 +154,6 @@ def test_profile_decoding_decodes_as_a_user_gets_it(small_data, tiny_checkpoint,
     profile_main(common + ["--slot-top-p", "0.7", "--two-passes"])
     out = capsys.readouterr().out
     assert "(slot top-p 0.7, skip repeats True, stop check 0.5, slot queries fused: off)" in out, out
+    profile_main(common + ["--no-skip-repeats", "--batch-sizes", "1"])
+    out = capsys.readouterr().out
+    assert "(slot top-p 0.9, skip repeats False, stop check 0.5, slot queries fused: auto)" in out, out
