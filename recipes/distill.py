@@ -27,7 +27,7 @@
 ``--suffix`` (DISTILL_SUFFIX, default ``distill``) names the outputs data-bin/NAME-SUFFIX and work/NAME-SUFFIX, so
 a second teacher's corpus sits beside the first: ``DISTILL_SUFFIX=distill-t120
 TEACHER=checkpoints/t120_ar/checkpoint_best.pt python recipes/distill.py multi30k_en_de``, or, a teacher trained
-for it, ``DISTILL_SUFFIX=distill-long UPDATES=6000 TEACHER_ARGS="--dropout 0.3" python recipes/distill.py
+for it, ``DISTILL_SUFFIX=distill-long UPDATES=4000 TEACHER_ARGS="--dropout 0.3" python recipes/distill.py
 multi30k_en_de`` (into checkpoints/multi30k_en_de-distill-long-teacher).
 
 Every step is skipped when its output exists. The direction is read from data-bin/NAME

@@ -57,7 +57,7 @@
 # Environment: CK (checkpoints/frontier, logs in logs/<CK's last name>/), OUT (results/frontier_multi30k_cpu), DATA
 # (data-bin/multi30k_en_de: its valid and test sets are scored; the teacher's corpus is DATA-KD_SUFFIX), KD_SUFFIX
 # (distill; another names another teacher, trained with TEACHER_UPDATES and TEACHER_ARGS into
-# checkpoints/NAME-KD_SUFFIX-teacher, and its corpus: e.g. KD_SUFFIX=distill-long TEACHER_UPDATES=6000
+# checkpoints/NAME-KD_SUFFIX-teacher, and its corpus: e.g. KD_SUFFIX=distill-long TEACHER_UPDATES=4000
 # TEACHER_ARGS="--dropout 0.3" CK=checkpoints/frontier_long), MULTI30K_DIR
 # (the raw corpus: {valid,test}.de are the references), VARIANTS (none), GPU_OUT, GPU_SENTENCES.
 set -euo pipefail
