@@ -45,6 +45,9 @@ import time
 from recipes.common import ROOT, fairseq_tool, tool_env
 
 
+DEFAULT_SUFFIX = "distill"  # --suffix's default: data-bin/NAME-distill, taught by checkpoints/NAME-teacher
+
+
 def log(message):
     print(f"distill: {message}", flush=True)
 
@@ -87,7 +90,8 @@ def teacher_dir(checkpoint_dir: str, name: str, suffix: str) -> str:
     NAME-SUFFIX-teacher, so that each corpus has its own teacher.
     Example: ("checkpoints", "multi30k_en_de", "distill") -> "checkpoints/multi30k_en_de-teacher";
     ("checkpoints", "multi30k_en_de", "distill-long") -> "checkpoints/multi30k_en_de-distill-long-teacher"."""
-    return os.path.join(checkpoint_dir, f"{name}-teacher" if suffix == "distill" else f"{name}-{suffix}-teacher")
+    folder = f"{name}-teacher" if suffix == DEFAULT_SUFFIX else f"{name}-{suffix}-teacher"
+    return os.path.join(checkpoint_dir, folder)
 
 
 def checkpoint_task(ckpt) -> str:
@@ -242,7 +246,7 @@ def main(argv=None):
     p.add_argument("--checkpoint-dir", default="checkpoints")
     p.add_argument("--src", default=os.environ.get("SRC", ""))
     p.add_argument("--tgt", default=os.environ.get("TGT", ""))
-    p.add_argument("--suffix", default=os.environ.get("DISTILL_SUFFIX", "distill"),
+    p.add_argument("--suffix", default=os.environ.get("DISTILL_SUFFIX", DEFAULT_SUFFIX),
                    help="outputs data-bin/NAME-SUFFIX and work/NAME-SUFFIX (default: distill)")
     args = p.parse_args(argv)
     if not args.suffix or "/" in args.suffix:
