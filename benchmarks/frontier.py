@@ -77,10 +77,6 @@ class PassCounter:
     ``T x B x C``, InsNet's ``B x T x C``), ``positions`` their rows x positions (the target positions the call
     computes).
 
-    A slot query stream that starts above the first layer (``--slot-query-layers``) is counted at its own first
-    layer: a ``query`` call there is the stream's own pass, and a fused pass (``forward_with_queries``) there adds
-    its queries' positions to the pass counted at the stack's first layer.
-
     Example: AR greedy decoding of one sentence into 4 tokens + ``</s>`` is 5 calls of 1 row; beam 5,
     5 calls of 5 rows; InsNet sequential decoding of 4 tokens, 1 initial pass + 4 steps = 5 calls, and
     2 + 4 = 6 positions (``<s> </s>``, then one word a step), 4 more with the slot query stream.
@@ -100,20 +96,14 @@ class PassCounter:
                 if name.split(".")[-1] in ("layers", "query_layers") and isinstance(module, nn.ModuleList) \
                         and len(module):
                     self._patch(module[0])
-            context = getattr(decoder, "context", None)
-            start = getattr(context, "query_start", 0)
-            if start > 0 and context.slot_query is not None:  # tied: its separate pass too (untied: query_layers)
-                self._patch(context.layers[start],
-                            ("forward_with_queries",) + (("query",) if context.query_layers is None else ()))
 
     @staticmethod
     def _batch_dim(layer: nn.Module) -> int:
         return 1 if isinstance(layer, TransformerDecoderLayerBase) else 0
 
-    def _patch(self, layer: nn.Module, methods: Sequence[str] = METHODS):
+    def _patch(self, layer: nn.Module):
         dim = self._batch_dim(layer)
-        joins = methods != self.METHODS  # the first layer of a query stream that starts above the stack's first
-        for method in methods:
+        for method in self.METHODS:
             if not hasattr(layer, method):
                 continue
             original = getattr(layer, method)
@@ -121,14 +111,6 @@ class PassCounter:
             def counted(*args, __original=original, __method=method, **kwargs):
                 if self._inside:
                     return __original(*args, **kwargs)
-                if joins and __method == "forward_with_queries":  # the queries joining a pass counted below
-                    x, n_tokens = args[0], args[1]
-                    self.positions += int(x.size(0)) * (int(x.size(1)) - int(n_tokens))
-                    self._inside += 1  # (an untied query layer's call inside it is part of it)
-                    try:
-                        return __original(*args, **kwargs)
-                    finally:
-                        self._inside -= 1
                 self.count(__method, dim, args, kwargs)
                 self._inside += 1
                 try:

@@ -27,8 +27,6 @@
 #              dinic_depth3  --anchor-depth 3: seven anchors, eight gaps (fewer steps)
 #            and the capacity of the parallel model:
 #              dinic_untied  --untied-slot-queries: the slot query stream gets layers of its own (the same compute)
-#              dinic_qtop    --slot-query-layers 1: the slot query stream in the last layer only (a third of its
-#                            arithmetic: the cheaper step)
 #              dinic_enc6    --encoder-layers 6: a deeper encoder (it runs once a sentence); a model of its own shape,
 #                            so its l2r base is its own as well: l2r_kd_enc6, trained for BASE_UPDATES updates
 #            and its learning rate, fixed at 5e-4 in dinic:
@@ -72,12 +70,11 @@ stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train variants choose te
 decay="--lr-scheduler polynomial_decay --end-learning-rate 0 --total-num-update $((updates - base_updates))"  # to 0
 declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--late-words 0.5"
   [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3"
-  [dinic_untied]="--untied-slot-queries" [dinic_qtop]="--slot-query-layers 1" [dinic_enc6]=""
+  [dinic_untied]="--untied-slot-queries" [dinic_enc6]=""
   [dinic_decay]="$decay" [dinic_decay_hi]="--lr 1e-3 $decay")  # beside dinic's
 declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
-  [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_qtop]="slot queries in the last layer"
-  [dinic_enc6]="6-layer encoder"
+  [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder"
   [dinic_decay]="lr decayed" [dinic_decay_hi]="lr 1e-3 decayed")  # its row
 read -r -a variants <<<"${VARIANTS:-}"
 for v in "${variants[@]}"; do

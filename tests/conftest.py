@@ -162,14 +162,10 @@ class FakeTask(InsertionTranslationTask):
 
 
 def tiny_args(**overrides):
-    """The tiny model's args (2 decoder layers); ``slot_query_stream="untied"`` stands for the slot query stream with
-    its own layers (``--slot-query-stream --untied-slot-queries``), ``"top"`` for the stream in the last layer only
-    (``--slot-query-layers 1``) and ``"untied-top"`` for both, so that a test parametrized over the stream covers
-    each."""
-    stream = overrides.get("slot_query_stream")
-    if stream in ("untied", "top", "untied-top"):
-        overrides.update(slot_query_stream=True, untied_slot_queries="untied" in stream,
-                         slot_query_layers=1 if "top" in stream else 0)
+    """The tiny model's args; ``slot_query_stream="untied"`` stands for the slot query stream with its own layers
+    (``--slot-query-stream --untied-slot-queries``), so that a test parametrized over the stream covers both."""
+    if overrides.get("slot_query_stream") == "untied":
+        overrides.update(slot_query_stream=True, untied_slot_queries=True)
     args = argparse.Namespace(
         encoder_layers=2, decoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
         encoder_attention_heads=4, decoder_attention_heads=4, dropout=0.0, attention_dropout=0.0,

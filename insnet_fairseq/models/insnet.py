@@ -39,16 +39,13 @@ from insnet_fairseq.modules.slots import SlotHeads
 logger = logging.getLogger(__name__)
 
 
-def untied_query_weights(state_dict: Dict[str, Tensor], prefix: str, query_layers: nn.ModuleList,
-                         start: int = 0) -> Dict[str, Tensor]:
+def untied_query_weights(state_dict: Dict[str, Tensor], prefix: str, query_layers: nn.ModuleList) -> Dict[str, Tensor]:
     """``PREFIX.query_layers.i.NAME`` for every parameter of ``query_layers``, copied from the tokens' layer
-    ``PREFIX.layers.{start + i}.NAME`` of ``state_dict`` (``start``: the stream's first layer,
-    ``--slot-query-layers``); W_qkv gives its query third (the query layers have no keys).
+    ``PREFIX.layers.i.NAME`` of ``state_dict``; W_qkv gives its query third (the query layers have no keys).
     Example: ``query_layers.0.self_attn.qkv_proj.weight`` [D, D] = ``layers.0.self_attn.qkv_proj.weight[:D]``."""
     out = {}
     for key, param in query_layers.state_dict().items():
-        i, name = key.split(".", 1)
-        source = state_dict[f"{prefix}.layers.{start + int(i)}.{name}"]
+        source = state_dict[f"{prefix}.layers.{key}"]
         out[f"{prefix}.query_layers.{key}"] = source[: param.size(0)].clone()  # (equal sizes: all of it)
     return out
 
@@ -78,8 +75,7 @@ class InsNetDecoder(FairseqDecoder):
         if self.context.query_layers is not None and not any(k.startswith(f"{name}.context.query_layers.")
                                                               for k in state_dict):
             logger.info("the checkpoint has no untied slot query layers: they start as copies of the tokens' layers")
-            state_dict.update(untied_query_weights(state_dict, f"{name}.context", self.context.query_layers,
-                                                   self.context.query_start))
+            state_dict.update(untied_query_weights(state_dict, f"{name}.context", self.context.query_layers))
         return state_dict
 
     def encode_source(self, encoder_out: Dict):
@@ -231,11 +227,6 @@ class InsNetModel(FairseqEncoderDecoderModel):
             "them starts them as copies of the tokens' layers",
         )
         parser.add_argument(
-            "--slot-query-layers", type=int, metavar="K",
-            help="with --slot-query-stream: the query stream runs the last K decoder layers only, starting there "
-            "from its learned vector (a query costs K of the layers' arithmetic; default 0: every layer)",
-        )
-        parser.add_argument(
             "--offset-clip", type=int, metavar="K",
             help="ablation InsNet-truncated (paper Table 6, K = 1): clip every insertion offset to [-K, K] "
             "before its embedding (default 0: no clipping)",
@@ -256,11 +247,6 @@ class InsNetModel(FairseqEncoderDecoderModel):
     def check_ablation_flags(args):
         if getattr(args, "untied_slot_queries", False) and not args.slot_query_stream:
             raise ValueError("--untied-slot-queries needs --slot-query-stream (the stream whose layers it unties)")
-        if args.slot_query_layers and not args.slot_query_stream:
-            raise ValueError("--slot-query-layers needs --slot-query-stream (the stream whose layers it counts)")
-        if not 0 <= args.slot_query_layers <= args.decoder_layers:
-            raise ValueError(f"--slot-query-layers must be between 1 and --decoder-layers ({args.decoder_layers}), "
-                             f"or 0 for every layer, got {args.slot_query_layers}")
         if args.offset_clip < 0:
             raise ValueError(f"--offset-clip must be >= 0 (0: no clipping; 1: InsNet-truncated), got {args.offset_clip}")
 
@@ -370,7 +356,6 @@ def insnet_base_architecture(args):
     args.offset_embedding = getattr(args, "offset_embedding", None) or "sinusoidal"
     args.slot_query_stream = getattr(args, "slot_query_stream", False)
     args.untied_slot_queries = getattr(args, "untied_slot_queries", False)
-    args.slot_query_layers = getattr(args, "slot_query_layers", None) or 0
     args.offset_clip = getattr(args, "offset_clip", None) or 0
     args.no_global_slot = getattr(args, "no_global_slot", False)
     args.termination_every_step = getattr(args, "termination_every_step", False)

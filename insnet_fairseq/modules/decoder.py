@@ -11,9 +11,6 @@ offsets the word will have once inserted there. The tokens' stream is unchanged;
 no keys, so one pass still encodes a whole trajectory. The queries use each layer's own weights, or with
 ``--untied-slot-queries`` a layer of their own that reads the same keys and values (the tokens' self-attention and
 source keys/values) through its own query, offset and output projections, FFN and LayerNorms.
-``--slot-query-layers K`` runs the stream through the last K layers only (:attr:`InsNetContextEncoder.query_start`):
-the queries start from the learned vector at layer L - K and read that layer's keys and values on, so a query
-costs K of the L layers' arithmetic (the layers below run the tokens alone).
 
 Two flags change what the stack sees, everywhere it runs (one-pass training, cached decoding,
 layerization, the reference procedures), so that all of them stay equal:
@@ -172,18 +169,15 @@ class InsNetContextEncoder(nn.Module):
         self.layer_norm = nn.LayerNorm(d) if args.decoder_normalize_before else None
         self.slot_query = None  # --slot-query-stream: the learned start of every slot query
         self.query_layers = None  # --untied-slot-queries: the query stream's own layers (else it runs self.layers)
-        # --slot-query-layers K: the query stream runs layers query_start .. L - 1 (0: all of them)
-        self.query_start = args.decoder_layers - (getattr(args, "slot_query_layers", 0) or args.decoder_layers)
         if getattr(args, "slot_query_stream", False):
             self.slot_query = nn.Parameter(torch.randn(d) * d ** -0.5)
             if getattr(args, "untied_slot_queries", False):
                 self.query_layers = nn.ModuleList([InsNetDecoderLayer(args, rel_dim, self.cross_attention, keys=False)
-                                                   for _ in range(self.query_start, args.decoder_layers)])
+                                                   for _ in range(args.decoder_layers)])
 
     def query_layer(self, i: int) -> InsNetDecoderLayer:
-        """The layer that runs the slot query stream at depth i (``query_start <= i < L``): the tokens' own, or an
-        untied query layer (``query_layers[i - query_start]``)."""
-        return self.layers[i] if self.query_layers is None else self.query_layers[i - self.query_start]
+        """The layer that runs the slot query stream at depth i: the tokens' own, or an untied query layer."""
+        return self.layers[i] if self.query_layers is None else self.query_layers[i]
 
     def clip(self, offsets: Tensor) -> Tensor:
         """``--offset-clip K``: offsets clipped to ``[-K, K]`` (InsNet-truncated); unchanged when K = 0.
@@ -244,22 +238,14 @@ class InsNetContextEncoder(nn.Module):
         Q = q_offsets.size(1)
         x = self.embed_scale * self.embed_tokens(tokens)  # [B, T, D]
         q = (self.embed_scale * self.slot_query).expand(B, Q, -1)  # [B, Q, D]
-        new_past = []
-        if self.query_start > 0:  # --slot-query-layers: the tokens alone below the query stream's first layer
-            x = dropout(x, self.dropout, self.training)
-            for i in range(self.query_start):
-                x, kv = self.layers[i](x, self.clip(offsets), self.offset_embed, attn_mask, source_kv[i],
-                                       source_padding_mask, None if past is None else past[i])  # [B, T, D]
-                new_past.append(kv)
-            xq = torch.cat([x, dropout(q, self.dropout, self.training)], 1)  # [B, T + Q, D]
-        else:
-            xq = dropout(torch.cat([x, q], 1), self.dropout, self.training)  # [B, T + Q, D]: both streams, one pass
+        xq = dropout(torch.cat([x, q], 1), self.dropout, self.training)  # [B, T + Q, D]: both streams, one pass
         offsets = self.clip(torch.cat([offsets, q_offsets], 1))  # [B, T + Q, S]
         mask = torch.cat([attn_mask.expand(B, T, -1), q_mask], 1)  # [B, T + Q, S]
-        for i in range(self.query_start, len(self.layers)):
-            xq, kv = self.layers[i].forward_with_queries(
-                xq, T, offsets, self.offset_embed, mask, source_kv[i], source_padding_mask,
-                None if past is None else past[i], None if self.query_layers is None else self.query_layer(i))
+        new_past = []
+        for i, layer in enumerate(self.layers):
+            xq, kv = layer.forward_with_queries(xq, T, offsets, self.offset_embed, mask, source_kv[i],
+                                                source_padding_mask, None if past is None else past[i],
+                                                None if self.query_layers is None else self.query_layers[i])
             new_past.append(kv)
         if self.layer_norm is not None:
             xq = self.layer_norm(xq)
@@ -289,7 +275,7 @@ class InsNetContextEncoder(nn.Module):
         offsets = self.clip(offsets)
         x = (self.embed_scale * self.slot_query).expand(B, Q, -1)
         x = dropout(x, self.dropout, self.training)
-        for i in range(self.query_start, len(self.layers)):  # (--slot-query-layers K: the last K)
+        for i in range(len(self.layers)):
             x = self.query_layer(i).query(x, kv[i], offsets, self.offset_embed, attn_mask, source_kv[i],
                                           source_padding_mask)
         if self.layer_norm is not None:

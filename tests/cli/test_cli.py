@@ -205,9 +205,7 @@ def test_interactive_constraints_and_empty_line(small_data, tiny_checkpoint):
                                    ["--layerization", "uniform"],
                                    ["--dinic-tau", "1.0", "--insertion-order", "anchored", "--slot-query-stream"],
                                    ["--dinic-tau", "1.0", "--insertion-order", "anchored", "--slot-query-stream",
-                                    "--untied-slot-queries"],
-                                   ["--dinic-tau", "1.0", "--insertion-order", "anchored", "--slot-query-stream",
-                                    "--slot-query-layers", "1"]])
+                                    "--untied-slot-queries"]])
 def test_layered_training_logs_layers_per_sentence(small_data, tmp_path, flags):
     out = run(train_cmd(small_data, str(tmp_path / "ckpt"), "--max-update", "4", "--no-save", *flags))
     assert out.returncode == 0, out.stderr[-3000:]

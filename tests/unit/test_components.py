@@ -178,58 +178,6 @@ def test_untied_query_layers_start_as_the_tokens_layers_and_are_the_ones_the_str
                                                                                     "target_dictionary": d})())
 
 
-def test_a_shallow_query_stream_runs_only_its_last_layers():
-    """--slot-query-layers 1 on a 2-layer decoder: the stream starts at layer 1 from the learned vector, so its
-    queries are those of a stream that starts there by hand (the tokens' layer 0 never sees them); the tokens'
-    stream, and so the position and termination terms, are the full stream's. Untied, its one query layer starts
-    as a copy of the tokens' layer 1 (fine-tuning a tied checkpoint). A depth outside 1..L, or without the stream,
-    is refused by flag name."""
-    from conftest import build_tiny_model, random_batch, step_logprobs, tiny_args
-    from insnet_fairseq.geometry.orders import make_order
-    from insnet_fairseq.models.insnet import InsNetModel
-
-    full, d = build_tiny_model(seed=1, slot_query_stream=True)
-    top, _ = build_tiny_model(seed=2, slot_query_stream="top")
-    top.load_state_dict(full.state_dict())  # the same weights, the stream one layer deep
-    context = top.decoder.context
-    assert context.query_start == 1 and full.decoder.context.query_start == 0
-    src, src_lengths, target = random_batch(d, [9, 4, 7], seed=3)
-    order = make_order("anchored", target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(4))
-
-    def terms(model):  # the token, position and termination log-probs of every real step
-        with torch.no_grad():
-            tok, pos, term = step_logprobs(model(src, src_lengths, target, order))
-        real = target.ne(d.pad())[:, 2:]
-        return [tok[real], pos[real], term[target.ne(d.pad())[:, 1:]]]
-
-    shallow, deep = terms(top), terms(full)
-    assert not torch.allclose(shallow[0], deep[0], atol=1e-3)
-    for a, b in zip(shallow[1:], deep[1:]):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
-    # the stream by hand: layer 1's query() over the tokens' layer-1 keys, from the learned start
-    with torch.no_grad():
-        tokens = torch.tensor([[d.bos(), d.eos()]])
-        offsets = torch.tensor([[[0, 1], [-1, 0]]])
-        causal = torch.ones(2, 2, dtype=torch.bool).triu(1)
-        source_kv, source_pad = top.decoder.encode_source(top.encoder(src[:1], src_lengths[:1]))
-        _, kv = context(tokens, offsets, causal, source_kv, source_pad)
-        q_off, q_mask = torch.tensor([[[-1, 1]]]), torch.zeros(1, 1, 2, dtype=torch.bool)
-        z = context.query_stream(q_off, q_mask, kv, source_kv, source_pad)
-        x = context.embed_scale * context.slot_query.view(1, 1, -1)
-        x = context.layers[1].query(x, kv[1], q_off, context.offset_embed, q_mask, source_kv[1], source_pad)
-        torch.testing.assert_close(z, x)
-    untied, _ = build_tiny_model(seed=2, slot_query_stream="untied-top")
-    untied.load_state_dict(full.state_dict())
-    assert len(untied.decoder.context.query_layers) == 1
-    assert torch.equal(untied.decoder.context.query_layers[0].fc1.weight, full.decoder.context.layers[1].fc1.weight)
-    torch.testing.assert_close(terms(untied)[0], shallow[0], atol=1e-5, rtol=0)
-    task = type("T", (), {"source_dictionary": d, "target_dictionary": d})()
-    for flags, message in (({"slot_query_stream": True, "slot_query_layers": 3}, "between 1 and --decoder-layers"),
-                           ({"slot_query_layers": 1}, "--slot-query-layers needs --slot-query-stream")):
-        with pytest.raises(ValueError, match=message):
-            InsNetModel.build_model(tiny_args(**flags), task)
-
-
 def test_joint_attention_equals_the_tokens_call_then_the_queries_call():
     """OffsetSelfAttention.joint (a fused decoding step): the new tokens' rows equal forward() over the cache, the
     slot queries' rows equal query() over the keys that include the new tokens; the keys it returns are forward()'s.

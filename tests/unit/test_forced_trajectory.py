@@ -61,7 +61,7 @@ def layerings(kind, model, src, src_lengths, target, n_tok):
 
 
 @pytest.mark.parametrize("cache,slot_query", [(True, False), (False, False), (True, True), (False, True), (True, "untied"),
-                                              (False, "untied"), (True, "top"), (False, "top"), (True, "untied-top")])
+                                              (False, "untied")])
 @pytest.mark.parametrize("kind", ["sequential-random", "sequential-r2l", "sequential-anchored", "uniform-binary",
                                   "uniform-anchored", "dinic"])
 def test_generator_along_gold_trajectory_equals_forward(kind, cache, slot_query):

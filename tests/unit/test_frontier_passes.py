@@ -38,15 +38,14 @@ def test_a_forced_trajectory_of_n_tokens_is_n_plus_one_passes_for_both_models(le
     counter.remove()
 
 
-@pytest.mark.parametrize("stream", [True, "untied", "top", "untied-top"])
+@pytest.mark.parametrize("stream", [True, "untied"])
 @pytest.mark.parametrize("fused", [False, True], ids=["two passes", "fused"])
 def test_slot_queries_are_positions_of_their_own(fused, stream):
     """A slot-query-stream model decoding n words sequentially: n + 1 passes as without it, but each step's slot
     query is one more position (n of them: 2 + 2n), or, fused, every slot's query of the next step in the step's
     own pass: 1 pass a step, k + 1 queries after k words, and the start's pass makes the first step's query
     (1 + n passes, 2 + 1 + n + sum_k (k + 1) positions). The same with the stream's own (untied) layers: its
-    separate pass is counted at its first layer, and a fused pass is one pass, its queries included; the same with
-    the stream in the last layer only (--slot-query-layers 1, tied or untied), counted at that layer."""
+    separate pass is counted at its first layer, and a fused pass is one pass, its queries included."""
     model, d = build_tiny_model(seed=3, vocab=30, slot_query_stream=stream)
     model.decoder.heads.termination_proj.bias.data.fill_(-1e4)
     src, src_lengths, _ = random_batch(d, [5], src_len=6, seed=1)
