@@ -247,7 +247,7 @@ def main(argv=None):
     p.add_argument("--src", default=os.environ.get("SRC", ""))
     p.add_argument("--tgt", default=os.environ.get("TGT", ""))
     p.add_argument("--suffix", default=os.environ.get("DISTILL_SUFFIX", DEFAULT_SUFFIX),
-                   help="outputs data-bin/NAME-SUFFIX and work/NAME-SUFFIX (default: distill)")
+                   help=f"outputs data-bin/NAME-SUFFIX and work/NAME-SUFFIX (default: {DEFAULT_SUFFIX})")
     args = p.parse_args(argv)
     if not args.suffix or "/" in args.suffix:
         fail(f"--suffix must be a non-empty name without '/', got '{args.suffix}'")
