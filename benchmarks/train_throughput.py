@@ -94,7 +94,7 @@ def drop_offset_term(att):
     """An :class:`~insnet_fairseq.modules.attention.OffsetSelfAttention` whose scores leave out the offset term, in
     place: ``softmax((q + u) k^T / sqrt(Dh)) v`` with the causal mask of insertion order (``is_causal``), through its
     own :meth:`~insnet_fairseq.modules.attention.OffsetSelfAttention.content_attend`. Returns ``att``."""
-    att._attend = lambda q, k, v, offsets, rel_table, attn_mask, left_to_right=False: att.content_attend(
+    att._attend = lambda q, k, v, offsets, rel_table, attn_mask, left_to_right=False, index=None: att.content_attend(
         q, k, v, None, is_causal=True)
     return att
 

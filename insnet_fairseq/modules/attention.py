@@ -13,7 +13,7 @@ kernel (:mod:`insnet_fairseq.modules.offset_scores`); without it, a one-pass ove
 needs only ``S + 1`` offsets and no gather (:meth:`OffsetSelfAttention.left_to_right_bias`).
 """
 import math
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,42 @@ def sinusoidal_offset_table(max_offset: int, dim: int) -> Tensor:
     if dim % 2:
         table = torch.cat([table, torch.zeros(len(r), 1)], dim=1)
     return table
+
+
+class OffsetIndex(NamedTuple):
+    """A pass's offsets and mask in the form every layer's offset term reads them
+    (:meth:`OffsetSelfAttention.offset_bias`), so that a pass prepares them once and not once a layer (decoding: a
+    batch-1 step costs about its number of op calls).
+
+    index: [B, H, T, S] offset + M, the column of P (offsets -M..M) that query i reads for key j (a view of
+    [B, 1, T, S] expanded over the H heads); M: P's range; blocked: bool [B or 1, 1, T, S] (True: blocked) or None.
+    Example: offsets [[[-1, 1, 0]]] (T = 1, S = 3), 2 heads -> M 2, index [[[[1, 3, 2]], [[1, 3, 2]]]].
+    """
+
+    index: Tensor
+    M: int
+    blocked: Optional[Tensor]
+
+    @staticmethod
+    def of(offsets: Tensor, attn_mask: Optional[Tensor], rel_table: Tensor, heads: int,
+           batch: Optional[int] = None) -> "OffsetIndex":
+        """offsets [B or 1, T, S] (any value where blocked), attn_mask [T, S] or [B, T, S] (True: blocked) or None,
+        rel_table [2M' + 1, Dr] (the offsets lie in [-(S-1), S-1]; the table bounds them only where S counts decoding
+        holes, which are blocked); ``batch``: B where the offsets are one row for all (None: theirs)."""
+        B, T, S = offsets.shape
+        B = batch or B
+        M = min(S - 1, (rel_table.size(0) - 1) // 2)
+        if M < S - 1:
+            offsets = offsets.clamp(-M, M)
+        blocked = None
+        if attn_mask is not None:
+            blocked = (attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)).unsqueeze(1)
+        return OffsetIndex((offsets + M).unsqueeze(1).expand(B, heads, T, S), M, blocked)
+
+    def rows(self, start: int, stop: Optional[int] = None) -> "OffsetIndex":
+        """The queries ``start:stop`` only (a fused pass's tokens or its slot queries)."""
+        blocked = None if self.blocked is None else self.blocked[:, :, start:stop]
+        return OffsetIndex(self.index[:, :, start:stop], self.M, blocked)
 
 
 class _LeftToRightSkew(torch.autograd.Function):
@@ -157,6 +193,7 @@ class OffsetSelfAttention(nn.Module):
         attn_mask: Tensor,
         past: Optional[Tuple[Tensor, Tensor]] = None,
         left_to_right: bool = False,
+        index: Optional[OffsetIndex] = None,
     ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         """
         Args:
@@ -170,6 +207,8 @@ class OffsetSelfAttention(nn.Module):
                 (:class:`insnet_fairseq.decoding.cache.KVWriter`).
             left_to_right: the rows are whole ``l2r`` trajectories (one-pass training, no ``past``): ``offsets`` is
                 then known and not read (:meth:`left_to_right_bias`).
+            index: ``offsets`` and ``attn_mask`` as :class:`OffsetIndex` (prepared once for every layer of a pass),
+                or None: prepared here where needed.
 
         Returns:
             out [B, T, D] and the (k, v) of all S keys, each [B, H, S, Dh], for caching.
@@ -184,27 +223,28 @@ class OffsetSelfAttention(nn.Module):
         elif past is not None:
             k = torch.cat([past[0], k], dim=2)  # [B, H, S, Dh]
             v = torch.cat([past[1], v], dim=2)  # [B, H, S, Dh]
-        return self._attend(q, k, v, offsets, rel_table, attn_mask, left_to_right), (k, v)
+        return self._attend(q, k, v, offsets, rel_table, attn_mask, left_to_right, index), (k, v)
 
-    def query(self, x: Tensor, kv: Tuple[Tensor, Tensor], offsets: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:
+    def query(self, x: Tensor, kv: Tuple[Tensor, Tensor], offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
+              index: Optional[OffsetIndex] = None) -> Tensor:
         """Queries that read the tokens' keys/values but add none of their own (the slot query stream).
 
         x: [B, T, D] query states; kv: (k, v), each [B, H, S, Dh], of the tokens (a layer's cache);
-        offsets [B, T, S]; attn_mask bool [B, T, S], True = blocked. Returns [B, T, D].
+        offsets [B, T, S]; attn_mask bool [B, T, S], True = blocked; index: as in :meth:`forward`. Returns [B, T, D].
         """
         B, T, D = x.shape
         q = self.qkv_proj.rows(x, 0, D).view(B, T, self.num_heads, self.head_dim)  # [B, T, H, Dh]: W_qkv's query third
         if self.naive:
             return self._naive_attend(q, kv[0].transpose(1, 2), kv[1].transpose(1, 2), offsets, rel_table, attn_mask)
-        return self._attend(q.transpose(1, 2), kv[0], kv[1], offsets, rel_table, attn_mask)
+        return self._attend(q.transpose(1, 2), kv[0], kv[1], offsets, rel_table, attn_mask, index=index)
 
     def joint(self, x: Tensor, n_tokens: int, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
-              past) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+              past, index: Optional[OffsetIndex] = None) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         """:meth:`forward` for the first ``n_tokens`` rows of ``x`` (new tokens) and :meth:`query` for the rest
         (slot queries, which read the new tokens too), in one attention call: a decoding step's pass
         (``--fuse-slot-queries``) makes one call per layer where the two streams made two.
 
-        x [B, T + Q, D]; offsets [B, T + Q, S]; attn_mask bool [B, T + Q, S]; past as in :meth:`forward`.
+        x [B, T + Q, D]; offsets [B, T + Q, S]; attn_mask bool [B, T + Q, S]; past and index as in :meth:`forward`.
         Returns out [B, T + Q, D] and the (k, v) of all S keys, each [B, H, S, Dh].
         Example: T = 2 new tokens and Q = 3 queries over S = 6 keys: one [B, H, 5, 6] score matrix, 2 new keys.
         """
@@ -221,16 +261,16 @@ class OffsetSelfAttention(nn.Module):
             k, v = past.extend(k, v)  # [B, H, S, Dh] each
         elif past is not None:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)  # [B, H, S, Dh]
-        return self._attend(q, k, v, offsets, rel_table, attn_mask), (k, v)
+        return self._attend(q, k, v, offsets, rel_table, attn_mask, index=index), (k, v)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
-                left_to_right: bool = False) -> Tensor:
+                left_to_right: bool = False, index: Optional[OffsetIndex] = None) -> Tensor:
         """q [B, H, T, Dh], k/v [B, H, S, Dh], offsets [B, T, S], mask [T, S] or [B, T, S] (or None) -> [B, T, D]."""
-        bias = self.offset_bias(q, offsets, rel_table, attn_mask, k.size(2), left_to_right)
+        bias = self.offset_bias(q, offsets, rel_table, attn_mask, k.size(2), left_to_right, index)
         return self.content_attend(q, k, v, bias)
 
     def offset_bias(self, q: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Optional[Tensor], S: int,
-                    left_to_right: bool = False) -> Tensor:
+                    left_to_right: bool = False, index: Optional[OffsetIndex] = None) -> Tensor:
         """The offset term of the scores, scaled, -inf where ``attn_mask`` blocks: (q + v) . p_offset[i, j] * scaling.
         q [B, H, T, Dh], offsets [B, T, S], mask [T, S] or [B, T, S] (or None) -> [B, H, T, S].
         Example: T = S = 3 (one pass over 3 tokens): P is projected for the 5 offsets -2..2, [B, H, 3, 5] scores are
@@ -242,28 +282,29 @@ class OffsetSelfAttention(nn.Module):
 
         Where gradients are taken on the CPU (training), only the unblocked pairs are scored, by
         :func:`~insnet_fairseq.modules.offset_scores.offset_scores` (C++; same values), unless ``offset_kernel`` is
-        False or the kernel is not built."""
+        False or the kernel is not built. ``index``: ``offsets`` and ``attn_mask`` as :class:`OffsetIndex`, prepared
+        once a pass (the dense gather only; None: prepared here)."""
         B, H, T, Dh = q.shape
         qv = q + self.v.view(1, H, 1, Dh)  # [B, H, T, Dh]
         kernel = self.offset_kernel and offset_scores.applies(qv)
         if (not kernel and left_to_right and T == S and attn_mask is not None
                 and (rel_table.size(0) - 1) // 2 >= max(S - 1, 1)):
             return self.left_to_right_bias(qv, rel_table, attn_mask)
-        # offsets lie in [-(S-1), S-1]; the table bounds them only where S counts decoding holes
-        M = min(S - 1, (rel_table.size(0) - 1) // 2)
-        p = self.project_offsets(rel_table, M)  # [H, R, Dh], R = 2M + 1 <= 2S - 1
-        if M < S - 1:
-            offsets = offsets.clamp(-M, M)
         if kernel:  # only the unblocked pairs' products, no [B, H, T, R]
+            # offsets lie in [-(S-1), S-1]; the table bounds them only where S counts decoding holes
+            M = min(S - 1, (rel_table.size(0) - 1) // 2)
+            p = self.project_offsets(rel_table, M)  # [H, R, Dh], R = 2M + 1 <= 2S - 1
+            offsets = offsets.clamp(-M, M) if M < S - 1 else offsets
             return offset_scores.offset_scores(qv, p, offsets + M, attn_mask, self.scaling)
 
-        by_offset = qv @ p.transpose(-2, -1)  # [B, H, T, R]
-        index = (offsets + M).unsqueeze(1).expand(B, H, T, S)
+        index = index or OffsetIndex.of(offsets, attn_mask, rel_table, H, B)
+        p = self.project_offsets(rel_table, index.M)  # [H, R, Dh], R = 2M + 1 <= 2S - 1
+        # [B, H, T, R]; one sentence (decoding at batch 1) by bmm: 4 op calls where the broadcast product makes 7
+        by_offset = torch.bmm(qv[0], p.transpose(1, 2)).unsqueeze(0) if B == 1 else qv @ p.transpose(-2, -1)
         # gather's backward needs only the index and mul's only the scalar, so the product is masked in place
-        bias = by_offset.gather(-1, index) * self.scaling  # [B, H, T, S]
-        if attn_mask is not None:
-            mask = attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)
-            bias.masked_fill_(mask.unsqueeze(1), float("-inf"))
+        bias = by_offset.gather(-1, index.index) * self.scaling  # [B, H, T, S]
+        if index.blocked is not None:
+            bias.masked_fill_(index.blocked, float("-inf"))
         return bias
 
     def left_to_right_bias(self, qv: Tensor, rel_table: Tensor, attn_mask: Tensor) -> Tensor:

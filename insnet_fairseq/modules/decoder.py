@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from insnet_fairseq.modules.attention import CrossAttention, OffsetSelfAttention, sinusoidal_offset_table
+from insnet_fairseq.modules.attention import CrossAttention, OffsetIndex, OffsetSelfAttention, sinusoidal_offset_table
 from insnet_fairseq.modules.packed_linear import Linear
 
 
@@ -80,19 +80,20 @@ class InsNetDecoderLayer(nn.Module):
         source_padding_mask: Optional[Tensor],
         past: Optional[Tuple[Tensor, Tensor]] = None,
         left_to_right: bool = False,
+        index: Optional[OffsetIndex] = None,
     ) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
-        """x [B, T, D] -> ([B, T, D], self-attention (k, v) of all S keys for caching); ``left_to_right``: see
-        :meth:`OffsetSelfAttention.forward`."""
-        x, kv = self._token_self_attention(x, offsets, rel_table, attn_mask, past, left_to_right)
+        """x [B, T, D] -> ([B, T, D], self-attention (k, v) of all S keys for caching); ``left_to_right`` and
+        ``index``: see :meth:`OffsetSelfAttention.forward`."""
+        x, kv = self._token_self_attention(x, offsets, rel_table, attn_mask, past, left_to_right, index)
         return self._rest(x, source_kv, source_padding_mask), kv
 
     def _token_self_attention(self, x: Tensor, offsets: Tensor, rel_table: Tensor, attn_mask: Tensor, past,
-                              left_to_right: bool = False):
+                              left_to_right: bool = False, index: Optional[OffsetIndex] = None):
         """The self-attention sub-layer of the tokens' stream: x [B, T, D] -> ([B, T, D], (k, v) of all S keys)."""
         kv = []
 
         def self_attention(y):
-            out, new_kv = self.self_attn(y, offsets, rel_table, attn_mask, past, left_to_right)
+            out, new_kv = self.self_attn(y, offsets, rel_table, attn_mask, past, left_to_right, index)
             kv.append(new_kv)
             return out
 
@@ -106,24 +107,26 @@ class InsNetDecoderLayer(nn.Module):
     def forward_with_queries(self, xq: Tensor, n_tokens: int, offsets: Tensor, rel_table: Tensor,
                              attn_mask: Tensor, source_kv: Tuple[Tensor, Tensor],
                              source_padding_mask: Optional[Tensor], past,
-                             query_layer: Optional["InsNetDecoderLayer"] = None) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+                             query_layer: Optional["InsNetDecoderLayer"] = None,
+                             index: Optional[OffsetIndex] = None) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         """:meth:`forward` for the first ``n_tokens`` rows (new tokens) and :meth:`query` for the rest (slot
         queries that read every token, the new ones included), in one pass (cached decoding): one
         self-attention call (:meth:`OffsetSelfAttention.joint`; the tokens' keys/values join ``past``), then
         cross-attention and the FFN over both. With ``query_layer`` (an untied slot query stream) the tokens go
         through this layer and the queries through that one, reading the tokens' new keys/values.
-        xq [B, T + Q, D], offsets/attn_mask [B, T + Q, S] -> (xq' [B, T + Q, D], (k, v) [B, H, S, Dh])."""
+        xq [B, T + Q, D], offsets/attn_mask [B, T + Q, S] (``index``: the same as :class:`OffsetIndex`, or None)
+        -> (xq' [B, T + Q, D], (k, v) [B, H, S, Dh])."""
         T = n_tokens
         if query_layer is not None:
             x, kv = self(xq[:, :T], offsets[:, :T], rel_table, attn_mask[:, :T], source_kv, source_padding_mask,
-                         past)  # [B, T, D]
+                         past, index=None if index is None else index.rows(0, T))  # [B, T, D]
             q = query_layer.query(xq[:, T:], kv, offsets[:, T:], rel_table, attn_mask[:, T:], source_kv,
-                                  source_padding_mask)  # [B, Q, D]
+                                  source_padding_mask, None if index is None else index.rows(T))  # [B, Q, D]
             return torch.cat([x, q], 1), kv
         kv = []
 
         def self_attention(y):
-            out, new_kv = self.self_attn.joint(y, T, offsets, rel_table, attn_mask, past)
+            out, new_kv = self.self_attn.joint(y, T, offsets, rel_table, attn_mask, past, index)
             kv.append(new_kv)
             return out
 
@@ -131,11 +134,13 @@ class InsNetDecoderLayer(nn.Module):
         return self._rest(xq, source_kv, source_padding_mask), kv[0]
 
     def query(self, x: Tensor, kv: Tuple[Tensor, Tensor], offsets: Tensor, rel_table: Tensor, attn_mask: Tensor,
-              source_kv: Tuple[Tensor, Tensor], source_padding_mask: Optional[Tensor]) -> Tensor:
+              source_kv: Tuple[Tensor, Tensor], source_padding_mask: Optional[Tensor],
+              index: Optional[OffsetIndex] = None) -> Tensor:
         """The slot query stream through this layer: x [B, Q, D] reads the tokens' (k, v) [B, H, S, Dh] of this
         layer (or, for an untied query layer, of the tokens' layer at its depth) and its source keys/values;
-        offsets / attn_mask [B, Q, S] -> [B, Q, D]."""
-        x = self._residual(x, self.self_attn_norm, lambda y: self.self_attn.query(y, kv, offsets, rel_table, attn_mask))
+        offsets / attn_mask [B, Q, S] (``index``: the same as :class:`OffsetIndex`, or None) -> [B, Q, D]."""
+        x = self._residual(x, self.self_attn_norm,
+                           lambda y: self.self_attn.query(y, kv, offsets, rel_table, attn_mask, index))
         return self._rest(x, source_kv, source_padding_mask)
 
 
@@ -179,6 +184,14 @@ class InsNetContextEncoder(nn.Module):
         """The layer that runs the slot query stream at depth i: the tokens' own, or an untied query layer."""
         return self.layers[i] if self.query_layers is None else self.query_layers[i]
 
+    def offset_index(self, offsets: Tensor, attn_mask: Optional[Tensor], batch: int) -> Optional[OffsetIndex]:
+        """A pass's (clipped) offsets and mask as every layer's offset term reads them (:class:`OffsetIndex`), prepared
+        once a pass where the layers gather them: without gradients (decoding, validation). None where gradients are
+        taken: the layers take their own path (the C++ kernel on a CPU)."""
+        if torch.is_grad_enabled():
+            return None
+        return OffsetIndex.of(offsets, attn_mask, self.offset_embed, self.layers[0].self_attn.num_heads, batch)
+
     def clip(self, offsets: Tensor) -> Tensor:
         """``--offset-clip K``: offsets clipped to ``[-K, K]`` (InsNet-truncated); unchanged when K = 0.
         Example (K = 1): the row [-3, 2, -1, 1, -2, 0] becomes [-1, 1, -1, 1, -1, 0]."""
@@ -216,11 +229,12 @@ class InsNetContextEncoder(nn.Module):
         x = dropout(x, self.dropout, self.training)
         offsets = self.clip(offsets)
         left_to_right = left_to_right and self.offset_clip == 0  # (clipped offsets: the gather)
+        index = None if left_to_right else self.offset_index(offsets, attn_mask, x.size(0))
         new_past = []
         for i, layer in enumerate(self.layers):
             x, kv = layer(
                 x, offsets, self.offset_embed, attn_mask, source_kv[i], source_padding_mask,
-                None if past is None else past[i], left_to_right,
+                None if past is None else past[i], left_to_right, index,
             )
             new_past.append(kv)
         if self.layer_norm is not None:
@@ -241,11 +255,12 @@ class InsNetContextEncoder(nn.Module):
         xq = dropout(torch.cat([x, q], 1), self.dropout, self.training)  # [B, T + Q, D]: both streams, one pass
         offsets = self.clip(torch.cat([offsets, q_offsets], 1))  # [B, T + Q, S]
         mask = torch.cat([attn_mask.expand(B, T, -1), q_mask], 1)  # [B, T + Q, S]
+        index = self.offset_index(offsets, mask, B)
         new_past = []
         for i, layer in enumerate(self.layers):
             xq, kv = layer.forward_with_queries(xq, T, offsets, self.offset_embed, mask, source_kv[i],
                                                 source_padding_mask, None if past is None else past[i],
-                                                None if self.query_layers is None else self.query_layers[i])
+                                                None if self.query_layers is None else self.query_layers[i], index)
             new_past.append(kv)
         if self.layer_norm is not None:
             xq = self.layer_norm(xq)
@@ -275,9 +290,10 @@ class InsNetContextEncoder(nn.Module):
         offsets = self.clip(offsets)
         x = (self.embed_scale * self.slot_query).expand(B, Q, -1)
         x = dropout(x, self.dropout, self.training)
+        index = self.offset_index(offsets, attn_mask, B)
         for i in range(len(self.layers)):
             x = self.query_layer(i).query(x, kv[i], offsets, self.offset_embed, attn_mask, source_kv[i],
-                                          source_padding_mask)
+                                          source_padding_mask, index)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         return x

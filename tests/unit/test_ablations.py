@@ -39,9 +39,12 @@ class OffsetSpy:
         self.seen = []
         original = OffsetSelfAttention._attend
 
-        def attend(module, q, k, v, offsets, rel_table, attn_mask, left_to_right=False):
+        def attend(module, q, k, v, offsets, rel_table, attn_mask, left_to_right=False, index=None):
+            if index is not None:  # a pass's prepared gather index reads these same offsets
+                read = index.index[:, 0] - index.M  # [B, T, S]
+                assert torch.equal(read, offsets.clamp(-index.M, index.M).expand_as(read))
             self.seen.append((offsets.detach().clone(), attn_mask))
-            return original(module, q, k, v, offsets, rel_table, attn_mask, left_to_right)
+            return original(module, q, k, v, offsets, rel_table, attn_mask, left_to_right, index)
 
         monkeypatch.setattr(OffsetSelfAttention, "_attend", attend)
 

@@ -3,7 +3,7 @@ position head vs materialised slot representations."""
 import pytest
 import torch
 
-from insnet_fairseq.modules.attention import OffsetSelfAttention, sinusoidal_offset_table
+from insnet_fairseq.modules.attention import OffsetIndex, OffsetSelfAttention, sinusoidal_offset_table
 from insnet_fairseq.geometry.masks import causal_mask
 from insnet_fairseq.geometry.offsets import offset_matrix, rank_matrix, slot_neighbours
 from insnet_fairseq.geometry.orders import uniform_random
@@ -35,6 +35,33 @@ def test_offset_attention_matches_materialised_positions():
     slow_q = attn.query(q, fast_kv, q_off, table, q_mask)
     attn.naive = False
     torch.testing.assert_close(fast_q, slow_q, atol=1e-5, rtol=1e-5)
+
+
+def test_offset_index_prepared_once_equals_each_layers_own():
+    """OffsetIndex: the docstring example; offsets beyond a small table clamped to it; a call given the prepared index
+    (and its rows) equals one that prepares its own, offsets of one row for a batch included."""
+    one = OffsetIndex.of(torch.tensor([[[-1, 1, 0]]]), None, sinusoidal_offset_table(5, 8), 2)
+    assert one.M == 2 and one.index.tolist() == [[[[1, 3, 2]], [[1, 3, 2]]]] and one.blocked is None
+    small = OffsetIndex.of(torch.tensor([[[-3, 2, 0, 1]]]), torch.zeros(1, 4, dtype=torch.bool),
+                           sinusoidal_offset_table(1, 8), 1)
+    assert small.M == 1 and small.index.tolist() == [[[[0, 2, 1, 2]]]] and small.blocked.shape == (1, 1, 1, 4)
+    torch.manual_seed(4)
+    attn = OffsetSelfAttention(32, 4, 32).eval()
+    torch.nn.init.normal_(attn.v)
+    table = sinusoidal_offset_table(20, 32)
+    B, T, S = 3, 5, 9
+    q = torch.randn(B, 4, T, 8)
+    offsets = torch.randint(-(S - 1), S, (B, T, S))
+    mask = torch.rand(B, T, S) < 0.3
+    with torch.no_grad():
+        own = attn.offset_bias(q, offsets, table, mask, S)
+        index = OffsetIndex.of(offsets, mask, table, 4)
+        assert torch.equal(attn.offset_bias(q, offsets, table, mask, S, index=index), own)
+        assert torch.equal(attn.offset_bias(q[:, :, 2:], offsets[:, 2:], table, mask[:, 2:], S, index=index.rows(2)),
+                           attn.offset_bias(q[:, :, 2:], offsets[:, 2:], table, mask[:, 2:], S))
+        shared = offsets[:1]  # one row of offsets for the batch, a [T, S] mask
+        assert torch.equal(attn.offset_bias(q, shared, table, mask[0], S),
+                           attn.offset_bias(q, shared.expand(B, T, S), table, mask[0].expand(B, T, S), S))
 
 
 def test_offset_attention_with_cache_matches_full_pass():

@@ -450,7 +450,7 @@ def test_picks_select_what_boolean_indexing_selects():
     p = Picks.of(mask)
     assert (p.rows.tolist(), p.cols.tolist(), p.n, p.widest) == ([0, 0, 1], [1, 2, 0], 3, 2)  # the docstring example
     g = torch.Generator().manual_seed(0)
-    for B, K in [(4, 6), (1, 1), (5, 9), (0, 3)]:
+    for B, K in [(4, 6), (1, 1), (1, 7), (5, 9), (0, 3)]:  # (one row: by nonzero)
         mask = torch.rand(B, K, generator=g) < 0.4
         y = torch.randn(B, K, 3, generator=g)  # a trailing dimension, as the slot queries [B, K, D]
         p = Picks.of(mask)
@@ -507,6 +507,24 @@ def test_picks_path_equals_the_boolean_mask_path(mode, query_stream, rows, monke
             assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
             assert torch.equal(a["positional_scores"], b["positional_scores"])
     assert max(h["steps"] for h in fast[0]) > 3
+
+
+@pytest.mark.parametrize("fuse", ["on", "off"])
+def test_offsets_prepared_once_a_pass_decode_as_each_layers_own(fuse, monkeypatch):
+    """A pass prepares its offsets' gather index once for all layers (InsNetContextEncoder.offset_index): the same
+    outputs and scores, bit for bit, as each layer preparing its own, fused or with the query stream's own pass."""
+    from insnet_fairseq.modules.decoder import InsNetContextEncoder
+
+    model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=True)
+    model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
+    src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
+    kw = dict(mode="parallel", max_steps=25, skip_repeats=True, fuse_slot_queries=fuse)
+    once = decode(model, d, src, src_lengths, **kw)
+    monkeypatch.setattr(InsNetContextEncoder, "offset_index", lambda self, offsets, attn_mask, batch: None)
+    for a, b in zip(once, decode(model, d, src, src_lengths, **kw)):
+        assert a["tokens"].tolist() == b["tokens"].tolist() and a["steps"] == b["steps"]
+        assert torch.equal(a["positional_scores"], b["positional_scores"])
+    assert max(h["steps"] for h in once) > 3
 
 
 @pytest.mark.parametrize("query_stream", [False, True])

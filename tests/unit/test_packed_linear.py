@@ -56,6 +56,28 @@ def test_rows_is_the_product_by_a_block_of_rows_each_packed_once():
     assert set(kept) == {"0:16", "16:48"} and qkv._packed["0:16"][1] is kept["0:16"][1]  # reused, not packed again
 
 
+def test_row_blocks_are_kept_for_decoding_and_follow_the_weight():
+    """Linear.rows slices its weight and bias once for decoding (views kept on the layer, the F.linear path's too) and
+    again after an in-place update; training slices at every call and keeps nothing; copies leave them out."""
+    torch.manual_seed(3)
+    qkv = Linear(16, 48).eval()
+    x = torch.randn(1, 1, 16)  # one row: F.linear's path (below packs' work)
+    with torch.no_grad():
+        first = qkv.rows(x, 16, 48)
+        w, b = qkv._row_blocks["16:48"][1:]
+        assert torch.equal(w, qkv.weight[16:]) and torch.equal(b, qkv.bias[16:])
+        qkv.rows(x, 16, 48)
+        assert qkv._row_blocks["16:48"][1] is w  # kept, not sliced again
+        torch.testing.assert_close(first, F.linear(x, qkv.weight[16:], qkv.bias[16:]))
+        qkv.bias.add_(1.0)  # (an optimizer step, a checkpoint load: the version counter moves)
+        torch.testing.assert_close(qkv.rows(x, 16, 48), F.linear(x, qkv.weight[16:], qkv.bias[16:]))
+        assert "_row_blocks" not in copy.deepcopy(qkv).__dict__
+    train = Linear(16, 48).train()
+    y = train.rows(x, 0, 16)
+    y.sum().backward()
+    assert "_row_blocks" not in train.__dict__ and train.weight.grad[16:].abs().sum() == 0
+
+
 def test_packed_weight_follows_the_weight():
     """Made again after an in-place update (an optimizer step, a checkpoint load), not before."""
     torch.manual_seed(2)
