@@ -57,17 +57,23 @@ class OffsetIndex(NamedTuple):
     def of(offsets: Tensor, attn_mask: Optional[Tensor], rel_table: Tensor, heads: int,
            batch: Optional[int] = None) -> "OffsetIndex":
         """offsets [B or 1, T, S] (any value where blocked), attn_mask [T, S] or [B, T, S] (True: blocked) or None,
-        rel_table [2M' + 1, Dr] (the offsets lie in [-(S-1), S-1]; the table bounds them only where S counts decoding
-        holes, which are blocked); ``batch``: B where the offsets are one row for all (None: theirs)."""
+        rel_table [2M' + 1, Dr] (see :meth:`shifted`); ``batch``: B where the offsets are one row for all (None:
+        theirs)."""
         B, T, S = offsets.shape
-        B = batch or B
-        M = min(S - 1, (rel_table.size(0) - 1) // 2)
-        if M < S - 1:
-            offsets = offsets.clamp(-M, M)
+        shifted, M = OffsetIndex.shifted(offsets, rel_table)
         blocked = None
         if attn_mask is not None:
             blocked = (attn_mask if attn_mask.dim() == 3 else attn_mask.unsqueeze(0)).unsqueeze(1)
-        return OffsetIndex((offsets + M).unsqueeze(1).expand(B, heads, T, S), M, blocked)
+        return OffsetIndex(shifted.unsqueeze(1).expand(B if batch is None else batch, heads, T, S), M, blocked)
+
+    @staticmethod
+    def shifted(offsets: Tensor, rel_table: Tensor) -> Tuple[Tensor, int]:
+        """offsets [..., S] -> (offsets + M, clamped to 0..2M: the columns of P; M), M = min(S - 1, the table's
+        range): the offsets lie in [-(S-1), S-1], and the table bounds them only where S counts decoding holes
+        (blocked). Example: offsets [-3, 2, 0, 1] with a table of offsets -1..1 -> ([0, 2, 1, 2], 1)."""
+        S = offsets.size(-1)
+        M = min(S - 1, (rel_table.size(0) - 1) // 2)
+        return (offsets.clamp(-M, M) if M < S - 1 else offsets) + M, M
 
     def rows(self, start: int, stop: Optional[int] = None) -> "OffsetIndex":
         """The queries ``start:stop`` only (a fused pass's tokens or its slot queries)."""
@@ -291,11 +297,9 @@ class OffsetSelfAttention(nn.Module):
                 and (rel_table.size(0) - 1) // 2 >= max(S - 1, 1)):
             return self.left_to_right_bias(qv, rel_table, attn_mask)
         if kernel:  # only the unblocked pairs' products, no [B, H, T, R]
-            # offsets lie in [-(S-1), S-1]; the table bounds them only where S counts decoding holes
-            M = min(S - 1, (rel_table.size(0) - 1) // 2)
+            shifted, M = OffsetIndex.shifted(offsets, rel_table)
             p = self.project_offsets(rel_table, M)  # [H, R, Dh], R = 2M + 1 <= 2S - 1
-            offsets = offsets.clamp(-M, M) if M < S - 1 else offsets
-            return offset_scores.offset_scores(qv, p, offsets + M, attn_mask, self.scaling)
+            return offset_scores.offset_scores(qv, p, shifted, attn_mask, self.scaling)
 
         index = index or OffsetIndex.of(offsets, attn_mask, rel_table, H, B)
         p = self.project_offsets(rel_table, index.M)  # [H, R, Dh], R = 2M + 1 <= 2S - 1

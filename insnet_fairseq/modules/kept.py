@@ -3,8 +3,12 @@
 :func:`~insnet_fairseq.modules.packed_linear.linear`): when a module may keep one, and the key that says when the
 kept tensor is stale.
 """
+from typing import Callable, Sequence, TypeVar
+
 import torch
 from torch import Tensor, nn
+
+T = TypeVar("T")
 
 
 def may_keep(module: nn.Module) -> bool:
@@ -18,3 +22,16 @@ def weights_key(*tensors: Tensor) -> tuple:
     """What a kept tensor derived from ``tensors`` depends on: each one's data pointer, version counter (bumped by an
     in-place update, e.g. an optimizer step or a checkpoint load) and dtype. Equal keys: the kept tensor still holds."""
     return tuple(x for t in tensors for x in (t.data_ptr(), t._version, t.dtype))
+
+
+def kept(owner: nn.Module, store: str, name: str, sources: Sequence[Tensor], make: Callable[[], T]) -> T:
+    """``make()``, derived from ``sources``, kept on ``owner`` in the dict ``owner.__dict__[store]`` under ``name`` (not
+    a buffer: no state dict) and made again once their :func:`weights_key` changes. The caller checks
+    :func:`may_keep`. Example: ``kept(lin, "_packed", "", [lin.weight], pack)`` packs once, and again after an
+    optimizer step."""
+    entries = owner.__dict__.setdefault(store, {})  # name -> (key, value)
+    key = weights_key(*sources)
+    entry = entries.get(name)
+    if entry is None or entry[0] != key:
+        entry = entries[name] = (key, make())
+    return entry[1]

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from fairseq.modules.multihead_attention import MultiheadAttention
 from torch import Tensor, nn
 
-from insnet_fairseq.modules.kept import may_keep, weights_key
+from insnet_fairseq.modules.kept import kept, may_keep
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 MIN_WORK = 3 << 18  # multiply-adds (3 rows by 1024 x 256) from which oneDNN's product is faster, call included
@@ -57,26 +57,21 @@ def linear(x: Tensor, weight: Tensor, bias: Optional[Tensor], owner: nn.Module, 
         return F.linear(x, weight, bias)
     if owner.training or torch.is_grad_enabled():  # (not may_keep) the weights change every update: not packed
         return OneDNNLinear.apply(x.reshape(-1, x.size(-1)), weight, bias).view(*x.shape[:-1], weight.size(0))
-    kept = owner.__dict__.setdefault("_packed", {})  # name -> (key, packed weight); not a buffer: no state dict
-    key = weights_key(weight)
-    entry = kept.get(name)
-    if entry is None or entry[0] != key:
-        entry = kept[name] = (key, torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), ROWS_HINT))
-    return _product(x, entry[1], bias)
+    packed = kept(owner, "_packed", name, [weight],
+                  lambda: torch.ops.mkldnn._reorder_linear_weight(weight.contiguous(), ROWS_HINT))
+    return _product(x, packed, bias)
 
 
 def _row_block(owner: nn.Module, name: str, weight: Tensor, bias: Optional[Tensor], rows: slice):
     """``(weight[rows], bias[rows])``: views, kept on ``owner`` under ``name`` from one decoding call to the next
     (:func:`~insnet_fairseq.modules.kept.may_keep`; a batch-1 step costs about its number of op calls, and slicing
     is two of them), made again when ``weight`` changes. Example: a [768, 256] W_qkv, rows 256:768 -> [512, 256]."""
-    if not may_keep(owner):
+    def block():
         return weight[rows], None if bias is None else bias[rows]
-    kept = owner.__dict__.setdefault("_row_blocks", {})  # name -> (key, weight rows, bias rows); no state dict
-    key = weights_key(weight) if bias is None else weights_key(weight, bias)
-    entry = kept.get(name)
-    if entry is None or entry[0] != key:
-        entry = kept[name] = (key, weight[rows], None if bias is None else bias[rows])
-    return entry[1], entry[2]
+
+    if not may_keep(owner):
+        return block()
+    return kept(owner, "_row_blocks", name, [weight] if bias is None else [weight, bias], block)
 
 
 def _product(x: Tensor, w: Tensor, bias: Optional[Tensor] = None) -> Tensor:

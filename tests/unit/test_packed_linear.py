@@ -64,10 +64,10 @@ def test_row_blocks_are_kept_for_decoding_and_follow_the_weight():
     x = torch.randn(1, 1, 16)  # one row: F.linear's path (below packs' work)
     with torch.no_grad():
         first = qkv.rows(x, 16, 48)
-        w, b = qkv._row_blocks["16:48"][1:]
+        w, b = qkv._row_blocks["16:48"][1]
         assert torch.equal(w, qkv.weight[16:]) and torch.equal(b, qkv.bias[16:])
         qkv.rows(x, 16, 48)
-        assert qkv._row_blocks["16:48"][1] is w  # kept, not sliced again
+        assert qkv._row_blocks["16:48"][1][0] is w  # kept, not sliced again
         torch.testing.assert_close(first, F.linear(x, qkv.weight[16:], qkv.bias[16:]))
         qkv.bias.add_(1.0)  # (an optimizer step, a checkpoint load: the version counter moves)
         torch.testing.assert_close(qkv.rows(x, 16, 48), F.linear(x, qkv.weight[16:], qkv.bias[16:]))
