@@ -3,7 +3,8 @@ position head vs materialised slot representations."""
 import pytest
 import torch
 
-from insnet_fairseq.modules.attention import OffsetIndex, OffsetSelfAttention, sinusoidal_offset_table
+from insnet_fairseq.modules.attention import (OffsetIndex, OffsetSelfAttention, per_head_scores,
+                                              sinusoidal_offset_table)
 from insnet_fairseq.geometry.masks import causal_mask
 from insnet_fairseq.geometry.offsets import offset_matrix, rank_matrix, slot_neighbours
 from insnet_fairseq.geometry.orders import uniform_random
@@ -62,6 +63,24 @@ def test_offset_index_prepared_once_equals_each_layers_own():
         shared = offsets[:1]  # one row of offsets for the batch, a [T, S] mask
         assert torch.equal(attn.offset_bias(q, shared, table, mask[0], S),
                            attn.offset_bias(q, shared.expand(B, T, S), table, mask[0].expand(B, T, S), S))
+
+
+@pytest.mark.parametrize("B", [1, 3])
+def test_per_head_scores_equal_the_broadcast_product(B):
+    """per_head_scores (one bmm over the heads) against ``q @ p^T`` broadcast over the batch: the values and both
+    gradients, for queries laid out as the attention makes them (a permuted view of the fused projection) and a
+    sliced table."""
+    torch.manual_seed(B)
+    H, T, Dh, R = 4, 5, 8, 7
+    q = torch.randn(B, T, 3, H, Dh).permute(2, 0, 3, 1, 4)[0].detach().requires_grad_()  # [B, H, T, Dh], not contiguous
+    p = torch.randn(H, 2 * R, Dh)[:, 1 : R + 1].detach().requires_grad_()  # [H, R, Dh], not contiguous
+    fast, slow = per_head_scores(q, p), q @ p.transpose(-2, -1)
+    assert fast.shape == (B, H, T, R)
+    torch.testing.assert_close(fast, slow)
+    g = torch.randn(B, H, T, R)
+    fast_grads = torch.autograd.grad(fast, (q, p), g)
+    for a, b in zip(fast_grads, torch.autograd.grad(slow, (q, p), g)):
+        torch.testing.assert_close(a, b)
 
 
 def test_offset_attention_with_cache_matches_full_pass():
