@@ -94,6 +94,10 @@ class InsertionSteps:
         (see :meth:`generate`) only the blanks' slots are open. ``phrases``: the given tokens are constraint phrases
         kept whole words (:class:`~insnet_fairseq.decoding.state.Phrases`; their blanks lie between phrases). With the
         cache, its buffers have room for ``capacity`` more tokens (they grow when full)."""
+        if initial_tokens is None and blanks is None:  # every row "<s> </s>": no loop over the sentences
+            tokens = torch.tensor([self.bos, self.eos], device=device).repeat(B, 1)  # [B, 2]
+            positions = torch.tensor([0, 1], device=device).repeat(B, 1)  # [B, 2]
+            return self._initial_state(decoder, tokens, positions, None, source_kv, source_pad, capacity, phrases)
         rows_tok, rows_pos, rows_open = [], [], []
         for b in range(B):
             given = list(initial_tokens[b]) if initial_tokens is not None else []
@@ -111,14 +115,22 @@ class InsertionSteps:
         for b in range(B):
             tokens[b, : len(rows_tok[b])] = torch.tensor(rows_tok[b])
             positions[b, : len(rows_pos[b])] = torch.tensor(rows_pos[b])
-        tokens, positions = tokens.to(device), positions.to(device)
-        real = tokens.ne(self.pad)
         open_right = None
         if blanks is not None:
             open_right = torch.zeros(B, S, dtype=torch.bool)
             for b, row in enumerate(rows_open):
                 open_right[b, : len(row)] = torch.tensor(row, dtype=torch.bool)
             open_right = open_right.to(device)
+        return self._initial_state(decoder, tokens.to(device), positions.to(device), open_right, source_kv, source_pad,
+                                   capacity, phrases)
+
+    def _initial_state(self, decoder, tokens, positions, open_right, source_kv, source_pad, capacity: int,
+                       phrases: bool) -> DecoderState:
+        """:meth:`initial_state` from the start's ``tokens`` and ``positions`` [B, S] (padding: HOLE) and its open
+        slots ``open_right`` (bool [B, S] or None: all), on the device."""
+        B, S = tokens.shape
+        device = tokens.device
+        real = tokens.ne(self.pad)
         # fused (one row): the first step's slot queries come from the same pass
         fused = self.fused(decoder, B) and B * S * S <= ENCODE_CHUNK
         hidden, cache, *z = self._encode_all(decoder, tokens, positions, real, source_kv, source_pad, queries=fused)
