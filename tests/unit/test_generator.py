@@ -8,7 +8,7 @@ from torch._dynamo.utils import counters
 
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
-from insnet_fairseq.decoding.state import Picks, compact, group_offsets
+from insnet_fairseq.decoding.state import HOLE, DecoderState, Picks, compact, group_offsets
 from insnet_fairseq.decoding.step import InsertionSteps, auto_fuses, top_p_slots
 from insnet_fairseq.decoding.stopping import StopCheck
 from insnet_fairseq.reference import naive_offsets
@@ -42,6 +42,22 @@ def test_group_offsets_docstring_example():
     # the same rows as the offset matrix of the trajectory [0, 4, 2] then x (1), then y (3)
     full = naive_offsets([0, 4, 2, 1, 3])
     assert off[0, 1].tolist() == full[4]
+
+
+def test_stopped_rows_are_read_at_once_as_each_row_alone():
+    """_sequences (every stopped row from one sort, two gathers, one copy) against _sequence row by row: the docstring
+    example "<s> </s> a" with a hole, a row with its tokens out of insertion order, and a subset of rows."""
+    tokens = torch.tensor([[0, 2, 7, 1, 1], [0, 2, 5, 6, 9], [0, 2, 4, 1, 1]])
+    positions = torch.tensor([[0, 2, 1, HOLE, HOLE], [0, 4, 3, 1, 2], [0, 2, 1, HOLE, HOLE]])
+    state = DecoderState(tokens=tokens, positions=positions, real=positions.ne(HOLE), hidden=None, cache=[],
+                         last=torch.tensor([2, 4, 2]), scores=torch.rand(3, 5), steps=torch.tensor([1, 3, 1]))
+    gen = InsertionGenerator(make_dictionary(10), DecodingOptions())
+    rows = torch.tensor([1, 0])
+    got = gen._sequences(state, rows)
+    assert [t.tolist() for t, _, _ in got] == [[0, 6, 9, 5, 2], [0, 7, 2]] and [k for _, _, k in got] == [3, 1]
+    for (t, sc, _), row in zip(got, rows.tolist()):
+        want_t, want_sc = gen._sequence(state, row)
+        assert torch.equal(t, want_t) and torch.equal(sc, want_sc)
 
 
 def test_one_new_token_fast_paths_match_the_general_rule():
