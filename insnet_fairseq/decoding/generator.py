@@ -433,12 +433,12 @@ class InsertionGenerator(InsertionSteps):
     @staticmethod
     def _sequences(state: DecoderState, rows: Tensor) -> List[Tuple[Tensor, Tensor, int]]:
         """:meth:`_sequence` of each of ``rows`` (LongTensor [R]) and its steps, on the CPU: one sort, two gathers and
-        one copy from the device for all of them (not a few op calls a sentence). Example: a row with positions
-        [0, 2, 1, HOLE] (``<s> </s> a``, a hole) and length 3 -> tokens ``<s> a </s>``."""
+        three copies from the device for all of them (not a few op calls and reads a sentence). Example: a row with
+        positions [0, 2, 1, HOLE] (``<s> </s> a``, a hole) and length 3 -> tokens ``<s> a </s>``."""
         order = state.positions[rows].argsort(1)  # [R, S] holes (HOLE) last
         tokens, scores = state.tokens[rows].gather(1, order), state.scores[rows].gather(1, order)  # [R, S]
         tokens, scores = tokens.cpu(), scores.cpu()
-        lengths, steps = state.lengths[rows].tolist(), state.steps[rows].tolist()
+        lengths, steps = torch.stack([state.lengths[rows], state.steps[rows]]).tolist()
         return [(tokens[r, :n], scores[r, :n], k) for r, (n, k) in enumerate(zip(lengths, steps))]
 
     def _record(self, history, state, ids):
