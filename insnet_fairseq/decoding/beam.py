@@ -74,10 +74,9 @@ class BeamSearch:
     def finished_hypothesis(self, state, row: int, stop_lprob: float, history) -> dict:
         """The output of hypothesis ``row``, stopped with log q(stop) ``stop_lprob`` (on ``</s>``)."""
         gen = self.gen
-        tokens, scores = gen._sequence(state, row)
+        tokens, scores, steps = gen._sequences(state, torch.tensor([row], device=state.tokens.device))[0]
         scores = scores.clone()
         scores[-1] = stop_lprob  # </s>: the termination term
-        steps = int(state.steps[row])
         hyp = gen._finalize_sequence(tokens, scores, steps, history)
         hyp["score"] = float(scores[1:].sum()) / (steps + 1) ** self.lenpen
         return hyp

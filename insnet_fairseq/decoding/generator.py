@@ -422,19 +422,12 @@ class InsertionGenerator(InsertionSteps):
             if ids.sort().values.tolist() != list(range(len(row))):
                 raise ValueError(f"initial_order[{b}] must be a permutation of 0..{len(row) - 1}, got {order!r:.80}")
 
-    # -- initial state ----------------------------------------------------------------------------
     # -- output ---------------------------------------------------------------------------------
-    def _sequence(self, state: DecoderState, row: int) -> Tuple[Tensor, Tensor]:
-        """Row ``row``'s tokens [n] and scores [n], left to right (``<s>`` ... ``</s>``)."""
-        n = int(state.lengths[row])
-        idx = state.positions[row].argsort()[:n]
-        return state.tokens[row, idx], state.scores[row, idx]
-
     @staticmethod
     def _sequences(state: DecoderState, rows: Tensor) -> List[Tuple[Tensor, Tensor, int]]:
-        """:meth:`_sequence` of each of ``rows`` (LongTensor [R]) and its steps, on the CPU: one sort, two gathers and
-        three copies from the device for all of them (not a few op calls and reads a sentence). Example: a row with
-        positions [0, 2, 1, HOLE] (``<s> </s> a``, a hole) and length 3 -> tokens ``<s> a </s>``."""
+        """Each of ``rows``' (LongTensor [R]) tokens [n] and scores [n], left to right (``<s>`` ... ``</s>``), and its
+        steps, on the CPU: one sort, two gathers and three copies from the device for all of them (not a few op calls
+        and reads a sentence). Example: a row with positions [0, 2, 1, HOLE] (``<s> </s> a``, a hole) and length 3 -> tokens ``<s> a </s>``."""
         order = state.positions[rows].argsort(1)  # [R, S] holes (HOLE) last
         tokens, scores = state.tokens[rows].gather(1, order), state.scores[rows].gather(1, order)  # [R, S]
         tokens, scores = tokens.cpu(), scores.cpu()
