@@ -45,7 +45,7 @@ def test_group_offsets_docstring_example():
 
 
 def test_stopped_rows_are_read_at_once_as_each_row_alone():
-    """_sequences (every stopped row from one sort, two gathers, one copy) against each row sorted alone: the docstring
+    """_sequences (every stopped row from one sort, two gathers, three copies) against each row sorted alone: the docstring
     example "<s> </s> a" with a hole, a row with its tokens out of insertion order, and a subset of rows."""
     tokens = torch.tensor([[0, 2, 7, 1, 1], [0, 2, 5, 6, 9], [0, 2, 4, 1, 1]])
     positions = torch.tensor([[0, 2, 1, HOLE, HOLE], [0, 4, 3, 1, 2], [0, 2, 1, HOLE, HOLE]])
@@ -60,6 +60,29 @@ def test_stopped_rows_are_read_at_once_as_each_row_alone():
         idx = state.positions[row].argsort()[:n]  # the row alone: its tokens by position
         want_t, want_sc = state.tokens[row, idx], state.scores[row, idx]
         assert torch.equal(t, want_t) and torch.equal(sc, want_sc)
+
+
+@pytest.mark.parametrize("B", [1, 3])
+@pytest.mark.parametrize("use_cache", [True, False])
+@torch.no_grad()
+def test_the_plain_start_equals_the_general_start_of_empty_given_tokens(B, use_cache):
+    """initial_state without given tokens builds every row's ``<s> </s>`` at once; it must be the state the general
+    start (a row at a time) builds from empty given tokens, field by field (with the slot query stream: at B 1 the
+    first step's queries come from the start's pass)."""
+    model, d = build_tiny_model(seed=5, vocab=30, slot_query_stream=True)
+    src, src_lengths, _ = random_batch(d, [5] * B, src_len=7, seed=2)
+    decoder = model.decoder
+    gen = InsertionGenerator(d, DecodingOptions(mode="parallel", use_cache=use_cache))
+    kv, pad = decoder.encode_source(model.forward_encoder(src, src_lengths))
+    plain = gen.initial_state(decoder, B, src.device, kv, pad)
+    general = gen.initial_state(decoder, B, src.device, kv, pad, initial_tokens=[[] for _ in range(B)])
+    for name in ("tokens", "positions", "real", "hidden", "last", "scores", "steps", "slot_queries"):
+        a, b = getattr(plain, name), getattr(general, name)
+        assert (a is None and b is None) or torch.equal(a, b), name
+    assert plain.open_right is None and general.open_right is None
+    assert all(torch.equal(x, y) for (k1, v1), (k2, v2) in zip(plain.cache, general.cache) for x, y in ((k1, k2), (v1, v2)))
+    assert all(torch.equal(x, y) for x, y in zip(plain.parts, general.parts))
+    assert plain.tokens.tolist() == [[d.bos(), d.eos()]] * B and (plain.slot_queries is not None) == (B == 1 and use_cache)
 
 
 def test_one_new_token_fast_paths_match_the_general_rule():
