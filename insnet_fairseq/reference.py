@@ -6,10 +6,13 @@
   score the next insertion: the O(n) re-encoding procedure of earlier insertion models.
 * :func:`reencode_prefixes`: the same per-prefix re-encoding, batched over sentences with the
   fast attention: what training would cost without InsNet's computation sharing (benchmark).
+* :func:`naive_gap_loss`: the end-of-slot objective (``--slot-objective gap``) by its definition: every layer
+  end's context re-encoded from scratch, its gaps and their missing words listed with Python loops.
 
 None of these is used in training or decoding.
 """
 import contextlib
+import math
 from typing import Dict, List
 
 import torch
@@ -176,6 +179,54 @@ def _naive_layered(model, src_tokens, src_lengths, target, layers: List[List[int
                     out["token"].append(float(torch.log_softmax(heads.token_logits(e[k], z), -1)[toks[step]]))
             results.append(out)
     return results
+
+
+@torch.no_grad()
+def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: float = 1.0):
+    """The end-of-slot objective by its definition, one sentence and one layer end at a time.
+
+    ``layers`` [B, n] by position. After layer l (l = 0 .. the last layer) the context is every token of layers <= l,
+    encoded from scratch in the layering's order (naive attention, loop-built offsets). Each slot, between context
+    tokens at final positions a < b, is scored by ``e = slot_repr(h_a, h_b, h_last)``; it is done when b = a + 1,
+    else it misses y[a + 1 .. b - 1], each weighted exp(-|i - (a + b) / 2| / T) (T = 0: the nearest words equally),
+    normalised over the gap. Returns (slot_token, slot_done, done logits in the order of
+    :func:`insnet_fairseq.geometry.gaps.gap_targets`) summed over the batch: slot_token = -sum w log p(y_i | e),
+    slot_done = the binary cross-entropy of q(done | e).
+    """
+    decoder, heads = model.decoder, model.decoder.heads
+    pad = decoder.padding_idx
+    token_nll, done_nll, done_logits = 0.0, 0.0, []
+    with naive_attention(model):
+        for b in range(target.size(0)):
+            L = int(target[b].ne(pad).sum())
+            lay = layers[b, :L].tolist()
+            ordr = sorted(range(L), key=lambda p: (lay[p], p))
+            toks = [int(target[b, p]) for p in ordr]
+            keep = src_tokens[b].ne(pad)
+            enc = model.encoder(src_tokens[b : b + 1, keep], src_lengths=src_lengths[b : b + 1])
+            source_kv, source_pad = decoder.encode_source(enc)
+            for l in range(max(lay) + 1):
+                c = sum(1 for x in lay if x <= l) - 1  # last step of the context
+                off = torch.tensor(naive_offsets(ordr[: c + 1])).unsqueeze(0)
+                x = torch.tensor(toks[: c + 1]).unsqueeze(0)
+                h = decoder.context(x, off, causal_mask(c + 1, x.device), source_kv, source_pad)[0][0]
+                ctx = sorted(ordr[: c + 1])
+                for a, z in zip(ctx[:-1], ctx[1:]):
+                    e = heads.slot_repr(h[ordr.index(a)], h[ordr.index(z)], h[c])
+                    done = heads.done_logit(e)
+                    done_logits.append(float(done))
+                    done_nll += float(F.binary_cross_entropy_with_logits(done, torch.tensor(float(z == a + 1))))
+                    if z == a + 1:
+                        continue
+                    missing = list(range(a + 1, z))
+                    dist = [abs(i - (a + z) / 2) for i in missing]
+                    if temperature > 0:
+                        w = [math.exp(-d / temperature) for d in dist]
+                    else:
+                        w = [1.0 if d == min(dist) else 0.0 for d in dist]
+                    lp = torch.log_softmax(heads.token_logits(e), -1)
+                    token_nll -= sum(wi / sum(w) * float(lp[int(target[b, i])]) for wi, i in zip(w, missing))
+    return token_nll, done_nll, done_logits
 
 
 @torch.no_grad()

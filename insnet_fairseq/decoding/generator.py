@@ -58,6 +58,7 @@ from torch import Tensor
 
 from insnet_fairseq.decoding.beam import BeamSearch
 from insnet_fairseq.decoding.candidates import Candidates
+from insnet_fairseq.decoding.gaps import decode_gaps, is_gap_model
 from insnet_fairseq.decoding.inputs import integer_ids
 from insnet_fairseq.decoding.mbr import mbr_ranks
 from insnet_fairseq.decoding.options import DecodingOptions
@@ -125,6 +126,8 @@ class InsertionGenerator(InsertionSteps):
         if prefix_tokens is not None:
             raise ValueError("--prefix-size is not supported by insertion decoding; use --constraints")
         model = models[0]
+        if is_gap_model(model.decoder):
+            self.check_gap_options(o, judge)
         if any(m.training for m in model.modules()):  # eval() walks every module: 0.6 ms a call, the check 0.2
             model.eval()
         net_input = sample["net_input"]
@@ -167,6 +170,17 @@ class InsertionGenerator(InsertionSteps):
         return [h if isinstance(h, list) else [h] for h in finalized]
 
     @staticmethod
+    def check_gap_options(o: DecodingOptions, judge=None) -> None:
+        """A model trained with ``--slot-objective gap`` decodes by its slots' end-of-slot (decoding/gaps.py): the
+        options that drive several rows a sentence are refused in one line."""
+        clash = [flag for flag, on in (("--insertion-beam", o.beam > 1), ("--insertion-candidates", o.candidates > 1),
+                                       ("--insertion-verify", o.verify), ("--min-length-ratio", o.min_length_ratio > 0),
+                                       ("--iter-decode-with-external-reranker", judge is not None)) if on]
+        if clash:
+            raise ValueError(f"this model was trained with --slot-objective gap and decodes by its slots' end-of-slot "
+                             f"(--insertion-mode parallel or sequential, --end-of-slot): drop {', '.join(clash)}")
+
+    @staticmethod
     def length_groups(n_given: Sequence[int]) -> List[List[int]]:
         """Split a batch by the length of its constrained starts: those of up to ``GROUP_FREE`` tokens
         form one group, longer ones one group per power of two. Every row of a group pays for the
@@ -202,6 +216,13 @@ class InsertionGenerator(InsertionSteps):
             source_pad = None
         state = self.initial_state(decoder, len(owner), src_tokens.device, source_kv, source_pad, initial_tokens,
                                    initial_order, blanks, capacity=int(max_len.max()), phrases=phrases)
+        if is_gap_model(decoder):  # --slot-objective gap: every slot that is not done filled, until all are
+            ids = torch.arange(len(owner), device=src_tokens.device)
+            hyps = decode_gaps(self, decoder, sample, state, Rows(ids, cap, max_len, min_len, source_kv, source_pad),
+                               owner)
+            for b, h in zip(todo, hyps):
+                finalized[b] = [h]
+            return
         if o.beam > 1:  # --insertion-beam: every finished hypothesis, best first
             found = BeamSearch(self, o.beam, o.lenpen).search(
                 decoder, state, source_kv, source_pad, cap, max_len, min_len if o.min_length_ratio > 0 else None)

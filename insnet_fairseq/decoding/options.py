@@ -33,8 +33,8 @@ FUSE_MODES = ("off", "on", "auto")  # --fuse-slot-queries / --no-fuse-slot-queri
 
 # the defaults of the flags not given, per --insertion-mode (parallel: the best measured on valid; for_mode)
 MODE_DEFAULTS = {
-    "sequential": dict(slot_top_p=0.7, skip_repeats=False, stop_check_prob=0.0),
-    "parallel": dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75),
+    "sequential": dict(slot_top_p=0.7, skip_repeats=False, stop_check_prob=0.0, end_of_slot=0.5),
+    "parallel": dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75, end_of_slot=0.5),
 }
 
 
@@ -93,6 +93,10 @@ class DecodingOptions:
     stop_check_top_p: float = 0.9
     # --min-length-ratio R: no stop before R words per source word; a sentence held back inserts one word a step
     min_length_ratio: float = 0.0
+    # --end-of-slot Q, models trained with --slot-objective gap: a step fills every slot whose q(done) is below Q
+    # with its best word, and a sentence stops when every slot's q(done) is Q or more (decoding/gaps.py); the
+    # position, stop and repeat rules above do not apply to such a model
+    end_of_slot: float = 0.5
     # --insertion-candidates K: K candidates per sentence decoded side by side, candidate j starting from the j-th
     # most probable first word (with --sampling: K samples); output best first by mean log-probability per insertion
     candidates: int = 1
@@ -152,6 +156,7 @@ class DecodingOptions:
         check_unreadable_source(self.unreadable_source)
         for flag, value, ok, allowed in (
             ("--stop-threshold", self.stop_threshold, 0.0 < self.stop_threshold < 1.0, "in (0, 1)"),
+            ("--end-of-slot", self.end_of_slot, 0.0 < self.end_of_slot < 1.0, "in (0, 1)"),
             ("--min-token-prob", self.min_token_prob, 0.0 <= self.min_token_prob < 1.0, "in [0, 1)"),
             ("--stop-check-prob", self.stop_check_prob, 0.0 <= self.stop_check_prob < 1.0, "in [0, 1)"),
             ("--stop-check-top-p", self.stop_check_top_p, 0.0 < self.stop_check_top_p <= 1.0, "in (0, 1]"),
@@ -284,6 +289,7 @@ class DecodingOptions:
             stop_check_prob=cfg.stop_check_prob,
             stop_check_top_p=cfg.stop_check_top_p,
             min_length_ratio=cfg.min_length_ratio,
+            end_of_slot=cfg.end_of_slot,
             candidates=cfg.insertion_candidates,
             candidates_finish=cfg.insertion_candidates_finish,
             candidates_mbr=cfg.insertion_candidates_mbr,
@@ -382,6 +388,12 @@ class DecodingFlags(FairseqDataclass):
                   "the open slots that have at least this probability and repeat neither neighbour (the stop head "
                   "of a layered model stops with words missing); 0: off (default: 0.75 in parallel mode, 0 in "
                   "sequential)"},
+    )
+    end_of_slot: Optional[float] = field(
+        default=None,
+        metadata={"help": "models trained with --slot-objective gap: fill every slot whose end-of-slot probability is "
+                  "below this with its best word; a sentence stops when no slot is below it (default 0.5, or the "
+                  "value stored with the model)"},
     )
     stop_check_top_p: float = field(
         default=0.9,

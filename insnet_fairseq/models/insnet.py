@@ -30,6 +30,8 @@ from fairseq.models.transformer import Embedding, TransformerEncoder, Transforme
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
 from torch import Tensor, nn
 
+from insnet_fairseq.geometry.gaps import gap_targets
+from insnet_fairseq.geometry.layers import encoding_order, sequential_layers
 from insnet_fairseq.geometry.masks import causal_mask, slot_query_geometry
 from insnet_fairseq.geometry.offsets import is_left_to_right, offsets_from_rank, rank_matrix, slot_neighbours
 from insnet_fairseq.modules.decoder import InsNetContextEncoder
@@ -58,7 +60,8 @@ class InsNetDecoder(FairseqDecoder):
         tied = embed_tokens if args.share_decoder_input_output_embed else None
         self.heads = SlotHeads(args.decoder_embed_dim, len(dictionary), tied,
                                slot_query=getattr(args, "slot_query_stream", False),
-                               global_vector=not getattr(args, "no_global_slot", False))
+                               global_vector=not getattr(args, "no_global_slot", False),
+                               objective=getattr(args, "slot_objective", "position"))
         self.max_target_positions = args.max_target_positions
         self.termination_every_step = getattr(args, "termination_every_step", False)
 
@@ -188,6 +191,39 @@ class InsNetDecoder(FairseqDecoder):
             out["states"] = (h, kv, rank, tokens, lengths, source_kv, source_pad)
         return out
 
+    def forward_gaps(self, target: Tensor, layers: Tensor, encoder_out: Dict) -> Dict[str, Dict[str, Tensor]]:
+        """One pass over whole layered trajectories, scored by the end-of-slot objective (``--slot-objective gap``).
+
+        Args:
+            target: [B, n] ``<s> y </s>`` in final-position order, right-padded.
+            layers: [B, n] the layering, by position (:mod:`insnet_fairseq.geometry.layers`); its encoding order
+                (:func:`~insnet_fairseq.geometry.layers.encoding_order`) is the pass's insertion order.
+
+        After every layer l the context holds the tokens of layers <= l, a prefix of that order, so each of its
+        slots is scored from states of this one pass: ``e = LN(concat(f_l(h_left), f_r(h_right)) + h_g)``, h_g the
+        context's last token (:func:`~insnet_fairseq.geometry.gaps.gap_targets` lists the slots and the words each
+        misses). Returns ``{"gap": terms}`` with S slots, S_open of them missing words, P missing words:
+            done_logits [S], done [S] bool (the end-of-slot target);
+            token_logits [S_open, V] (the slots that miss words only: no vocabulary product at a done slot);
+            pair_slot [P] (row of token_logits), pair_target [P] (the word), distance [P] (its distance to its gap's
+            centre: :func:`~insnet_fairseq.geometry.gaps.gap_weights`); words: the batch's target words (0-dim).
+        """
+        order = encoding_order(layers)
+        h, _, _, _, lengths, _, _ = self.encode_trajectory(target, order, encoder_out)
+        t = gap_targets(layers, lengths)
+        step_of = order.argsort(1)  # [B, n] final position -> step
+        glob = t.context_last[t.row, t.end]  # [S] the step of each slot's global vector
+        e = self.heads.slot_repr(h[t.row, step_of[t.row, t.left]], h[t.row, step_of[t.row, t.right]],
+                                 h[t.row, glob])  # [S, D]
+        open_slots = ~t.done
+        open_row = open_slots.long().cumsum(0) - 1  # [S] row of an open slot among the open ones
+        return {"gap": {
+            "done_logits": self.heads.done_logit(e), "done": t.done,
+            "token_logits": self.heads.token_logits(e[open_slots]),
+            "pair_slot": open_row[t.slot], "pair_target": target[t.row[t.slot], t.word],
+            "distance": t.distance, "words": (lengths - 2).clamp_min(0).sum(),
+        }}
+
     def max_positions(self):
         return self.max_target_positions - 1  # <s> is prepended to fairseq's target
 
@@ -227,6 +263,12 @@ class InsNetModel(FairseqEncoderDecoderModel):
             "them starts them as copies of the tokens' layers",
         )
         parser.add_argument(
+            "--slot-objective", choices=["position", "gap"],
+            help="what the slots learn: position (the paper: each step's word, its slot among the step's slots and "
+            "q(stop)) or gap (every slot of every layer end: the words still missing in its gap, softly weighted "
+            "around its centre, or end-of-slot; decoded by filling every slot that is not done; default: position)",
+        )
+        parser.add_argument(
             "--offset-clip", type=int, metavar="K",
             help="ablation InsNet-truncated (paper Table 6, K = 1): clip every insertion offset to [-K, K] "
             "before its embedding (default 0: no clipping)",
@@ -247,6 +289,9 @@ class InsNetModel(FairseqEncoderDecoderModel):
     def check_ablation_flags(args):
         if getattr(args, "untied_slot_queries", False) and not args.slot_query_stream:
             raise ValueError("--untied-slot-queries needs --slot-query-stream (the stream whose layers it unties)")
+        if args.slot_objective == "gap" and args.slot_query_stream:
+            raise ValueError("--slot-objective gap scores slots by the paper's slot representation: drop "
+                             "--slot-query-stream")
         if args.offset_clip < 0:
             raise ValueError(f"--offset-clip must be >= 0 (0: no clipping; 1: InsNet-truncated), got {args.offset_clip}")
 
@@ -277,8 +322,16 @@ class InsNetModel(FairseqEncoderDecoderModel):
         decoder = cls.decoder_class(args, tgt_dict, dec_emb)
         return cls(args, encoder, decoder)
 
-    def forward(self, src_tokens, src_lengths, target, order, context=None, return_states=False, **kwargs):
+    def forward(self, src_tokens, src_lengths, target, order, context=None, return_states=False, layers=None,
+                **kwargs):
+        """Named loss terms of whole trajectories in one pass (:meth:`InsNetDecoder.forward`); a model trained with
+        ``--slot-objective gap`` scores the layering ``layers`` [B, n] (None: ``order`` one word a layer) by its
+        slots' gap targets (:meth:`InsNetDecoder.forward_gaps`)."""
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
+        if getattr(self.decoder.heads, "objective", "position") == "gap":
+            if layers is None:
+                layers = sequential_layers(order, target.ne(self.decoder.padding_idx).sum(1))
+            return self.decoder.forward_gaps(target, layers, encoder_out)
         if return_states:  # InsNetDecoder only (InDIGO trains sequentially, without --dinic-lagged)
             return self.decoder(target, order, encoder_out, context, return_states=True)
         return self.decoder(target, order, encoder_out, context)
@@ -357,6 +410,7 @@ def insnet_base_architecture(args):
     args.slot_query_stream = getattr(args, "slot_query_stream", False)
     args.untied_slot_queries = getattr(args, "untied_slot_queries", False)
     args.offset_clip = getattr(args, "offset_clip", None) or 0
+    args.slot_objective = getattr(args, "slot_objective", None) or "position"
     args.no_global_slot = getattr(args, "no_global_slot", False)
     args.termination_every_step = getattr(args, "termination_every_step", False)
     args.max_source_positions = getattr(args, "max_source_positions", None) or 1024

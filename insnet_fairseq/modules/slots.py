@@ -38,7 +38,7 @@ def gather_steps(x: Tensor, index: Tensor) -> Tensor:
 
 class SlotHeads(nn.Module):
     def __init__(self, embed_dim: int, vocab_size: int, tied_embedding: nn.Embedding = None, eps: float = 1e-5,
-                 slot_query: bool = False, global_vector: bool = True):
+                 slot_query: bool = False, global_vector: bool = True, objective: str = "position"):
         super().__init__()
         self.global_vector = global_vector  # False: --no-global-slot (InsNet-noglobal)
         self.query_norm = nn.LayerNorm(embed_dim, eps=eps) if slot_query else None  # --slot-query-stream
@@ -47,8 +47,12 @@ class SlotHeads(nn.Module):
         self.f_left = Linear(embed_dim, self.left_dim)
         self.f_right = Linear(embed_dim, self.right_dim)
         self.norm = nn.LayerNorm(embed_dim, eps=eps)
-        self.position_proj = Linear(embed_dim, 1)  # w_o (its bias cancels in the softmax)
-        self.termination_proj = Linear(embed_dim, 1)
+        self.objective = objective
+        if objective == "gap":  # --slot-objective gap: each slot says whether its gap is done; no position or stop head
+            self.done_proj = Linear(embed_dim, 1)
+        else:
+            self.position_proj = Linear(embed_dim, 1)  # w_o (its bias cancels in the softmax)
+            self.termination_proj = Linear(embed_dim, 1)
         self.token_proj = Linear(embed_dim, vocab_size)
         if tied_embedding is not None:
             self.token_proj.weight = tied_embedding.weight
@@ -74,6 +78,17 @@ class SlotHeads(nn.Module):
     def position_logit(self, e: Tensor) -> Tensor:
         """[..., D] -> [...]."""
         return self.position_proj(e).squeeze(-1)
+
+    def done_logit(self, e: Tensor) -> Tensor:
+        """Logit of end-of-slot, the slot's gap is complete (``--slot-objective gap``): [..., D] -> [...]."""
+        return self.done_proj(e).squeeze(-1)
+
+    def step_done_logits(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor) -> Tensor:
+        """Decoding: the end-of-slot logits of one step's slots, from the tokens' :meth:`parts` ``a`` [B, S, Dl],
+        ``b`` [B, S, Dr], the global vectors ``g`` [B, D] and the slots' neighbours ``left``, ``right`` [B, K]
+        -> float [B, K] (the slots materialised, as :meth:`step_position_logits`)."""
+        e = self.slot_repr_from_parts(gather_steps(a, left), gather_steps(b, right), g.unsqueeze(1))  # [B, K, D]
+        return self.done_logit(e).float()
 
     def termination_logit(self, h_global: Tensor) -> Tensor:
         """Logit of q(stop | h_t): [..., D] -> [...]."""

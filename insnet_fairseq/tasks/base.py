@@ -23,6 +23,7 @@ from insnet_fairseq.decoding.hub import InsNetHubInterface
 from insnet_fairseq.decoding.inputs import check_bpe_files, screen_lines
 from insnet_fairseq.decoding.options import DecodingFlags, DecodingOptions, check_unreadable_source, stored_decoding
 from insnet_fairseq.errors import DataError, FlagError
+from insnet_fairseq.geometry.gaps import sample_layers
 from insnet_fairseq.geometry.layers import (PAD_LAYER, compact, delay_last_words, num_layers, sequential_layers,
                                             trajectory, uniform_layers)
 from insnet_fairseq.geometry.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES,
@@ -59,9 +60,19 @@ class InsertionConfig(TranslationConfig, DecodingFlags):
     layerization: Optional[ChoiceEnum(list(LAYERIZATIONS))] = field(
         default=None,
         metadata={"help": "training trajectories: sequential (one token per step), dinic (InsNet-Dinic layers "
-                  "learned under --dinic-tau) or uniform (the levels of --insertion-order anchored, else the balanced "
-                  "binary tree's, about log2(n) layers); "
+                  "learned under --dinic-tau), uniform (the levels of --insertion-order anchored, else the balanced "
+                  "binary tree's, about log2(n) layers) or sampled (drawn afresh for every batch: each gap's next "
+                  "word around its centre, --trajectory-spread, or none, --gap-skip); "
                   "default: dinic when --dinic-tau is given, else sequential"},
+    )
+    trajectory_spread: float = field(
+        default=1.0, metadata={"help": "--layerization sampled: a gap's next word is drawn with probability "
+                               "proportional to exp(-distance to the gap's centre / SPREAD), in words (0: the middle "
+                               "word, the balanced binary tree)"},
+    )
+    gap_skip: float = field(
+        default=0.1, metadata={"help": "--layerization sampled: the probability that an open gap takes no word in a "
+                               "layer, so that training sees gaps that lag behind the others"},
     )
     dinic_tau: Optional[float] = field(
         default=None,
@@ -140,6 +151,10 @@ class InsertionTask(TranslationTask):
         if mode != "dinic" and tau is not None:
             raise ValueError(f"--dinic-tau {tau} only applies to --layerization dinic, not {mode}")
         DecodingOptions.from_args(cfg)  # the decoding flags, checked before a model loads
+        if cfg.trajectory_spread < 0:
+            raise ValueError(f"--trajectory-spread must be >= 0, got {cfg.trajectory_spread}")
+        if not 0.0 <= cfg.gap_skip < 1.0:
+            raise ValueError(f"--gap-skip must be in [0, 1), got {cfg.gap_skip}")
         if cfg.anchor_depth < 0:
             raise ValueError(f"--anchor-depth must be >= 0, got {cfg.anchor_depth}")
         if cfg.searched_order_beam < 0:
@@ -218,6 +233,10 @@ class InsertionTask(TranslationTask):
             policy = self.cfg.insertion_order if self.cfg.insertion_order in LEVEL_POLICIES else "binary"
             layers = uniform_layers(lengths, target.size(1), policy, self.cfg.anchor_depth, sample.get("given"),
                                     sample.get("levels"))
+        elif self.layerization == "sampled":  # afresh for every training batch; validation's the same each time
+            seed = self.cfg.seed if update_num is None else self.cfg.seed * 1_000_003 + int(update_num) + 1
+            layers = sample_layers(lengths, target.size(1), torch.Generator().manual_seed(seed),
+                                   self.cfg.trajectory_spread, self.cfg.gap_skip)
         else:
             split = "valid" if update_num is None else "train"
             stored, known = self._stored_layers(split, sample["id"], lengths, target.size(1))
@@ -246,6 +265,8 @@ class InsertionTask(TranslationTask):
             if lagged is not None:  # the trajectory encoded: --dinic-lagged promotes the stored one from its states
                 sample["encoded_layers"] = layers
         net_input["order"], net_input["context"] = trajectory(layers)
+        if getattr(getattr(getattr(model, "decoder", None), "heads", None), "objective", None) == "gap":
+            net_input["layers"] = layers  # --slot-objective gap scores the layering's slots itself
         sample["layers"] = num_layers(layers)
         return lagged
 

@@ -7,8 +7,17 @@ with optional label smoothing on tokens, and with ``--repeat-penalty W`` an unli
 
     W * sum_t sum_{n in left, right of slot t, n != token_t}  -log(1 - p(n | e_slot))
 
-so that the model learns what ``--skip-repeats`` patches at decoding. Each term is logged on its own, normalised
-per inserted target token (base 2, like fairseq's other criteria).
+so that the model learns what ``--skip-repeats`` patches at decoding.
+
+A model trained with ``--slot-objective gap`` has two terms instead, over every slot of every layer end of its
+trajectories (:meth:`insnet_fairseq.models.insnet.InsNetDecoder.forward_gaps`):
+
+    slot_token = sum_{open slots} sum_{missing words i}  -w_i log p(y_i | e_slot)     (w: soft targets, sum 1)
+    slot_done  = sum_{slots}  BCE(q(done | e_slot), gap empty)
+
+with ``w_i`` proportional to exp(-|i - centre| / ``--gap-temperature``) (0: the middle words).
+
+Each term is logged on its own, normalised per target word (base 2, like fairseq's other criteria).
 """
 import math
 from dataclasses import dataclass, field
@@ -19,10 +28,12 @@ from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
+from insnet_fairseq.geometry.gaps import gap_weights
+
 from .token_loss import smoothed_nll
 
-TERMS = ("token", "position", "termination", "repeat")
-NLL_TERMS = TERMS[:3]  # the trajectory's negative log-likelihood (nll_loss, ppl)
+TERMS = ("token", "position", "termination", "repeat", "slot_token", "slot_done")
+NLL_TERMS = ("token", "position", "termination", "slot_token", "slot_done")  # the model's NLL (nll_loss, ppl)
 
 
 @dataclass
@@ -30,6 +41,9 @@ class InsNetLossConfig(FairseqDataclass):
     label_smoothing: float = field(default=0.0, metadata={"help": "label smoothing on the token head"})
     repeat_penalty: float = field(default=0.0, metadata={
         "help": "weight of an unlikelihood term against a slot's word equal to a neighbour of the slot (0: none)"})
+    gap_temperature: float = field(default=1.0, metadata={
+        "help": "--slot-objective gap: a slot's target weighs each missing word by exp(-distance to the gap's "
+        "centre / T), in words (0: the middle word, or the two middle words equally)"})
 
 
 def repeat_unlikelihood(logits, target, neighbours):
@@ -45,6 +59,22 @@ def repeat_unlikelihood(logits, target, neighbours):
         p = (logits.gather(1, n.unsqueeze(1)) - lse).exp().squeeze(1)  # [N]
         total = total - torch.log1p(-p.clamp(max=1 - 1e-6)).masked_fill(n == target, 0.0).sum()
     return total
+
+
+def gap_losses(gap, label_smoothing: float = 0.0, temperature: float = 1.0):
+    """Summed terms of the end-of-slot objective: {"slot_token": (loss, nll), "slot_done": (nll, nll)} from
+    :meth:`~insnet_fairseq.models.insnet.InsNetDecoder.forward_gaps`' ``gap`` terms. Smoothing mixes each open
+    slot's soft target with the uniform distribution: (1 - eps) x nll + eps x mean_v(-log p_v).
+
+    Example: one open slot of uniform logits over V = 4 words, missing two words at distances 0.5 and 0.5: weights
+    0.5 each, slot_token = log 4; a done logit 0 on a done slot adds log 2 to slot_done.
+    """
+    lprobs = F.log_softmax(gap["token_logits"].float(), dim=-1)  # [S_open, V]
+    weight = gap_weights(gap["distance"], gap["pair_slot"], temperature)  # [P]
+    nll = -(weight * lprobs[gap["pair_slot"], gap["pair_target"]]).sum()
+    loss = nll if label_smoothing == 0 else (1 - label_smoothing) * nll - label_smoothing * lprobs.mean(-1).sum()
+    done = F.binary_cross_entropy_with_logits(gap["done_logits"].float(), gap["done"].float(), reduction="sum")
+    return {"slot_token": (loss, nll), "slot_done": (done, done)}
 
 
 def term_losses(net_output, label_smoothing: float = 0.0, repeat_penalty: float = 0.0):
@@ -74,18 +104,28 @@ def term_losses(net_output, label_smoothing: float = 0.0, repeat_penalty: float 
 
 @register_criterion("insnet_loss", dataclass=InsNetLossConfig)
 class InsNetLoss(FairseqCriterion):
-    def __init__(self, task, label_smoothing=0.0, repeat_penalty=0.0):
+    def __init__(self, task, label_smoothing=0.0, repeat_penalty=0.0, gap_temperature=1.0):
         super().__init__(task)
         if repeat_penalty < 0:
             raise ValueError(f"--repeat-penalty {repeat_penalty}: must be >= 0")
+        if gap_temperature < 0:
+            raise ValueError(f"--gap-temperature {gap_temperature}: must be >= 0")
         self.label_smoothing, self.repeat_penalty = label_smoothing, repeat_penalty
+        self.gap_temperature = gap_temperature
 
     def forward(self, model, sample, reduce=True):
         net_output = model(**sample["net_input"])
-        terms = term_losses(net_output, self.label_smoothing, self.repeat_penalty)
+        if "gap" in net_output:  # --slot-objective gap
+            if self.repeat_penalty > 0:
+                raise ValueError("--repeat-penalty scores the paper's token term: a --slot-objective gap model "
+                                 "learns end-of-slot instead")
+            terms = gap_losses(net_output["gap"], self.label_smoothing, self.gap_temperature)
+            sample_size = int(net_output["gap"]["words"])
+        else:
+            terms = term_losses(net_output, self.label_smoothing, self.repeat_penalty)
+            sample_size = int(net_output["token"]["target"].numel())
         loss = sum(t[0] for t in terms.values())
         nll = sum(t[1] for name, t in terms.items() if name in NLL_TERMS)  # the model's NLL, without the penalty
-        sample_size = int(net_output["token"]["target"].numel())
         logging_output = {
             "loss": loss.data,
             "nll_loss": nll.data,

@@ -35,7 +35,7 @@ from insnet_fairseq.geometry.orders import positions
 
 # Tolerances passed on the way up to tau when a layering starts from the sequential one.
 LADDER = (0.0, 0.3, 1.0, 3.0, 10.0)
-LAYERIZATIONS = ("sequential", "dinic", "uniform")
+LAYERIZATIONS = ("sequential", "dinic", "uniform", "sampled")  # sampled: geometry.gaps.sample_layers
 
 
 @torch.no_grad()

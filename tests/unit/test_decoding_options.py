@@ -35,7 +35,7 @@ def rules(o: DecodingOptions):
 
 def test_parallel_mode_defaults_to_the_best_settings_measured_on_valid():
     assert rules(decoding("--insertion-mode", "parallel")) == (0.9, True, 0.75)
-    assert MODE_DEFAULTS["parallel"] == dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75)
+    assert MODE_DEFAULTS["parallel"] == dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75, end_of_slot=0.5)
 
 
 def test_sequential_mode_keeps_its_defaults():

@@ -1,0 +1,92 @@
+"""Decoding of a model trained with ``--slot-objective gap``: every slot says whether its gap is done.
+
+Each step scores every slot of every sentence by q(done | e_slot), from the tokens' cached halves of the slot
+representation (:meth:`~insnet_fairseq.modules.slots.SlotHeads.step_done_logits`), and fills every slot whose
+q(done) is below ``--end-of-slot`` with its most probable word (sequential mode: only the slot least likely done),
+all in one step, encoded left to right as training's layers are. A sentence stops when every slot says done, after
+the pass that encoded its last words, or at its step or length cap, with a warning. This is the objective's own rule:
+no position distribution, no q(stop), no stop check and no repeat rule.
+"""
+import logging
+import math
+from typing import List, Optional
+
+import torch
+from torch import Tensor
+
+from insnet_fairseq.decoding.state import DecoderState
+
+logger = logging.getLogger(__name__)
+
+
+def is_gap_model(decoder) -> bool:
+    """Whether ``decoder`` was trained with ``--slot-objective gap`` (its heads have an end-of-slot head)."""
+    return getattr(getattr(decoder, "heads", None), "objective", None) == "gap"
+
+
+def slot_done_logits(decoder, state: DecoderState):
+    """Every slot's end-of-slot logit: ((left, right) [B, K] steps of each slot's neighbours, logits [B, K] float),
+    K = S - 1; slots beyond a sentence's length get +inf (done)."""
+    h = state.hidden
+    K = h.size(1) - 1
+    by_pos = state.sequence_order()  # [B, S]
+    left, right = by_pos[:, :-1], by_pos[:, 1:]  # slot k between ranks k and k + 1
+    exists = torch.arange(K, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
+    a, b = state.parts
+    logits = decoder.heads.step_done_logits(a, b, state.last_hidden, left, right)  # [B, K]
+    return (left, right), logits.masked_fill(~exists, float("inf"))
+
+
+def open_slots(done_logits: Tensor, threshold: float, room: Tensor, one_per_row: bool = False) -> Tensor:
+    """The slots to fill: q(done) < ``threshold``, at most ``room`` [B] a row (the least likely done first), one a row
+    with ``one_per_row``. done_logits [B, K] -> bool [B, K].
+
+    Example: q(done) [0.1, 0.9, 0.3], threshold 0.5 -> [T, F, T]; room 1 -> [T, F, F].
+    """
+    want = done_logits < math.log(threshold / (1 - threshold))  # [B, K]
+    order = done_logits.argsort(1)  # least likely done first
+    rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.size(1), device=order.device).expand_as(order))
+    limit = torch.ones_like(room) if one_per_row else room
+    return want & (rank < limit.unsqueeze(1))
+
+
+def decode_gaps(steps, decoder, sample, state: DecoderState, rows, owner: List[int]) -> List[Optional[dict]]:
+    """Step the decoded ``rows`` (:class:`~insnet_fairseq.decoding.generator.Rows`, of batch rows ``owner``) of a gap
+    model until each stops; ``steps``: the generator, whose :class:`~insnet_fairseq.decoding.step.InsertionSteps`
+    insert the words. Returns each decoded row's hypothesis."""
+    o = steps.options
+    history = {i: [] for i in range(len(owner))}
+    hyps: List[Optional[dict]] = [None] * len(owner)
+    steps._record(history, state, rows.ids)
+    while True:
+        slots, done_logits = slot_done_logits(decoder, state)
+        room = (rows.max_len - state.lengths).clamp_min(0)
+        chosen = open_slots(done_logits, o.end_of_slot, room, o.mode == "sequential")  # [B, K]
+        done = ~chosen.any(1)
+        capped = ~done & ((state.steps >= rows.cap) | (state.lengths >= rows.max_len))
+        stop = done | capped
+        if bool(stop.any()):
+            if bool(capped.any()):
+                warn_capped(sample, state, capped, rows, owner)
+            steps._finish_rows(sample, decoder, state, stop, done, rows.ids, owner, hyps, history)
+            keep = (~stop).nonzero().view(-1)
+            if len(keep) == 0:
+                return hyps
+            state, rows = state.select(keep), rows.select(keep)
+            slots, done_logits, chosen = (slots[0][keep], slots[1][keep]), done_logits[keep], chosen[keep]
+        picks = steps.picks_of(chosen)
+        logits = steps.token_logits(decoder, state, slots, chosen, rows.source_kv, rows.source_pad, picks)  # [N, V]
+        tokens, lprobs = steps.choose_tokens(logits)
+        scores = lprobs + torch.nn.functional.logsigmoid(-picks.take(done_logits))
+        state = steps.insert(decoder, state, chosen, tokens, scores, rows.source_kv, rows.source_pad, picks)
+        steps._record(history, state, rows.ids)
+
+
+def warn_capped(sample, state: DecoderState, capped: Tensor, rows, owner: List[int]) -> None:
+    """One warning per sentence of ``capped`` (bool [B]) stopped by its step or length cap with slots still open."""
+    for row in capped.nonzero().view(-1).tolist():
+        b = owner[int(rows.ids[row])]
+        sid = int(sample["id"][b]) if sample.get("id") is not None else b
+        logger.warning(f"sample id {sid}: stopped at its cap ({int(state.steps[row])} steps, "
+                       f"{int(state.lengths[row]) - 2} words; --max-insertion-steps) with slots still open: its "
+                       "output may miss words")

@@ -1,0 +1,165 @@
+"""Gap geometry of layered trajectories: sampled layerings and the end-of-slot targets of every slot.
+
+A layering (:mod:`insnet_fairseq.geometry.layers`) gives every position a layer; after layer ``l`` the context holds
+the tokens of layers ``<= l`` and its slots are the gaps between neighbours in final-position order. A slot between
+context tokens at final positions ``a < b`` misses the words ``y[a + 1 .. b - 1]``:
+
+* :func:`sample_layers` draws a layering: layer ``l + 1`` takes, in each open gap, one word drawn around the gap's
+  centre, or (with probability ``skip``) none, so that training sees unbalanced gaps and off-centre splits;
+* :func:`gap_targets` lists every slot of every layer end with its target: the missing words of its gap, each
+  weighted ``exp(-|i - (a + b) / 2| / T)`` and normalised over the gap (the Insertion Transformer's soft binary-tree
+  targets), or end-of-slot where the gap is empty (``b = a + 1``).
+
+Both are pure tensor functions of layers and lengths; they loop over layers (a few per sentence), never over
+tokens.
+"""
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from insnet_fairseq.geometry.layers import PAD_LAYER, num_layers
+from insnet_fairseq.geometry.orders import positions
+
+
+def context_neighbours(in_ctx: Tensor):
+    """Nearest context positions around every position.
+
+    in_ctx bool [..., n] (True where a position is in the context) -> (left, right) LongTensors [..., n]:
+    ``left[i]`` the largest context position ``<= i`` (-1: none), ``right[i]`` the smallest ``>= i`` (n: none).
+
+    Example: in_ctx [T, F, F, T, F, T] -> left [0, 0, 0, 3, 3, 5], right [0, 3, 3, 3, 5, 5].
+    """
+    n = in_ctx.size(-1)
+    pos = torch.arange(n, device=in_ctx.device)
+    left = torch.where(in_ctx, pos, torch.full_like(pos, -1)).cummax(-1).values
+    right = torch.where(in_ctx, pos, torch.full_like(pos, n)).flip(-1).cummin(-1).values.flip(-1)
+    return left, right
+
+
+def sample_layers(lengths: Tensor, n: int, generator: Optional[torch.Generator] = None, spread: float = 1.0,
+                  skip: float = 0.0) -> Tensor:
+    """A layered trajectory drawn gap by gap: layer ``l + 1`` inserts into each open gap ``(a, b)`` of the context
+    after layer ``l`` one word ``i``, drawn with probability proportional to ``exp(-|i - (a + b) / 2| / spread)``, or,
+    with probability ``skip``, no word (the gap waits a layer); a draw where every gap of a sentence waits makes it no
+    layer.
+
+    ``spread`` 0 takes the middle word of every gap (the left one of two), never skipping: the balanced binary tree's
+    layers (:func:`insnet_fairseq.geometry.layers.uniform_layers` with ``binary``). Draws use ``generator`` (on the
+    CPU), so equal seeds give equal layerings.
+
+    lengths [B] (``<s>`` and ``</s>`` included), n >= max(lengths) -> layers [B, n] by position: 0 for ``<s>`` and
+    ``</s>``, 1.. for words, ``PAD_LAYER`` for padding.
+
+    Example: len 7 (words 1..5), spread 0 -> [0, 2, 3, 1, 2, 3, 0]: the middle 3, then 1 and 4, then 2 and 5.
+    """
+    B = len(lengths)
+    device = lengths.device
+    pos = positions(B, n, device)
+    last = (lengths - 1).unsqueeze(1)  # [B, 1]
+    pad = pos > last
+    layers = torch.zeros(B, n, dtype=torch.long, device=device).masked_fill(pad, PAD_LAYER)
+    placed = (pos == 0) | (pos >= last)  # <s>, </s> (layer 0) and padding
+    count = torch.zeros(B, 1, dtype=torch.long, device=device)  # layers each sentence has so far
+    draws = 0
+    while not bool(placed.all()):
+        draws += 1
+        left, right = context_neighbours(placed & ~pad)  # [B, n] each open position's gap
+        distance = (pos.float() - (left + right).float() / 2).abs()
+        if spread > 0:
+            u = torch.rand(B, n, generator=generator).clamp_min(1e-20).to(device)
+            key = -distance / spread - torch.log(-torch.log(u))  # Gumbel-max: one draw per gap
+        else:
+            key = -distance - pos.float() * 1e-3  # the middle, the left one of two
+        key = key.masked_fill(placed, float("-inf"))
+        best = torch.full((B, n), float("-inf"), device=device).scatter_reduce(1, left.clamp_min(0), key, "amax")
+        pick = ~placed & key.eq(best.gather(1, left.clamp_min(0)))
+        if skip > 0 and draws <= n:  # (past n draws every gap takes its word: the loop ends)
+            wait = (torch.rand(B, n, generator=generator).to(device) < skip).gather(1, left.clamp_min(0))
+            pick = pick & ~wait
+        count = count + pick.any(1, keepdim=True).long()  # a draw where every gap waits makes no layer
+        layers = torch.where(pick, count.expand(B, n), layers)
+        placed = placed | pick
+    return layers
+
+
+@dataclass(frozen=True)
+class GapTargets:
+    """Every slot of every layer end of a batch of layerings, and its target (see :func:`gap_targets`).
+
+    Slots (S of them, ordered by sentence, layer end, left position):
+        row [S], end [S] (the layer end l), left [S], right [S] (final positions of the slot's neighbours),
+        done [S] bool (the gap is empty: the end-of-slot target).
+    Missing words (P of them, one per (layer end, word not yet inserted)):
+        slot [P] (index of its slot), word [P] (its final position), distance [P] (float: ``|word - centre|``, the
+        centre of its gap; :func:`gap_weights` turns it into the word's target mass).
+    context_last [B, L]: the number of tokens in the context after layer l, minus 1 (the step of its global vector in
+    the layered encoding order).
+    """
+
+    row: Tensor
+    end: Tensor
+    left: Tensor
+    right: Tensor
+    done: Tensor
+    slot: Tensor
+    word: Tensor
+    distance: Tensor
+    context_last: Tensor
+
+
+def gap_weights(distance: Tensor, gap: Tensor, temperature: float) -> Tensor:
+    """Target mass of each missing word within its gap.
+
+    distance [P] (float, |i - centre|), gap [P] (LongTensor, the gap's index, < G), temperature T -> weight [P],
+    proportional to exp(-distance / T) and summing to 1 over each gap; T = 0: the words nearest the centre share it.
+
+    Example: one gap of words at distances [1, 0, 1], T 1 -> [0.21, 0.58, 0.21]; T 0 -> [0, 1, 0].
+    """
+    G = int(gap.max()) + 1 if gap.numel() else 0
+    if temperature > 0:
+        logit = -distance / temperature
+    else:
+        nearest = torch.full((G,), float("inf"), device=distance.device).scatter_reduce(0, gap, distance, "amin")
+        logit = torch.where(distance <= nearest[gap] + 1e-6, 0.0, float("-inf"))
+    top = torch.full((G,), float("-inf"), device=distance.device).scatter_reduce(0, gap, logit, "amax")
+    w = (logit - top[gap]).exp()
+    return w / torch.zeros(G, device=distance.device).scatter_add(0, gap, w)[gap]
+
+
+def gap_targets(layers: Tensor, lengths: Tensor) -> GapTargets:
+    """The end-of-slot objective's slots and targets for layerings ``layers`` [B, n] (by position; ``lengths`` [B]).
+
+    For every layer end l = 0 .. m (m: the sentence's last layer; the context after m is the whole sentence, whose
+    slots are all done) and every slot of that context: its neighbours, whether its gap is empty, and the words it
+    misses with their distances to the gap's centre (their weights: :func:`gap_weights`).
+
+    Example: "<s> a b c </s>" with layers [0, 2, 1, 2, 0] (b first, then a and c). Layer end 0: one slot (0, 4)
+    missing a, b, c (centre 2: b weighs most); end 1: slots (0, 2) missing a and (2, 4) missing c; end 2: four
+    done slots. S = 7 slots, P = 5 missing words.
+    """
+    B, n = layers.shape
+    device = layers.device
+    m = num_layers(layers)  # [B]
+    L = int(m.max()) + 1
+    ends = torch.arange(L, device=device).view(1, L, 1)
+    real = (layers < PAD_LAYER).unsqueeze(1)  # [B, 1, n]
+    live = torch.arange(L, device=device).view(1, L) <= m.view(B, 1)  # [B, L] layer ends that exist
+    in_ctx = real & (layers.unsqueeze(1) <= ends) & live.unsqueeze(2)  # [B, L, n]
+    left, right = context_neighbours(in_ctx)  # [B, L, n]
+    pos = torch.arange(n, device=device).view(1, 1, n)
+    is_slot = in_ctx & (pos < (lengths - 1).view(B, 1, 1))  # every context token but </s> opens a slot
+    slot_right = torch.cat([right[..., 1:], torch.full_like(right[..., :1], n)], -1)  # next context token right
+    index = is_slot.flatten().long().cumsum(0).sub(1).view(B, L, n)  # slot number of (b, l, a)
+    row, end, left_pos = is_slot.nonzero(as_tuple=True)
+    missing = real & ~in_ctx & live.unsqueeze(2)  # [B, L, n] words not yet in the context
+    p_row, p_end, p_word = missing.nonzero(as_tuple=True)
+    p_left, p_right = left[p_row, p_end, p_word], right[p_row, p_end, p_word]
+    slot = index[p_row, p_end, p_left]
+    right_pos = slot_right[row, end, left_pos]
+    return GapTargets(
+        row=row, end=end, left=left_pos, right=right_pos, done=right_pos.eq(left_pos + 1),
+        slot=slot, word=p_word, distance=(p_word.float() - (p_left + p_right).float() / 2).abs(),
+        context_last=in_ctx.sum(2) - 1,
+    )

@@ -1,0 +1,47 @@
+"""A --slot-objective gap model from the command line: fairseq-train on sampled trajectories, fairseq-generate with
+--insertion-mode parallel (its slots' end-of-slot, no other flag), the threshold stored with the model."""
+import os
+import shutil
+import sys
+
+import pytest
+
+from conftest import ROOT, generate_cmd, run, train_cmd  # noqa: F401  (fixture small_data)
+
+GAP = ["--slot-objective", "gap", "--layerization", "sampled"]
+
+
+@pytest.fixture(scope="module")
+def gap_checkpoint(small_data, tmp_path_factory):
+    save = str(tmp_path_factory.mktemp("gap"))
+    out = run(train_cmd(small_data, save, *GAP, "--max-update", "30"), timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert '"train_slot_token_nll"' in out.stdout and '"train_slot_done_nll"' in out.stdout  # the named terms
+    return os.path.join(save, "checkpoint_last.pt")
+
+
+def hypotheses(out):
+    assert out.returncode == 0, out.stderr[-3000:]
+    return sorted(line for line in out.stdout.splitlines() if line.startswith("H-"))
+
+
+def test_a_gap_model_trains_decodes_and_stores_its_threshold(small_data, gap_checkpoint, tmp_path):
+    def generate(path, *flags):
+        return hypotheses(run(generate_cmd(small_data, path, "--insertion-mode", "parallel", *flags), timeout=600))
+
+    default = generate(gap_checkpoint)
+    assert len(default) > 0
+    assert generate(gap_checkpoint, "--no-insertion-cache") == default
+    ckpt = str(tmp_path / "model.pt")
+    shutil.copy(gap_checkpoint, ckpt)
+    res = run([sys.executable, os.path.join(ROOT, "recipes", "store_decoding.py"), ckpt, "--insertion-mode",
+               "parallel", "--end-of-slot", "0.9"], timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert generate(ckpt) == generate(gap_checkpoint, "--end-of-slot", "0.9")
+
+
+def test_a_gap_model_refuses_the_query_stream_and_beam_in_one_line(small_data, gap_checkpoint, tmp_path):
+    out = run(train_cmd(small_data, str(tmp_path), *GAP, "--slot-query-stream", "--max-update", "1"), timeout=600)
+    assert out.returncode != 0 and "drop --slot-query-stream" in out.stderr and "Traceback" not in out.stderr
+    out = run(generate_cmd(small_data, gap_checkpoint, "--insertion-beam", "2"), timeout=600)
+    assert out.returncode != 0 and "drop --insertion-beam" in out.stderr and "Traceback" not in out.stderr

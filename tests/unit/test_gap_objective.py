@@ -1,0 +1,243 @@
+"""The end-of-slot objective (``--slot-objective gap``) on sampled layered trajectories, and its decoding.
+
+* every sampled trajectory is a valid layering, and equal seeds give equal trajectories;
+* the gap targets equal a naive listing of every layer end's gaps and missing words;
+* the one-pass loss equals re-encoding every layer end's context from scratch (reference.naive_gap_loss);
+* decoding along a gold layering gives the one pass's per-slot probabilities;
+* a model whose every slot says end-of-slot stops after one pass;
+* cached equals uncached, and batch 1 equals batch 64.
+"""
+import math
+
+import pytest
+import torch
+
+from insnet_fairseq.decoding.gaps import open_slots, slot_done_logits
+from insnet_fairseq.decoding.generator import InsertionGenerator
+from insnet_fairseq.decoding.options import DecodingOptions
+from insnet_fairseq.geometry.gaps import gap_targets, gap_weights, sample_layers
+from insnet_fairseq.geometry.layers import PAD_LAYER, uniform_layers
+from insnet_fairseq.reference import naive_gap_loss
+from insnet_fairseq.tasks.criterion import gap_losses
+
+from conftest import build_tiny_model, random_batch
+
+ATOL = 1e-5
+
+
+def random_lengths(seed, B=12, low=2, high=20):
+    return torch.randint(low, high, (B,), generator=torch.Generator().manual_seed(seed))
+
+
+def check_valid_layering(layers, lengths):
+    """<s>, </s> at layer 0, padding PAD_LAYER, every word in one layer >= 1, the words of a layer in distinct gaps of
+    the context the earlier layers made, and no empty layer."""
+    for row, L in zip(layers.tolist(), lengths.tolist()):
+        assert row[0] == 0 and row[L - 1] == 0 and all(x == PAD_LAYER for x in row[L:])
+        words = row[1 : L - 1]
+        assert all(x >= 1 for x in words)
+        m = max(words, default=0)
+        assert sorted(set(words)) == list(range(1, m + 1))  # no empty layer
+        for layer in range(1, m + 1):
+            context = [p for p in range(L) if row[p] < layer]
+            gaps = [max(q for q in context if q < p) for p in range(L) if row[p] == layer]  # each word's left neighbour
+            assert len(gaps) == len(set(gaps)), (row, layer)
+
+
+@pytest.mark.parametrize("spread,skip", [(1.0, 0.0), (1.0, 0.3), (3.0, 0.1), (0.3, 0.5)])
+def test_sampled_layerings_are_valid_and_equal_seeds_give_equal_layerings(spread, skip):
+    lengths = random_lengths(0)
+    n = int(lengths.max()) + 2  # padded wider than the longest sentence
+    draws = [sample_layers(lengths, n, torch.Generator().manual_seed(s), spread, skip) for s in (7, 7, 8)]
+    for layers in draws:
+        check_valid_layering(layers, lengths)
+    assert torch.equal(draws[0], draws[1])
+    assert not torch.equal(draws[0], draws[2])
+
+
+def test_sampled_layerings_split_off_centre_and_let_gaps_wait():
+    """Not one layering per sentence: a sentence of 15 words gets many layerings over draws, some of whose first
+    word is not the middle one, and skipping makes some longer than the binary tree's 4 layers."""
+    lengths = torch.full((200,), 17)
+    layers = sample_layers(lengths, 17, torch.Generator().manual_seed(0), 1.0, 0.3)
+    first = (layers == 1).float().argmax(1)
+    assert len({tuple(r) for r in layers.tolist()}) > 50
+    assert bool((first != 8).any()) and bool((first == 8).any())
+    assert int(layers[:, 1:16].max()) > 4
+
+
+def test_spread_zero_is_the_balanced_binary_tree():
+    lengths = random_lengths(1, B=30, high=40)
+    n = int(lengths.max())
+    assert torch.equal(sample_layers(lengths, n, torch.Generator().manual_seed(0), 0.0, 0.0),
+                       uniform_layers(lengths, n, "binary"))
+
+
+def test_gap_weights():
+    w = gap_weights(torch.tensor([1.0, 0.0, 1.0, 0.5, 0.5]), torch.tensor([0, 0, 0, 1, 1]), 1.0)
+    e = math.exp(-1)
+    torch.testing.assert_close(w, torch.tensor([e / (1 + 2 * e), 1 / (1 + 2 * e), e / (1 + 2 * e), 0.5, 0.5]))
+    hard = gap_weights(torch.tensor([1.0, 0.0, 1.0, 0.5, 0.5]), torch.tensor([0, 0, 0, 1, 1]), 0.0)
+    torch.testing.assert_close(hard, torch.tensor([0.0, 1.0, 0.0, 0.5, 0.5]))
+
+
+def naive_listing(layers, lengths):
+    """Every (row, end, left, right, done) slot and every (slot index, word, distance) missing word, by loops."""
+    slots, pairs = [], []
+    for b, (row, L) in enumerate(zip(layers.tolist(), lengths.tolist())):
+        m = max(row[:L])
+        for end in range(m + 1):
+            context = [p for p in range(L) if row[p] <= end]
+            for a, z in zip(context[:-1], context[1:]):
+                for i in range(a + 1, z):
+                    pairs.append((len(slots), i, abs(i - (a + z) / 2)))
+                slots.append((b, end, a, z, z == a + 1))
+    return slots, pairs
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_gap_targets_equal_a_naive_listing(seed):
+    lengths = random_lengths(seed)
+    layers = sample_layers(lengths, int(lengths.max()) + 3, torch.Generator().manual_seed(seed), 1.0, 0.2)
+    t = gap_targets(layers, lengths)
+    slots, pairs = naive_listing(layers, lengths)
+    got = list(zip(t.row.tolist(), t.end.tolist(), t.left.tolist(), t.right.tolist(), t.done.tolist()))
+    assert got == slots
+    got_pairs = sorted(zip(t.slot.tolist(), t.word.tolist(), t.distance.tolist()))
+    assert got_pairs == sorted(pairs)
+    assert t.context_last.shape[0] == len(lengths)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0, 3.0])
+@pytest.mark.parametrize("pre_norm", [True, False])
+def test_one_pass_gap_loss_equals_reencoding_every_layer_end(temperature, pre_norm):
+    model, d = build_tiny_model(seed=1, slot_objective="gap", decoder_normalize_before=pre_norm)
+    lengths = [9, 3, 12, 6, 2]  # padded batch; the last sentence is empty
+    src, src_lengths, target = random_batch(d, lengths, seed=2)
+    layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(3), 1.0, 0.2)
+    with torch.no_grad():
+        out = model(src, src_lengths, target, None, layers=layers)["gap"]
+        terms = gap_losses(out, 0.0, temperature)
+    token, done, done_logits = naive_gap_loss(model, src, src_lengths, target, layers, temperature)
+    torch.testing.assert_close(out["done_logits"], torch.tensor(done_logits), atol=ATOL, rtol=0)
+    assert float(terms["slot_token"][0]) == pytest.approx(token, rel=1e-5)
+    assert float(terms["slot_done"][0]) == pytest.approx(done, rel=1e-5)
+    assert int(out["words"]) == sum(L - 2 for L in lengths)
+
+
+def test_a_sequential_layering_is_the_default_trajectory():
+    """Without ``layers`` a gap model scores ``order`` one word a layer (the sequential layering)."""
+    from insnet_fairseq.geometry.layers import sequential_layers
+    from insnet_fairseq.geometry.orders import make_order
+
+    model, d = build_tiny_model(seed=2, slot_objective="gap")
+    src, src_lengths, target = random_batch(d, [7, 5], seed=1)
+    lengths = target.ne(d.pad()).sum(1)
+    order = make_order("random", lengths, target.size(1), torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        a = model(src, src_lengths, target, order)["gap"]
+        b = model(src, src_lengths, target, None, layers=sequential_layers(order, lengths))["gap"]
+    torch.testing.assert_close(a["done_logits"], b["done_logits"])
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_decoding_along_a_gold_layering_gives_the_one_pass_probabilities(use_cache):
+    """The generator's states along a gold layering (each layer's words inserted into their slots) score every slot
+    as model.forward does: end-of-slot logits of every slot, and the token log-probabilities of every open slot."""
+    model, d = build_tiny_model(seed=4, slot_objective="gap")
+    src, src_lengths, target = random_batch(d, [11], seed=5)
+    L = 11
+    layers = sample_layers(torch.tensor([L]), L, torch.Generator().manual_seed(1), 1.0, 0.2)
+    with torch.no_grad():
+        out = model(src, src_lengths, target, None, layers=layers)["gap"]
+        t = gap_targets(layers, torch.tensor([L]))
+        token_lp = torch.log_softmax(out["token_logits"], -1)
+        gen = InsertionGenerator(d, DecodingOptions.for_mode("parallel", use_cache=use_cache))
+        source_kv, source_pad = model.decoder.encode_source(model.forward_encoder(src, src_lengths))
+        state = gen.initial_state(model.decoder, 1, src.device, source_kv, source_pad, capacity=L)
+        row = layers[0].tolist()
+        open_row = (~t.done).long().cumsum(0) - 1
+        for end in range(max(row) + 1):
+            here = t.end.eq(end)
+            slots, logits = slot_done_logits(model.decoder, state)
+            torch.testing.assert_close(logits[0], out["done_logits"][here], atol=ATOL, rtol=0)
+            if end == max(row):
+                assert bool(t.done[here].all())
+                break
+            context = [p for p in range(L) if row[p] <= end]
+            chosen = torch.tensor([[not t.done[here][k] for k in range(len(context) - 1)]])
+            words = [p for p in range(L) if row[p] == end + 1]  # left to right: one per chosen slot with a word
+            fills = torch.tensor([[any(a < p < z for p in words) for a, z in zip(context[:-1], context[1:])]])
+            logits_v = gen.token_logits(model.decoder, state, slots, chosen, source_kv, source_pad)
+            torch.testing.assert_close(torch.log_softmax(logits_v, -1), token_lp[open_row[here][~t.done[here]]],
+                                       atol=ATOL, rtol=0)
+            tokens = target[0, words]
+            state = gen.insert(model.decoder, state, fills, tokens, torch.zeros(len(words)), source_kv, source_pad)
+
+
+def test_a_model_whose_every_slot_says_end_of_slot_stops_after_one_pass():
+    model, d = build_tiny_model(seed=5, slot_objective="gap")
+    model.decoder.heads.done_proj.bias.data.fill_(1e4)
+    src, src_lengths, _ = random_batch(d, [5, 8, 3], seed=1)
+    passes = []
+    context = model.decoder.context
+    real_forward = context.forward
+    context.forward = lambda *a, **k: passes.append(1) or real_forward(*a, **k)
+    hyps = InsertionGenerator(d, DecodingOptions.for_mode("parallel")).generate(
+        [model], {"id": torch.arange(3), "net_input": {"src_tokens": src, "src_lengths": src_lengths}})
+    assert len(passes) == 1
+    assert [h[0]["tokens"].tolist() for h in hyps] == [[d.eos()]] * 3
+    assert [h[0]["steps"] for h in hyps] == [0, 0, 0]
+
+
+def test_the_step_cap_warns(caplog):
+    model, d = build_tiny_model(seed=5, slot_objective="gap")
+    model.decoder.heads.done_proj.bias.data.fill_(-1e4)  # never done
+    src, src_lengths, _ = random_batch(d, [5], seed=1)
+    with caplog.at_level("WARNING"):
+        hyps = InsertionGenerator(d, DecodingOptions.for_mode("parallel", max_steps=2)).generate(
+            [model], {"id": torch.tensor([7]), "net_input": {"src_tokens": src, "src_lengths": src_lengths}})
+    assert hyps[0][0]["steps"] == 2
+    assert "sample id 7: stopped at its cap" in caplog.text
+
+
+def test_open_slots():
+    q = torch.tensor([[0.1, 0.9, 0.3], [0.6, 0.7, 0.2]])
+    logits = torch.log(q / (1 - q))
+    assert open_slots(logits, 0.5, torch.tensor([5, 5])).tolist() == [[True, False, True], [False, False, True]]
+    assert open_slots(logits, 0.5, torch.tensor([1, 5])).tolist() == [[True, False, False], [False, False, True]]
+    assert open_slots(logits, 0.65, torch.tensor([5, 5]), one_per_row=True).tolist() == \
+        [[True, False, False], [False, False, True]]
+
+
+@pytest.mark.parametrize("mode", ["parallel", "sequential"])
+def test_cached_uncached_and_batched_outputs_are_identical(mode):
+    model, d = build_tiny_model(seed=6, vocab=30, slot_objective="gap")
+    model.decoder.heads.done_proj.bias.data.fill_(-1.0)  # a few steps before the slots close
+    B = 64
+    src, src_lengths, _ = random_batch(d, [4] * B, seed=3)
+    sample = {"id": torch.arange(B), "net_input": {"src_tokens": src, "src_lengths": src_lengths}}
+    out = {}
+    for cache in (True, False):
+        gen = InsertionGenerator(d, DecodingOptions.for_mode(mode, use_cache=cache))
+        out[cache] = [h[0]["tokens"].tolist() for h in gen.generate([model], sample)]
+    assert out[True] == out[False]
+    gen = InsertionGenerator(d, DecodingOptions.for_mode(mode))
+    alone = []
+    for b in range(B):
+        keep = src[b].ne(d.pad())
+        one = {"id": torch.tensor([b]), "net_input": {"src_tokens": src[b : b + 1, keep], "src_lengths": src_lengths[b : b + 1]}}
+        alone.append(gen.generate([model], one)[0][0]["tokens"].tolist())
+    assert alone == out[True]
+    assert len({len(t) for t in alone}) > 1  # outputs of several lengths: the rows stop at different steps
+
+
+@pytest.mark.parametrize("given,flag", [(dict(mode="sequential", beam=2), "--insertion-beam"),
+                                        (dict(mode="parallel", candidates=2), "--insertion-candidates")])
+def test_options_of_several_rows_a_sentence_are_refused_in_one_line(given, flag):
+    model, d = build_tiny_model(seed=5, slot_objective="gap")
+    src, src_lengths, _ = random_batch(d, [5], seed=1)
+    mode = given.pop("mode")
+    gen = InsertionGenerator(d, DecodingOptions.for_mode(mode, **given))
+    with pytest.raises(ValueError, match=f"--slot-objective gap .* drop {flag}"):
+        gen.generate([model], {"id": torch.tensor([0]), "net_input": {"src_tokens": src, "src_lengths": src_lengths}})
