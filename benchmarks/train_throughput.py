@@ -2,7 +2,9 @@
 """Training throughput: target tokens/s of InsNet (one pass per trajectory) vs fairseq's
 autoregressive ``transformer`` of the same size vs InsNet with naive per-prefix re-encoding,
 on the same batches, measured side by side in one run (rounds interleave the models).
-"InsNet" trains on random insertion orders; "InsNet l2r" on the ``l2r`` order, the default ``--insertion-order``.
+"InsNet" trains on random insertion orders; "InsNet l2r" on the ``l2r`` order, the default ``--insertion-order``;
+"InsNet parallel" (``--slot-objective gap --layerization sampled``) on a layered trajectory drawn afresh for every
+batch, the draw timed with the step (its training has no layering pass, so its first epoch costs what the others do).
 Both score their offset term as training does on the CPU, by the C++ kernel of the unblocked pairs
 (:mod:`insnet_fairseq.modules.offset_scores`).
 
@@ -44,7 +46,8 @@ from fairseq.data import Dictionary
 from fairseq.models.transformer import TransformerModel
 
 import insnet_fairseq  # noqa: F401  (registers the tasks and models)
-from insnet_fairseq.tasks.criterion import term_losses
+from insnet_fairseq.geometry.gaps import sample_layers
+from insnet_fairseq.tasks.criterion import gap_losses, term_losses
 from insnet_fairseq.tasks.token_loss import smoothed_nll
 from insnet_fairseq.modules import offset_scores
 from insnet_fairseq.modules.attention import OffsetSelfAttention
@@ -63,6 +66,7 @@ NO_OFFSETS = "insnet-no-offsets"  # --without-offset-term's diagnostic system
 L2R = "insnet-l2r"  # InsNet trained in the l2r order (the default --insertion-order)
 GATHER = "insnet-gather"  # --offset-kernels: InsNet (random orders) with the dense gather instead of the C++ kernel
 L2R_VIEW = "insnet-l2r-view"  # --offset-kernels: InsNet l2r with the skewed view instead of the C++ kernel
+PARALLEL = "insnet-parallel"  # InsNet parallel: the end-of-slot objective on sampled trajectories
 AR_FUSED = "ar-fused"  # the AR model with InsNet's token loss (smoothed_nll): the like-with-like baseline
 STOCK = ", F.linear"  # --linear-kernels: a model's name with this suffix is the same model on F.linear's products
 
@@ -82,6 +86,8 @@ def build(kind, d):
     if kind in ("ar", AR_FUSED):
         TransformerModel.add_args(argparse.ArgumentParser())
         return pack_linears(TransformerModel.build_model(args, Task(d)))
+    if kind == PARALLEL:
+        args.slot_objective = "gap"
     model = InsNetModel.build_model(args, Task(d))
     if kind in (GATHER, L2R_VIEW):
         for m in model.modules():
@@ -151,6 +157,10 @@ def step_fn(kind, model, batch, d, eps):
         real = tgt.ne(d.pad())  # [B, T]
         return smoothed_nll(out[real], tgt[real], eps)[0]
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
+    if kind == PARALLEL:  # the task's defaults: --trajectory-spread 1, --gap-skip 0.1, --gap-temperature 1
+        layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0), 1.0, 0.1)
+        out = model(ni["src_tokens"], ni["src_lengths"], target, None, layers=layers)
+        return sum(v[0] for v in gap_losses(out["gap"], eps).values())
     policy = "l2r" if kind in (L2R, L2R_VIEW) else "random"
     order = make_order(policy, target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0))
     if kind == "naive":
@@ -215,7 +225,7 @@ def main():
         ntok = sum(int(b["target"].ne(d.pad()).sum()) for b in batches)
         mean_len = ntok / sum(b["target"].size(0) for b in batches)
         kinds = ("ar", AR_FUSED, "insnet") + (("naive",) if mean_len <= args.naive_max_length else ())
-        kinds += (L2R,) + ((NO_OFFSETS,) if args.without_offset_term else ())
+        kinds += (L2R, PARALLEL) + ((NO_OFFSETS,) if args.without_offset_term else ())
         kinds += (GATHER, L2R_VIEW) if args.offset_kernels else ()
         kinds += tuple(k + STOCK for k in ("ar", AR_FUSED, "insnet", L2R)) if args.linear_kernels else ()
         models = {k: build(k, d) for k in kinds}
@@ -230,7 +240,8 @@ def main():
         tps = {k: ntok / statistics.median(v) for k, v in times.items()}
         rows.append((setting, mean_len, tps))
         naive = (f"naive re-encoding {tps['naive']:6.0f} tok/s  |  " if "naive" in tps else "naive not timed  |  ")
-        plain = f"  InsNet l2r/AR {tps[L2R] / tps['ar']:.2f}x" + (
+        plain = f"  InsNet l2r/AR {tps[L2R] / tps['ar']:.2f}x  InsNet parallel {tps[PARALLEL]:.0f} tok/s, " \
+            f"/InsNet l2r {tps[PARALLEL] / tps[L2R]:.2f}x, /AR {tps[PARALLEL] / tps['ar']:.2f}x" + (
             f"  like with like (same token loss): InsNet l2r/AR {tps[L2R] / tps[AR_FUSED]:.2f}x, "
             f"InsNet/AR {tps['insnet'] / tps[AR_FUSED]:.2f}x") + (
             f"  InsNet without offset term/AR {tps[NO_OFFSETS] / tps['ar']:.2f}x" if NO_OFFSETS in tps else "") + (
@@ -247,14 +258,16 @@ def main():
                   f"{tps[L2R + STOCK] / tps[AR_FUSED + STOCK]:.2f}x F.linear", flush=True)
     extra, kernels = args.without_offset_term, args.offset_kernels
     print("\n| setting | target len | AR tok/s | InsNet tok/s | naive tok/s | InsNet/AR | InsNet/naive | "
-          "InsNet l2r tok/s | InsNet l2r/AR | AR, InsNet's token loss, tok/s | InsNet l2r/AR, same loss |" + (" no offset term tok/s | no offset term/AR |" if extra else "") +
+          "InsNet l2r tok/s | InsNet l2r/AR | AR, InsNet's token loss, tok/s | InsNet l2r/AR, same loss | "
+          "InsNet parallel tok/s | InsNet parallel/InsNet l2r | InsNet parallel/AR |" + (" no offset term tok/s | no offset term/AR |" if extra else "") +
           (" InsNet gather tok/s | InsNet gather/AR | InsNet l2r view tok/s | InsNet l2r view/AR |" if kernels else ""))
-    print("|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if extra else "") + ("---|---|---|---|" if kernels else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if extra else "") + ("---|---|---|---|" if kernels else ""))
     for setting, mean_len, tps in rows:
         naive = (f"{tps['naive']:.0f} | ", f"{tps['insnet'] / tps['naive']:.1f}x") if "naive" in tps else ("| ", "")
         print(f"| {setting} | {mean_len:.1f} | {tps['ar']:.0f} | {tps['insnet']:.0f} | {naive[0]}"
               f"{tps['insnet'] / tps['ar']:.2f}x | {naive[1]} | {tps[L2R]:.0f} | {tps[L2R] / tps['ar']:.2f}x | "
-              f"{tps[AR_FUSED]:.0f} | {tps[L2R] / tps[AR_FUSED]:.2f}x |" +
+              f"{tps[AR_FUSED]:.0f} | {tps[L2R] / tps[AR_FUSED]:.2f}x | {tps[PARALLEL]:.0f} | "
+              f"{tps[PARALLEL] / tps[L2R]:.2f}x | {tps[PARALLEL] / tps['ar']:.2f}x |" +
               (f" {tps[NO_OFFSETS]:.0f} | {tps[NO_OFFSETS] / tps['ar']:.2f}x |" if extra else "") +
               (f" {tps[GATHER]:.0f} | {tps[GATHER] / tps['ar']:.2f}x | {tps[L2R_VIEW]:.0f} | "
                f"{tps[L2R_VIEW] / tps['ar']:.2f}x |" if kernels else ""))

@@ -14,6 +14,8 @@
 #              dinic    InsNet-Dinic: l2r_kd's checkpoint at BASE_UPDATES (1000), then UPDATES - BASE_UPDATES updates of
 #                       Dinic fine-tuning (anchored order, slot query stream, --dinic-tau TAU (3) --dinic-lagged
 #                       --dinic-lagged-warm, fixed lr 5e-4), so its total is UPDATES as well
+#              parallel InsNet parallel, the product's parallel model: the end-of-slot objective on sampled layered
+#                       trajectories (--slot-objective gap --layerization sampled), trained from scratch
 #            Every run keeps its last 4 checkpoints of those saved every 250 updates (recipes/train.sh KEEP_INTERVAL).
 #            dinic starts from a copy of l2r_kd's checkpoint, CK/l2r_kd_at_BASE_UPDATES.pt, which the variants share.
 #   variants the runs named in VARIANTS (none by default; all at once), each measured against dinic, none made its
@@ -32,12 +34,17 @@
 #            and its learning rate, fixed at 5e-4 in dinic:
 #              dinic_decay     decayed linearly from 5e-4 to 0 over the fine-tuning (fairseq's polynomial_decay)
 #              dinic_decay_hi  the same from 1e-3
+#            and InsNet parallel's components, each trained as parallel is with one change, measured against it:
+#              parallel_hard    --gap-temperature 0: each slot's target is its gap's middle word (not soft)
+#              parallel_fixed   --layerization uniform --insertion-order binary: one fixed trajectory per sentence, the
+#                               exact middles (not sampled)
+#              parallel_noskip  --gap-skip 0: every open gap takes a word in every layer
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
 #            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.3 0.4 0.5 0.6 0.75), is
 #            stored with its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone
-#            decodes;
+#            decodes; likewise InsNet parallel's --end-of-slot, the best on valid of END_OF_SLOT (0.3 0.4 0.5 0.6 0.7);
 #            the same for each variant; then each variant against InsNet-Dinic on valid, CK/valid_variants.{csv,txt}
 #            (what decides whether a variant's flag becomes InsNet-Dinic's training)
 #   test     benchmarks/frontier.py on the test set, on the CPU -> OUT.{csv,png} (results/frontier_multi30k_cpu), its
@@ -48,7 +55,8 @@
 #            (recipes/inference_checkpoint.py --half: a sixth of the size to move; on the CPU they score within
 #            0.04 BLEU of the fp32 files), loaded into fp32
 #
-# Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet-Dinic 1 candidate with the
+# Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet parallel 1 candidate
+# (--insertion-mode parallel and nothing else: its stored --end-of-slot), InsNet-Dinic 1 candidate with the
 # default flags (--insertion-mode parallel only: on the CPU slot queries fused at batch 1, two passes a step at 64; on
 # a GPU fused), the same with the slot queries always fused (--fuse-slot-queries), never fused (--no-fuse-slot-queries:
 # the same outputs) and without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check 0.6, a sentence stops once 6
@@ -68,14 +76,18 @@ updates=${UPDATES:-2000}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
 stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train variants choose test)
 decay="--lr-scheduler polynomial_decay --end-learning-rate 0 --total-num-update $((updates - base_updates))"  # to 0
+parallel_flags="--slot-objective gap --layerization sampled"  # InsNet parallel (the run parallel)
 declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--late-words 0.5"
   [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3"
   [dinic_untied]="--untied-slot-queries" [dinic_enc6]=""
-  [dinic_decay]="$decay" [dinic_decay_hi]="--lr 1e-3 $decay")  # beside dinic's
+  [dinic_decay]="$decay" [dinic_decay_hi]="--lr 1e-3 $decay"  # beside dinic's
+  [parallel_hard]="--gap-temperature 0" [parallel_fixed]="--layerization uniform --insertion-order binary"
+  [parallel_noskip]="--gap-skip 0")  # beside parallel's
 declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
   [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder"
-  [dinic_decay]="lr decayed" [dinic_decay_hi]="lr 1e-3 decayed")  # its row
+  [dinic_decay]="lr decayed" [dinic_decay_hi]="lr 1e-3 decayed"
+  [parallel_hard]="hard middles" [parallel_fixed]="fixed trajectories" [parallel_noskip]="no waiting gaps")  # its row
 read -r -a variants <<<"${VARIANTS:-}"
 for v in "${variants[@]}"; do
   [ -n "${variant_name[$v]:-}" ] || { echo "frontier.sh: unknown variant '$v' in VARIANTS (${!variant_name[*]})" >&2; exit 2; }
@@ -120,12 +132,13 @@ train() {
   [ -f "$kd/train.en-de.de.bin" ] || { echo "frontier.sh: $kd missing: run the teacher stage first" >&2; exit 2; }
   [ "$base_updates" -lt "$updates" ] && [ $((base_updates % 250)) = 0 ] \
     || { echo "frontier.sh: BASE_UPDATES must be a multiple of 250 below UPDATES" >&2; exit 2; }
-  echo "frontier.sh: training ar_kd, l2r_kd, then dinic from l2r_kd's update $base_updates ($updates" \
+  echo "frontier.sh: training ar_kd, l2r_kd, parallel, then dinic from l2r_kd's update $base_updates ($updates" \
        "updates each, $threads thread(s) each; logs in logs/$(basename "$ck")/)"
   train_run ar "$ck/ar_kd" "$updates" & local ar=$!
   train_run insnet "$ck/l2r_kd" "$updates" & local l2r=$!
   dinic_run "$ck/dinic" l2r_kd & local dinic=$!
-  wait $ar $l2r $dinic
+  train_run insnet "$ck/parallel" "$updates" $parallel_flags & local parallel=$!
+  wait $ar $l2r $dinic $parallel
 }
 
 variants_stage() {
@@ -136,7 +149,9 @@ variants_stage() {
   local pids=() v
   for v in "${variants[@]}"; do
     # shellcheck disable=SC2086
-    if [ -n "${variant_shape[$v]:-}" ]; then  # its own l2r base, then InsNet-Dinic from it
+    if [[ $v == parallel_* ]]; then  # from scratch, as parallel
+      train_run insnet "$ck/$v" "$updates" $parallel_flags ${variant_flags[$v]} & pids+=($!)
+    elif [ -n "${variant_shape[$v]:-}" ]; then  # its own l2r base, then InsNet-Dinic from it
       { train_run insnet "$ck/l2r_kd_${v#dinic_}" "$base_updates" ${variant_shape[$v]}
         dinic_run "$ck/$v" "l2r_kd_${v#dinic_}" ${variant_shape[$v]} ${variant_flags[$v]}; } & pids+=($!)
     else
@@ -144,6 +159,10 @@ variants_stage() {
     fi
   done
   wait "${pids[@]}"
+}
+
+system_of() {  # VARIANT -> the system it varies
+  if [[ $1 == parallel_* ]]; then echo "InsNet parallel"; else echo "InsNet-Dinic"; fi
 }
 
 checkpoint() {  # RUN RULE -> the path
@@ -156,12 +175,14 @@ checkpoint() {  # RUN RULE -> the path
 }
 
 systems_file() {  # RULE FILE: the frontier's systems, with checkpoints by RULE
-  local ar l2r dinic; ar=$(checkpoint ar_kd "$1"); l2r=$(checkpoint l2r_kd "$1"); dinic=$(checkpoint dinic "$1")
+  local ar l2r dinic parallel; ar=$(checkpoint ar_kd "$1"); l2r=$(checkpoint l2r_kd "$1"); dinic=$(checkpoint dinic "$1")
+  parallel=$(checkpoint parallel "$1")
   local ins="--task insertion_translation"
   {
     printf 'AR+KD greedy\t%s\t--beam 1\n' "$ar"
     printf 'AR+KD beam 5\t%s\t--beam 5\n' "$ar"
     printf 'InsNet l2r+KD sequential\t%s\t%s --insertion-mode sequential\n' "$l2r" "$ins"
+    printf 'InsNet parallel 1 candidate\t%s\t%s --insertion-mode parallel\n' "$parallel" "$ins"
     printf 'InsNet-Dinic 1 candidate\t%s\t%s --insertion-mode parallel\n' "$dinic" "$ins"
     printf 'InsNet-Dinic 1 candidate, always fused\t%s\t%s --insertion-mode parallel --fuse-slot-queries\n' "$dinic" "$ins"
     printf 'InsNet-Dinic 1 candidate, two passes\t%s\t%s --insertion-mode parallel --no-fuse-slot-queries\n' "$dinic" "$ins"
@@ -171,7 +192,7 @@ systems_file() {  # RULE FILE: the frontier's systems, with checkpoints by RULE
     local v c
     for v in "${variants[@]}"; do
       c=$(checkpoint "$v" "$1")
-      printf 'InsNet-Dinic 1 candidate, %s\t%s\t%s --insertion-mode parallel\n' "${variant_name[$v]}" "$c" "$ins"
+      printf '%s 1 candidate, %s\t%s\t%s --insertion-mode parallel\n' "$(system_of "$v")" "${variant_name[$v]}" "$c" "$ins"
       [ "$v" != dinic_repeat ] || printf 'InsNet-Dinic 1 candidate, %s, no skip repeats\t%s\t%s --insertion-mode parallel --no-skip-repeats\n' \
         "${variant_name[$v]}" "$c" "$ins"
     done
@@ -181,11 +202,11 @@ systems_file() {  # RULE FILE: the frontier's systems, with checkpoints by RULE
 choose() {
   mkdir -p "$ck"
   local best="" best_sum=-1 run
-  for run in ar_kd l2r_kd dinic "${variants[@]}"; do
+  for run in ar_kd l2r_kd dinic parallel "${variants[@]}"; do
     [ -f "$ck/$run/done" ] || { echo "frontier.sh: $ck/$run is not trained: run the train and variants stages first" >&2; exit 2; }
   done
   for rule in last avg; do  # the rule is chosen on the flags' own defaults: no settings stored by an earlier choice
-    for run in dinic "${variants[@]}"; do python recipes/store_decoding.py "$(checkpoint $run $rule)" --clear >/dev/null; done
+    for run in dinic parallel "${variants[@]}"; do python recipes/store_decoding.py "$(checkpoint $run $rule)" --clear >/dev/null; done
   done
   for rule in last avg; do
     systems_file $rule "$ck/valid_$rule.tsv"
@@ -199,7 +220,7 @@ choose() {
   done
   echo "frontier.sh: chosen on valid: $best"
   cp "$ck/valid_$best.tsv" "$ck/test.tsv"
-  for run in dinic "${variants[@]}"; do store_stop_check "$(checkpoint $run "$best")" "$run"; done
+  for run in dinic parallel "${variants[@]}"; do store_default "$(checkpoint $run "$best")" "$run"; done
   [ ${#variants[@]} = 0 ] || variants_on_valid
 }
 
@@ -213,19 +234,25 @@ variants_on_valid() {  # each variant against dinic on valid, each with its stor
     --out "$ck/valid_variants" | tee "$ck/valid_variants.txt"
 }
 
-store_stop_check() {  # CKPT RUN: the best --stop-check-prob of STOP_CHECKS on valid, stored with CKPT as its default
+store_default() {  # CKPT RUN: its parallel decoding's setting chosen on valid, stored with CKPT as its default:
+  # InsNet parallel's --end-of-slot (of END_OF_SLOT), InsNet-Dinic's --stop-check-prob (of STOP_CHECKS)
+  if [[ $2 == parallel* ]]; then store_choice "$1" "$2" --end-of-slot "${END_OF_SLOT:-0.3 0.4 0.5 0.6 0.7}"
+  else store_choice "$1" "$2" --stop-check-prob "${STOP_CHECKS:-0.3 0.4 0.5 0.6 0.75}"; fi
+}
+
+store_choice() {  # CKPT RUN FLAG "VALUES": the best of VALUES for FLAG on valid (parallel mode), stored with CKPT
   python recipes/store_decoding.py "$1" --clear
-  local p out=$ck/valid_stop_check_$2
-  for p in ${STOP_CHECKS:-0.3 0.4 0.5 0.6 0.75}; do
-    printf 'stop check %s\t%s\t--task insertion_translation --insertion-mode parallel --stop-check-prob %s\n' "$p" "$1" "$p"
+  local p out; out=$ck/valid_$(echo "${3#--}" | tr - _)_$2  # e.g. CK/valid_stop_check_prob_dinic
+  for p in $4; do
+    printf '%s %s\t%s\t--task insertion_translation --insertion-mode parallel %s %s\n' "$3" "$p" "$1" "$3" "$p"
   done >"$out.tsv"
   python benchmarks/frontier.py --data "$data" --systems "$out.tsv" --subset valid \
     --raw-ref "$raw/valid.de" --baseline "$(tail -1 "$out.tsv" | cut -f1)" --threads "$threads" \
     --score-only --out "$out" | tee "$out.txt"
   p=$(python -c "import csv; rows = list(csv.DictReader(open('$out.csv')));
 print(max(rows, key=lambda r: float(r['sacrebleu']))['system'].split()[-1])")
-  echo "frontier.sh: $2's stop check chosen on valid: $p"
-  python recipes/store_decoding.py "$1" --insertion-mode parallel --stop-check-prob "$p"
+  echo "frontier.sh: $2's $3 chosen on valid: $p"
+  python recipes/store_decoding.py "$1" --insertion-mode parallel "$3" "$p"
 }
 
 test_stage() {
@@ -237,7 +264,7 @@ test_stage() {
 gpu_stage() {
   [ -f "$ck/test.tsv" ] || choose
   local gpu_out=${GPU_OUT:-results/frontier_multi30k_gpu} name path flags half
-  local keep='^(AR\+KD (greedy|beam 5)|InsNet l2r\+KD sequential|InsNet-Dinic 1 candidate(, always fused|, two passes)?'
+  local keep='^(AR\+KD (greedy|beam 5)|InsNet l2r\+KD sequential|InsNet parallel 1 candidate|InsNet-Dinic 1 candidate(, always fused|, two passes)?'
   keep+='|InsNet-Dinic 8 candidates \+ MBR)'$'\t'
   mkdir -p "$ck/half"
   grep -E "$keep" "$ck/test.tsv" | while IFS=$'\t' read -r name path flags; do

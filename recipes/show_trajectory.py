@@ -18,7 +18,7 @@ from fairseq import checkpoint_utils
 
 import insnet_fairseq  # noqa: F401  (registers the tasks and models)
 from insnet_fairseq.decoding.generator import InsertionGenerator
-from insnet_fairseq.decoding.options import DecodingOptions
+from insnet_fairseq.decoding.options import DecodingOptions, stored_decoding
 
 
 class ExplainingGenerator(InsertionGenerator):
@@ -66,6 +66,8 @@ def main():
     p.add_argument("--keywords", default="")
     p.add_argument("--explain", action="store_true", help="print q(stop) and the best slots with their words per state")
     p.add_argument("--stop-check-prob", type=float, default=0.0, help="decode with --stop-check-prob")
+    p.add_argument("--end-of-slot", type=float, help="a --slot-objective gap model: decode with --end-of-slot "
+                   "(default: the value stored with the model, else 0.5)")
     args = p.parse_args()
     from sacremoses import MosesDetokenizer, MosesTokenizer
     from subword_nmt.apply_bpe import BPE
@@ -83,9 +85,12 @@ def main():
     keywords = [encode(args.keywords, args.tgt, task.target_dictionary, False).tolist()] if args.keywords else None
     sample = {"id": torch.tensor([0]), "net_input": {"src_tokens": src, "src_lengths": torch.tensor([src.size(1)])}}
     generator = ExplainingGenerator if args.explain else InsertionGenerator
+    stored = (stored_decoding(models) or {}).get(args.mode, {})
+    end_of_slot = args.end_of_slot if args.end_of_slot is not None else stored.get("end_of_slot", 0.5)
     gen = generator(task.target_dictionary, DecodingOptions(mode=args.mode, slot_top_p=args.slot_top_p, retain_history=True,
                                                             skip_repeats=args.skip_repeats,
-                                                            stop_check_prob=args.stop_check_prob))
+                                                            stop_check_prob=args.stop_check_prob,
+                                                            end_of_slot=end_of_slot))
     hypo = gen.generate(models, sample, initial_tokens=keywords)[0][0]
     detok = MosesDetokenizer(lang=args.tgt)
     for step, h in enumerate(hypo["history"]):

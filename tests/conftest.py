@@ -129,6 +129,20 @@ def tiny_checkpoint(small_data, tmp_path_factory):
     return os.path.join(save, "checkpoint_last.pt")
 
 
+GAP = ["--slot-objective", "gap", "--layerization", "sampled"]  # InsNet parallel: the end-of-slot objective
+
+
+@pytest.fixture(scope="session")
+def gap_checkpoint(small_data, tmp_path_factory):
+    """A tiny InsNet parallel (``GAP``) trained 30 updates on small_data: checkpoint_last.pt. Its training log names
+    the objective's two terms."""
+    save = str(tmp_path_factory.mktemp("gap_ckpt"))
+    out = run(train_cmd(small_data, save, *GAP, "--max-update", "30"), timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert '"train_slot_token_nll"' in out.stdout and '"train_slot_done_nll"' in out.stdout
+    return os.path.join(save, "checkpoint_last.pt")
+
+
 AR_TINY = ["--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
            "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
            "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]

@@ -26,12 +26,15 @@ def is_gap_model(decoder) -> bool:
 
 def slot_done_logits(decoder, state: DecoderState):
     """Every slot's end-of-slot logit: ((left, right) [B, K] steps of each slot's neighbours, logits [B, K] float),
-    K = S - 1; slots beyond a sentence's length get +inf (done)."""
+    K = S - 1; slots beyond a sentence's length, and closed slots (inside a constraint phrase, outside an infilling
+    template's blanks: ``state.open_right``), get +inf (done)."""
     h = state.hidden
     K = h.size(1) - 1
     by_pos = state.sequence_order()  # [B, S]
     left, right = by_pos[:, :-1], by_pos[:, 1:]  # slot k between ranks k and k + 1
     exists = torch.arange(K, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
+    if state.open_right is not None:
+        exists = exists & state.open_right.gather(1, left)  # [B, K] the left token's slot is open
     a, b = state.parts
     logits = decoder.heads.step_done_logits(a, b, state.last_hidden, left, right)  # [B, K]
     return (left, right), logits.masked_fill(~exists, float("inf"))

@@ -4,20 +4,7 @@ import os
 import shutil
 import sys
 
-import pytest
-
-from conftest import ROOT, generate_cmd, run, train_cmd  # noqa: F401  (fixture small_data)
-
-GAP = ["--slot-objective", "gap", "--layerization", "sampled"]
-
-
-@pytest.fixture(scope="module")
-def gap_checkpoint(small_data, tmp_path_factory):
-    save = str(tmp_path_factory.mktemp("gap"))
-    out = run(train_cmd(small_data, save, *GAP, "--max-update", "30"), timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert '"train_slot_token_nll"' in out.stdout and '"train_slot_done_nll"' in out.stdout  # the named terms
-    return os.path.join(save, "checkpoint_last.pt")
+from conftest import GAP, ROOT, generate_cmd, run, train_cmd  # noqa: F401  (fixtures small_data, gap_checkpoint)
 
 
 def hypotheses(out):

@@ -179,3 +179,26 @@ def test_pass_breakdown_splits_the_labelled_passes_by_kind_of_op():
     b = cache_gain.pass_breakdown(prof.events())
     assert b["total"] == total and min(b.values()) >= 0
     assert abs(sum(v for key, v in b.items() if key != "total") - total) < 1e-9 or b["outside ops"] == 0
+
+
+def test_train_throughput_parallel_step_is_the_gap_objective():
+    """train_throughput's "InsNet parallel" trains the end-of-slot objective (a done head, no position or stop head)
+    on a sampled layering: its step's loss is insnet_loss's gap terms on that layering."""
+    from benchmarks import train_throughput as tt
+    from fairseq.data import Dictionary
+    from insnet_fairseq.geometry.gaps import sample_layers
+    from insnet_fairseq.tasks.criterion import gap_losses
+
+    d = Dictionary()
+    for w in "abcdefgh":
+        d.add_symbol(w)
+    batch = tt.synthetic_batches(d, 6, 24, 1)[0]
+    model = tt.build(tt.PARALLEL, d).eval()
+    assert hasattr(model.decoder.heads, "done_proj") and not hasattr(model.decoder.heads, "position_proj")
+    tgt = batch["target"]
+    target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
+    layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0), 1.0, 0.1)
+    with torch.no_grad():
+        out = model(batch["net_input"]["src_tokens"], batch["net_input"]["src_lengths"], target, None, layers=layers)
+        expected = sum(v[0] for v in gap_losses(out["gap"], 0.1).values())
+        torch.testing.assert_close(tt.step_fn(tt.PARALLEL, model, batch, d, 0.1), expected)

@@ -618,13 +618,15 @@ def test_frontier_gpu_stage_writes_its_systems_and_refuses_without_a_gpu(tiny_ch
     decoding-only fp16 copy of its checkpoint (CK/half/RUN.pt), in the test stage's order and flags; on a machine
     where torch finds no GPU it stops there, saying so (this suite runs on such a machine)."""
     ck = tmp_path / "ck"
-    runs = {"ar_kd": ar_checkpoint, "l2r_kd": tiny_checkpoint, "dinic": tiny_checkpoint, "dinic_late": tiny_checkpoint}
+    runs = {"ar_kd": ar_checkpoint, "l2r_kd": tiny_checkpoint, "dinic": tiny_checkpoint, "dinic_late": tiny_checkpoint,
+            "parallel": tiny_checkpoint}
     for r, src in runs.items():
         (ck / r).mkdir(parents=True)
         shutil.copy(src, ck / r / "checkpoint_avg.pt")
     par = "--task insertion_translation --insertion-mode parallel"
     rows = [("AR+KD greedy", "ar_kd", "--beam 1"), ("AR+KD beam 5", "ar_kd", "--beam 5"),
             ("InsNet l2r+KD sequential", "l2r_kd", "--task insertion_translation --insertion-mode sequential"),
+            ("InsNet parallel 1 candidate", "parallel", par),
             ("InsNet-Dinic 1 candidate", "dinic", par),
             ("InsNet-Dinic 1 candidate, always fused", "dinic", par + " --fuse-slot-queries"),
             ("InsNet-Dinic 1 candidate, two passes", "dinic", par + " --no-fuse-slot-queries"),
@@ -638,7 +640,7 @@ def test_frontier_gpu_stage_writes_its_systems_and_refuses_without_a_gpu(tiny_ch
     assert p.returncode == 2 and "frontier.sh gpu: torch finds no GPU" in p.stderr, p.stderr[-3000:]
     kept = [(n, str(ck / "half" / f"{r}.pt"), f) for n, r, f in rows if "no skip" not in n and "late" not in n]
     assert (ck / "gpu.tsv").read_text() == "".join(f"{n}\t{c}\t{f}\n" for n, c, f in kept)
-    for r in ("ar_kd", "l2r_kd", "dinic"):
+    for r in ("ar_kd", "l2r_kd", "dinic", "parallel"):
         half = torch.load(ck / "half" / f"{r}.pt", map_location="cpu", weights_only=False)
         assert "last_optimizer_state" not in half
         assert all(t.dtype == torch.float16 for t in half["model"].values() if t.is_floating_point())
@@ -646,19 +648,22 @@ def test_frontier_gpu_stage_writes_its_systems_and_refuses_without_a_gpu(tiny_ch
 
 
 def test_frontier_choose_stage_picks_the_rule_stores_stop_checks_and_scores_the_variants(
-        tiny_checkpoint, ar_checkpoint, small_data, raw_corpus, tmp_path):
+        tiny_checkpoint, ar_checkpoint, gap_checkpoint, small_data, raw_corpus, tmp_path):
     """recipes/frontier.sh choose on tiny runs (DATA and MULTI30K_DIR name the corpus): the checkpoint rule with the
     higher valid sacreBLEU summed over the runs writes the test stage's systems file; each InsNet-Dinic run gets the
-    best stop check of STOP_CHECKS on valid stored with its checkpoint; each variant is scored against InsNet-Dinic
-    on valid. The variant here is InsNet-Dinic's own checkpoint, so it decodes the same: a difference of exactly 0."""
+    best stop check of STOP_CHECKS on valid stored with its checkpoint, InsNet parallel the best --end-of-slot of
+    END_OF_SLOT; each variant is scored against InsNet-Dinic on valid. The variant here is InsNet-Dinic's own
+    checkpoint, so it decodes the same: a difference of exactly 0."""
     ck = tmp_path / "ck"
-    runs = {"ar_kd": ar_checkpoint, "l2r_kd": tiny_checkpoint, "dinic": tiny_checkpoint, "dinic_late": tiny_checkpoint}
+    runs = {"ar_kd": ar_checkpoint, "l2r_kd": tiny_checkpoint, "dinic": tiny_checkpoint, "dinic_late": tiny_checkpoint,
+            "parallel": gap_checkpoint}
     for r, src in runs.items():
         (ck / r).mkdir(parents=True)
         for name in ("checkpoint_1_10.pt", "checkpoint_last.pt"):
             shutil.copy(src, ck / r / name)
         (ck / r / "done").touch()
-    env = dict(ENV, CK=str(ck), DATA=small_data, MULTI30K_DIR=raw_corpus, VARIANTS="dinic_late", STOP_CHECKS="0.5 0.9")
+    env = dict(ENV, CK=str(ck), DATA=small_data, MULTI30K_DIR=raw_corpus, VARIANTS="dinic_late", STOP_CHECKS="0.5 0.9",
+               END_OF_SLOT="0.3 0.7")
     p = subprocess.run(["bash", "recipes/frontier.sh", "choose"], cwd=ROOT, capture_output=True, text=True, env=env,
                        timeout=1200)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -669,19 +674,19 @@ def test_frontier_choose_stage_picks_the_rule_stores_stop_checks_and_scores_the_
     sums = {rule: sum(float(r["sacrebleu"]) for r in rows(f"valid_{rule}").values()) for rule in ("last", "avg")}
     rule = max(sums, key=lambda k: sums[k])  # a tie keeps the first, as the recipe's strict ">"
     assert f"frontier.sh: chosen on valid: {rule}" in p.stdout
-    assert set(rows(f"valid_{rule}")) == {"AR+KD greedy", "InsNet l2r+KD sequential", "InsNet-Dinic 1 candidate",
-                                          "InsNet-Dinic 1 candidate, late words"}
+    assert set(rows(f"valid_{rule}")) == {"AR+KD greedy", "InsNet l2r+KD sequential", "InsNet parallel 1 candidate",
+                                          "InsNet-Dinic 1 candidate", "InsNet-Dinic 1 candidate, late words"}
     chosen = {"last": "checkpoint_last.pt", "avg": "checkpoint_avg.pt"}[rule]
     systems = [line.split("\t") for line in (ck / "test.tsv").read_text().splitlines()]
-    assert [s[0] for s in systems][-1] == "InsNet-Dinic 1 candidate, late words" and len(systems) == 9
+    assert [s[0] for s in systems][-1] == "InsNet-Dinic 1 candidate, late words" and len(systems) == 10
     assert all(path == str(ck / run / chosen) for _, path, _ in systems
                for run in [os.path.basename(os.path.dirname(path))])
-    for run in ("dinic", "dinic_late"):
-        scored = rows(f"valid_stop_check_{run}")
+    for run, flag in (("dinic", "stop_check_prob"), ("dinic_late", "stop_check_prob"), ("parallel", "end_of_slot")):
+        scored = rows(f"valid_{flag}_{run}")
         best = max(scored, key=lambda k: float(scored[k]["sacrebleu"])).split()[-1]
-        assert f"frontier.sh: {run}'s stop check chosen on valid: {best}" in p.stdout
+        assert f"frontier.sh: {run}'s --{flag.replace('_', '-')} chosen on valid: {best}" in p.stdout
         state = torch.load(ck / run / chosen, map_location="cpu", weights_only=False)
-        assert state["cfg"]["model"].decoding_defaults == {"parallel": {"stop_check_prob": float(best)}}
+        assert state["cfg"]["model"].decoding_defaults == {"parallel": {flag: float(best)}}
     variants = rows("valid_variants")
     assert list(variants) == ["InsNet-Dinic 1 candidate", "InsNet-Dinic 1 candidate, late words"]
     late = variants["InsNet-Dinic 1 candidate, late words"]
@@ -710,9 +715,15 @@ def test_frontier_recipe_refuses_bad_stages_variants_and_untrained_runs_by_name(
     assert code == 2 and f"{tmp_path / 'ck' / 'ar_kd'} is not trained" in err
     code, _, err = run("train", DATA=str(tmp_path / "corpus"), KD_SUFFIX="distill-long")  # another teacher's corpus
     assert code == 2 and f"{tmp_path / 'corpus'}-distill-long missing: run the teacher stage first" in err
+    code, _, err = run("choose", VARIANTS="")
+    assert code == 2 and f"{tmp_path / 'ck' / 'ar_kd'} is not trained" in err
     for r in ("ar_kd", "l2r_kd", "dinic"):
         (tmp_path / "ck" / r).mkdir(parents=True)
         (tmp_path / "ck" / r / "done").touch()
+    code, _, err = run("choose", VARIANTS="")  # the new parallel model is a frontier run
+    assert code == 2 and f"{tmp_path / 'ck' / 'parallel'} is not trained" in err
+    (tmp_path / "ck" / "parallel").mkdir(parents=True)
+    (tmp_path / "ck" / "parallel" / "done").touch()
     code, _, err = run("choose", VARIANTS="dinic_repeat dinic_late")  # the variants asked for are frontier runs too
     assert code == 2 and f"{tmp_path / 'ck' / 'dinic_repeat'} is not trained" in err
     code, _, err = run("choose", VARIANTS="dinic_late")

@@ -241,3 +241,18 @@ def test_options_of_several_rows_a_sentence_are_refused_in_one_line(given, flag)
     gen = InsertionGenerator(d, DecodingOptions.for_mode(mode, **given))
     with pytest.raises(ValueError, match=f"--slot-objective gap .* drop {flag}"):
         gen.generate([model], {"id": torch.tensor([0]), "net_input": {"src_tokens": src, "src_lengths": src_lengths}})
+
+
+def test_closed_slots_stay_closed():
+    """A template's closed slots (infilling, constraint phrases) take no word: the given tokens stay together, the
+    words go into the blanks only."""
+    model, d = build_tiny_model(seed=7, vocab=30, slot_objective="gap")
+    model.decoder.heads.done_proj.bias.data.fill_(-1.0)
+    src, src_lengths, _ = random_batch(d, [4, 4], seed=2)
+    given = [[7, 8, 9], [10, 11]]
+    hyps = InsertionGenerator(d, DecodingOptions.for_mode("parallel")).generate(
+        [model], {"id": torch.arange(2), "net_input": {"src_tokens": src, "src_lengths": src_lengths}},
+        initial_tokens=given, blanks=[[0, 3], [2]])
+    first, second = (h[0]["tokens"].tolist() for h in hyps)
+    assert len(first) > 4 and first[first.index(7) : first.index(7) + 3] == [7, 8, 9]
+    assert second[:2] == [10, 11] and len(second) > 3
