@@ -79,7 +79,7 @@ class ColumnStore:
         (not a copy of the views into new buffers: two copies and four ops per buffer; a batch drops finished
         sentences at most steps) of the first ``min(capacity, max(2 * size, size + SELECT_ROOM))`` columns, the
         filled ones and room to grow (a buffer sized for the longest output is mostly empty early on, and copying
-        its empty columns at every drop cost a batch of 64 about 6% of its decoding time).
+        its empty columns at every drop costs a batch of 64 a visible share of its decoding time).
         Example: capacity 80, size 10 -> the new store holds 20 columns, 10 filled."""
         capacity = min(self.capacity, max(2 * size, size + SELECT_ROOM))
         buffers = {name: buf.narrow(self.dims[name], 0, capacity)[rows] for name, buf in self.buffers.items()}

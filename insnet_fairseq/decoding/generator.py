@@ -5,11 +5,12 @@ inserts:
 
 * ``sequential``: one token at the most probable slot;
 * ``parallel``: a token into every slot whose probability lies in the top ``slot_top_p`` of the
-  position distribution mass (paper 4.1: 70%; the command line's default is 90%, the best on valid); tokens
+  position distribution mass (paper 4.1: 70%; the command line's default is 90%, chosen on valid); tokens
   inserted in one step are encoded as if inserted left to right.
 
 Tokens are greedy (or sampled). The options (:class:`~insnet_fairseq.decoding.options.DecodingOptions`, whose
-fields are the flag reference) switch on the decoding rules, each a unit of its own that the loop calls:
+fields are the flags' values; the flag reference: docs/flags.md) switch on the decoding rules, each a unit of its own
+that the loop calls:
 
 * the word rules of a step, ``--skip-repeats`` and ``--min-token-prob`` (:mod:`insnet_fairseq.decoding.word_rules`);
 * when a sentence stops: q(stop | h_last) > ``--stop-threshold``, not before ``--min-length-ratio`` words per source
@@ -128,7 +129,7 @@ class InsertionGenerator(InsertionSteps):
         model = models[0]
         if is_gap_model(model.decoder):
             self.check_gap_options(o, judge)
-        if any(m.training for m in model.modules()):  # eval() walks every module: 0.6 ms a call, the check 0.2
+        if any(m.training for m in model.modules()):  # eval() walks every module: dearer than the check
             model.eval()
         net_input = sample["net_input"]
         src_tokens, src_lengths = net_input["src_tokens"], net_input["src_lengths"]

@@ -4,13 +4,12 @@
 dataclass, checked when it is made (a value decoding cannot use stops with one line naming its flag).
 :meth:`DecodingOptions.from_args` builds it from the task's decoding flags (:class:`DecodingFlags`, the fields
 fairseq turns into ``--insertion-mode`` ...) and fairseq's own generation flags (``--sampling``, ``--lenpen``,
-``--retain-iter-history`` ...). Each field of :class:`DecodingOptions` names its flag, its default and its effect:
-that is the flag reference.
+``--retain-iter-history`` ...). The flags' help is the flag reference (docs/flags.md, generated from it by
+:mod:`insnet_fairseq.flag_reference`).
 
 Defaults per mode (:data:`MODE_DEFAULTS`, applied by :meth:`DecodingOptions.for_mode`, which
-:meth:`~DecodingOptions.from_args` calls): parallel decoding takes the settings measured best on the valid set,
-``--slot-top-p 0.9 --skip-repeats --stop-check-prob 0.75`` (``results/slot_top_p_valid.csv``,
-``results/replace_repeats_valid.csv``, ``results/stop_check_valid.csv``); sequential decoding the plain rules. A
+:meth:`~DecodingOptions.from_args` calls): parallel decoding takes the settings chosen on a valid set,
+``--slot-top-p 0.9 --skip-repeats --stop-check-prob 0.75`` (results/README.md); sequential decoding the plain rules. A
 value given explicitly always wins: ``--slot-top-p 0.7 --no-skip-repeats --stop-check-prob 0`` is the paper's plain
 parallel decoding. ``DecodingOptions(...)`` itself is exactly what it is given, every rule off unless given.
 """
@@ -47,23 +46,18 @@ class DecodingOptions:
     same without the repeat rule; ``DecodingOptions(mode="parallel")`` has 0.7, False, 0.0 (the rules as given).
     """
 
-    # --insertion-mode: sequential (one word per step, at the most probable slot) or parallel (a word into every
-    # slot in the top --slot-top-p of the position distribution's mass, paper 4.1)
-    mode: str = "sequential"
-    # --slot-top-p P, parallel mode: the slots whose probability lies in the top P of the mass are filled in one
-    # step (each sentence fills at least its best). Flag default 0.9 (valid 21.06 against 15.59 at the paper's 0.7,
-    # results/slot_top_p_valid.csv); sequential decoding ignores it
-    slot_top_p: float = 0.7
-    # --max-insertion-steps N: a sentence's step cap; 0: max_steps_a x source length + max_steps_b. A sentence that N
-    # stops before the model does (beam search: whose best hypothesis N stopped) gets a warning naming the flag:
-    # warned, not refused, as no N cuts every sentence
+    # Each field with a flag is that flag's value; what it does is the flag's help (DecodingFlags below, printed in
+    # docs/flags.md). The comments say only what the help does not.
+    mode: str = "sequential"  # --insertion-mode
+    slot_top_p: float = 0.7  # --slot-top-p; sequential decoding ignores it
+    # --max-insertion-steps (0: max_steps_a x source length + max_steps_b). A sentence it stops before the model does
+    # is warned about, not refused: no cap is wrong for every sentence
     max_steps: int = 0
     # set by the task, no flag: the step and output-length cap a x source length + b (insertion_lm: 0 x + its
     # --max-output-words)
     max_steps_a: float = 2.0
     max_steps_b: int = 10
-    # --no-insertion-cache turns it off: every step re-encodes the whole partial sequence (for checks and timing)
-    use_cache: bool = True
+    use_cache: bool = True  # off: --no-insertion-cache
     # fairseq's --sampling, --sampling-topk K, --sampling-topp P, --temperature T: words sampled (from the K most
     # probable, from the nucleus P, from softmax(log p / T)) instead of the most probable; scores stay log p
     sampling: bool = False
@@ -72,67 +66,36 @@ class DecodingOptions:
     temperature: float = 1.0
     # fairseq's --retain-iter-history: each hypothesis keeps every partial output ("history")
     retain_history: bool = False
-    # --skip-repeats / --no-skip-repeats: a word equal to a neighbour of its slot is not inserted (the slot stays
-    # open; a sentence whose every word repeats takes, there, its best word that does not): the duplicated words of
-    # parallel decoding (valid 30.04 with it, 22.58 when such a slot takes its best other word instead). Flag
-    # default: on in parallel mode, off in sequential
+    # --skip-repeats / --no-skip-repeats; a sentence whose every word repeats takes, there, its best word that does not
     skip_repeats: bool = False
-    # --min-token-prob P, parallel mode: a slot whose word has probability < P stays open for a later step (each
-    # sentence keeps its most probable insertion); 0: off
-    min_token_prob: float = 0.0
-    # --stop-threshold Q: a sentence stops when the termination head's q(stop) > Q (higher: longer outputs)
-    stop_threshold: float = 0.5
-    # --stop-check-prob P: a sentence that q(stop) stops gets one more step, inserting the best words of its open
-    # slots of probability >= P that repeat neither neighbour (q(stop) of a layered model stops with words missing:
-    # valid 30.96 -> 33.41 at 0.75, results/stop_check_valid.csv); 0: off. Flag default: 0.75 in parallel mode, off
-    # in sequential
-    stop_check_prob: float = 0.0
-    # --stop-check-top-p P: the stop check reads only the open slots in the top P of the position mass, those a step
-    # would fill (only their words are computed); 1: every open slot (valid, the frontier's InsNet-Dinic: 0.9 +0.22
-    # [+0.03, +0.41] over 1, at 0.84x the time at batch 64, results/stop_check_slots_valid.csv)
-    stop_check_top_p: float = 0.9
-    # --min-length-ratio R: no stop before R words per source word; a sentence held back inserts one word a step
-    min_length_ratio: float = 0.0
-    # --end-of-slot Q, models trained with --slot-objective gap: a step fills every slot whose q(done) is below Q
-    # with its best word, and a sentence stops when every slot's q(done) is Q or more (decoding/gaps.py); the
-    # position, stop and repeat rules above do not apply to such a model
+    min_token_prob: float = 0.0  # --min-token-prob
+    stop_threshold: float = 0.5  # --stop-threshold
+    stop_check_prob: float = 0.0  # --stop-check-prob
+    stop_check_top_p: float = 0.9  # --stop-check-top-p
+    min_length_ratio: float = 0.0  # --min-length-ratio
+    # --end-of-slot, models trained with --slot-objective gap (decoding/gaps.py); the position, stop and repeat rules
+    # above do not apply to such a model
     end_of_slot: float = 0.5
-    # --insertion-candidates K: K candidates per sentence decoded side by side, candidate j starting from the j-th
-    # most probable first word (with --sampling: K samples); output best first by mean log-probability per insertion
-    candidates: int = 1
-    # --insertion-candidates-finish M: a sentence stops once M of its K candidates have finished (0: all K)
-    candidates_finish: int = 0
-    # --insertion-candidates-mbr T: the candidates ranked by minimum Bayes risk, their expected BLEU+1 against the
-    # others weighted by softmax(score / T) (inf: uniform); 0: off
-    candidates_mbr: float = 0.0
+    candidates: int = 1  # --insertion-candidates
+    candidates_finish: int = 0  # --insertion-candidates-finish
+    candidates_mbr: float = 0.0  # --insertion-candidates-mbr
     # fairseq's --iter-decode-with-external-reranker (--path INSNET.pt:JUDGE.pt): the last checkpoint judges the
     # candidates (an autoregressive model, or an InsNet one along --judge-order)
     reranking: bool = False
-    # --channel-weight W: the judge adds W x log p(source | candidate) of a target -> source model (--path ...:REV.pt)
-    channel_weight: float = 0.0
-    # --judge-order: the trajectory an InsNet judge scores along (l2r, or the uniform levels of anchored / binary,
-    # with --anchor-depth)
-    judge_order: str = "l2r"
+    channel_weight: float = 0.0  # --channel-weight
+    judge_order: str = "l2r"  # --judge-order, with the task's --anchor-depth
     anchor_depth: int = DEFAULT_ANCHOR_DEPTH
-    # --insertion-beam B, sequential mode: beam search over insertions, hypotheses ranked by log-probability /
-    # (steps + 1) ** --lenpen (fairseq's); 1: greedy
-    beam: int = 1
+    beam: int = 1  # --insertion-beam, ranked with fairseq's --lenpen
     lenpen: float = 1.0
-    # --insertion-verify (--path INSNET.pt:AR.pt): InsNet drafts verified by an autoregressive model, whose greedy
-    # length limit is fairseq's --max-len-a x source width + --max-len-b (verify_max_len); --verify-tolerance B also
-    # accepts a draft word within B nats of the greedy word's log-probability
+    # --insertion-verify, --verify-tolerance; the AR model's greedy length limit is fairseq's --max-len-a x source
+    # width + --max-len-b (verify_max_len)
     verify: bool = False
     verify_tolerance: float = 0.0
     verify_max_len: Tuple[float, int] = (0.0, 200)
-    # --slot-query-stream models, cached decoding: whether a step's pass also computes the next step's slot queries
-    # (every slot's: one pass per step instead of two, the same outputs). on (--fuse-slot-queries), off
-    # (--no-fuse-slot-queries), auto (neither flag): on a GPU always; on a CPU while one row is decoded (batch 1, one
-    # candidate), two passes otherwise (step.auto_fuses). Fused is faster at batch 1 (CPU frontier test: 18.2 against
-    # 21.7 ms/sentence), and at batch 64 on a GPU (2.27 against 2.88), slower there on a CPU (3.85 against 3.44):
-    # results/frontier_multi30k_{cpu,gpu}.csv. Not a rule: every setting decodes the same outputs
+    # on (--fuse-slot-queries), off (--no-fuse-slot-queries), auto (neither flag: step.auto_fuses). Not a rule:
+    # every setting decodes the same outputs
     fuse_slot_queries: str = "auto"
-    # --compile-decoder MODE: each cached step's decoder pass through torch.compile (dynamic shapes); off: eager
-    compile_decoder: str = "off"
+    compile_decoder: str = "off"  # --compile-decoder
     compile_backend: str = "inductor"
     # set by the task, no flag: False without a source (insertion_lm); keywords_from_source: the source tokens are
     # the constrained start; blank_id: with it, the source is an infilling template and blank_id marks its blanks
@@ -349,7 +312,7 @@ def check_unreadable_source(value) -> None:
 @dataclass
 class DecodingFlags(FairseqDataclass):
     """The decoding flags of the insertion tasks (their config inherits them); :meth:`DecodingOptions.from_args`
-    reads them. Their reference is :class:`DecodingOptions`' fields."""
+    reads them. Their help is the flag reference (docs/flags.md)."""
 
     insertion_mode: ChoiceEnum(list(MODES)) = field(
         default="sequential",

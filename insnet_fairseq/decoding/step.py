@@ -44,8 +44,7 @@ def auto_fuses(rows: int, on_gpu: bool) -> bool:
     """The default of ``fuse_slot_queries`` (neither flag): fuse a step of ``rows`` rows on a GPU always, on a CPU
     only at one row. Fusing computes every slot's query in the step's pass, where two passes compute the chosen
     slots' only: fewer launches, more arithmetic. A CPU step is bound by its arithmetic once a batch is large, a GPU
-    step by its launches (InsNet-Dinic, Multi30k test: batch 64, fused 3.85 against 3.44 ms/sentence on one CPU
-    thread, results/frontier_multi30k_cpu.csv; 2.27 against 2.88 on an H200, results/frontier_multi30k_gpu.csv).
+    step by its launches (both measured on the frontier's InsNet-Dinic: results/README.md).
 
     Example: auto_fuses(1, False) and auto_fuses(64, True) are True; auto_fuses(64, False) is False.
     """

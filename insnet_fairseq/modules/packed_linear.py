@@ -2,11 +2,10 @@
 
 ``F.linear`` on a CPU calls MKL's GEMM. oneDNN (bundled with every CPU build of torch) computes the same products, and
 multiplies faster still by a weight reordered once into its blocked layout (``torch.ops.mkldnn._reorder_linear_weight``,
-the op of ``torch.compile``'s weight freezing). On the CPU where it was measured (an AMD EPYC, one thread,
-``experiments/small_matmul.py --packed``), decoding's products by a packed weight take 0.72-0.75x ``nn.Linear``'s
-time at 3 rows of an FFN matrix and 0.46-0.47x at 64, 0.86x at one row of the vocabulary and 0.33-0.48x from two; a
-training step runs 1.55-1.67x faster with oneDNN's products (``benchmarks/train_throughput.py --linear-kernels``).
-Below some work (one or two rows of an FFN matrix) MKL's product and a shorter call are faster.
+the op of ``torch.compile``'s weight freezing). Decoding's products by a packed weight and training's products both
+take less time than ``nn.Linear``'s (measured by ``experiments/small_matmul.py --packed`` and
+``benchmarks/train_throughput.py --linear-kernels``; the figures: results/README.md). Below some work (one or two rows
+of an FFN matrix) MKL's product and a shorter call are faster.
 
 :func:`linear` decides (:func:`packs`): decoding (eval mode, no gradients) multiplies by a packed copy kept on the
 layer, as :mod:`insnet_fairseq.modules.kept` keeps other tensors derived from weights, made again when the weight
