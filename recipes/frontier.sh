@@ -52,15 +52,15 @@
 #   gpu      (not in the default list) the test stage's systems but the variants' and the no-skip-repeats rows, on a
 #            CUDA GPU, the first GPU_SENTENCES (500) test sentences -> GPU_OUT (results/frontier_multi30k_gpu); their
 #            checkpoints as decoding-only copies with fp16-stored weights, CK/half/RUN.pt
-#            (recipes/inference_checkpoint.py --half: a sixth of the size to move; on the CPU they score within
-#            0.04 BLEU of the fp32 files), loaded into fp32
+#            (recipes/inference_checkpoint.py --half: a sixth of the size to move; results/README.md compares their
+#            scores with the fp32 files'), loaded into fp32
 #
 # Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet parallel 1 candidate
 # (--insertion-mode parallel and nothing else: its stored --end-of-slot), InsNet-Dinic 1 candidate with the
 # default flags (--insertion-mode parallel only: on the CPU slot queries fused at batch 1, two passes a step at 64; on
 # a GPU fused), the same with the slot queries always fused (--fuse-slot-queries), never fused (--no-fuse-slot-queries:
 # the same outputs) and without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check 0.6, a sentence stops once 6
-# have finished: the best multi-candidate decoding of docs/insnet.md, chosen there on valid); each of VARIANTS with its default
+# have finished: the best multi-candidate decoding of results/README.md, chosen there on valid); each of VARIANTS with its default
 # flags, and dinic_repeat also without skip repeats (--no-skip-repeats: does the loss replace the rule?).
 # Environment: CK (checkpoints/frontier, logs in logs/<CK's last name>/), OUT (results/frontier_multi30k_cpu), DATA
 # (data-bin/multi30k_en_de: its valid and test sets are scored; the teacher's corpus is DATA-KD_SUFFIX), KD_SUFFIX
