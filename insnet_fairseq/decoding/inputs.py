@@ -20,8 +20,9 @@ constraint phrases from stray tabs (dropped: they hold no token), constraint wor
 the target dictionary (inserted as ``<unk>``). Empty sources are the generator's: it outputs
 exactly their constraint tokens, with a warning naming the sample id.
 
-Zero-width and format characters (Unicode category Cf: U+200B, U+FEFF, U+200D ...) are removed
-first: no BPE vocabulary learned on text holds them, and a line made only of them is an empty
+Control characters other than the tab (``\\x00``, ``\\x07`` ...) are whitespace, in the source and in constraint
+phrases alike, so that no two words are joined. Zero-width and format characters (Unicode category Cf: U+200B,
+U+FEFF, U+200D ...) are removed first: no BPE vocabulary learned on text holds them, and a line made only of them is an empty
 line. A source whose every token is then ``<unk>`` (another script, emoji) is *unreadable*: it is
 warned about, and translated anyway (``--unreadable-source translate``, the default: the model's
 guess) or refused (``--unreadable-source empty``); a source more than half ``<unk>`` is warned
@@ -57,6 +58,16 @@ def clean_line(text: str) -> str:
     """Strip whitespace at both ends, except tabs: with constraints ``<TAB>phrase`` is an empty
     source with one constraint, not the source ``phrase``."""
     return _EDGE_SPACE.sub("", text)
+
+
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # C0 and C1 control characters but the tab
+
+
+def controls_to_spaces(text: str) -> str:
+    """``text`` with every control character but the tab (which separates constraint phrases) replaced by a space:
+    the Moses tokeniser deletes them, which would join the words on either side. Example: "ein\\x07Hund" ->
+    "ein Hund"."""
+    return _CONTROL.sub(" ", text)
 
 
 def drop_format_chars(text: str) -> str:
@@ -152,7 +163,7 @@ def _screen(line, sid, encode_fn, src_dict, tgt_dict, constrained, source_limit,
     if len(line) > MAX_CHARS_PER_TOKEN * source_limit:
         return line, (f"{len(line)} characters, more than {MAX_CHARS_PER_TOKEN} per token of the source limit "
                       f"({source_limit} tokens, {source_flag})")
-    line = drop_format_chars(line)
+    line = controls_to_spaces(drop_format_chars(line))
     source, *phrases = line.split("\t") if constrained else [line]
     ids = src_dict.encode_line(encode_fn(source), add_if_not_exist=False)
     n = len(ids)

@@ -108,6 +108,36 @@ def test_hub_generate_of_nothing_is_nothing(hub):
     assert hub.generate([], beam=1) == [] and hub.translate([]) == []
 
 
+@pytest.mark.parametrize("call,message", [
+    (lambda h: h.translate(None), "sentences must be a line (str or bytes) or a list of them, got NoneType"),
+    (lambda h: h.translate(5), "sentences must be a line (str or bytes) or a list of them, got int"),
+    (lambda h: h.sample(None), "sentences must be a line (str or bytes) or a list of them, got NoneType"),
+    (lambda h: h.generate(None), "tokenized_sentences must be a list of 1-D token id sequences"),
+    (lambda h: h.generate("a man"), "tokenized_sentences must be a list of 1-D token id sequences"),
+    (lambda h: h.score(None), "sentences must be a str or a list of str, got NoneType"),
+    (lambda h: h.encode(None), "sentence must be a str (one line of text), got NoneType"),
+    (lambda h: h.encode(3), "sentence must be a str (one line of text), got int"),
+    (lambda h: h.decode(None), "tokens must be a 1-D sequence of integer token ids, got NoneType"),
+])
+def test_hub_entry_points_name_the_argument_they_refuse(hub, call, message):
+    with pytest.raises(ValueError) as e:
+        call(hub)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("control", ["\x07", "\x00", "\x1b", "\x85"])
+def test_a_control_character_in_a_constraint_phrase_is_a_space(hub, caplog, control):
+    """Never deleted (which would join the words on either side): the phrase is encoded as with a space there."""
+    from insnet_fairseq.decoding.inputs import screen_lines
+
+    encode = hub._encode_text
+    lines, refused = screen_lines([f"a man runs .\tein{control}Hund"], 0, encode, hub.src_dict, hub.tgt_dict,
+                                  hub.max_positions, constrained=True)
+    assert not refused and lines == ["a man runs .\tein Hund"]
+    assert hub.translate([f"a man runs .\tein{control}Hund"], constraints="ordered") == \
+        hub.translate(["a man runs .\tein Hund"], constraints="ordered")
+
+
 def test_hub_refuses_unordered_constraints(hub):
     with pytest.raises(FlagError, match="--constraints unordered is not supported by insertion decoding"):
         hub.translate(["a man .\tein Mann"], constraints="unordered")
