@@ -6,6 +6,10 @@
     ins.translate(["a man rides a horse ."])                        # -> one string per line
     ins.translate(["a man rides a horse .\tein Pferd"], constraints="ordered")   # phrases after tabs
 
+Raw text is tokenised and BPE-split as the training data was, where the data-bin records it
+(``DATA/preprocessing.json``, written by ``recipes/prepare_bitext.py``; :mod:`insnet_fairseq.data.preprocessing`);
+``tokenizer=``/``bpe=`` that differ from the record are used, with a warning naming both.
+
 fairseq's ``GeneratorHubInterface``, with fairseq-interactive's guarantees: one output per
 input, in order, and no exception for a bad line. Lines are screened first
 (:func:`insnet_fairseq.decoding.inputs.screen_lines`): a refused line (too long, unusable constraints, not text) gets
@@ -62,6 +66,9 @@ class InsNetHubInterface(GeneratorHubInterface):
     def __init__(self, cfg, task, models):
         check_bpe_files(getattr(cfg, "bpe", None))  # before fairseq's encoder opens it
         super().__init__(cfg, task, models)
+        if hasattr(task, "target_encoder"):  # raw text as the training data was tokenised (tasks/base.py)
+            self.tokenizer = task.build_tokenizer(cfg.tokenizer, raw_text=True)
+            self.bpe = task.build_bpe(cfg.bpe, raw_text=True)
 
     def sample(self, sentences, beam: int = 1, verbose: bool = False, unreadable_source: Optional[str] = None,
                **kwargs):
@@ -97,7 +104,8 @@ class InsNetHubInterface(GeneratorHubInterface):
         tokens = [self.encode(s) for s in sources]
         constraint_tokens = None
         if constrained:
-            constraint_tokens = [[self.tgt_dict.encode_line(self._encode_text(p), append_eos=False,
+            encode_target = getattr(self.task, "target_encoder", lambda f: f)(self._encode_text)  # phrases: target text
+            constraint_tokens = [[self.tgt_dict.encode_line(encode_target(p), append_eos=False,
                                                             add_if_not_exist=False).long() for p in row]
                                  for row in phrases]
         hypos = self.generate(tokens, beam, verbose, constraint_tokens=constraint_tokens, refused=refused, **kwargs)

@@ -120,6 +120,7 @@ def screen_lines(
     constrained: bool = False,
     max_tokens: Optional[int] = None,
     unreadable: Optional[str] = None,
+    encode_target_fn: Optional[Callable[[str], str]] = None,
 ) -> Tuple[List[str], Dict[int, str]]:
     """Check lines ``first_id``, ``first_id + 1``, ... before batching.
 
@@ -132,6 +133,7 @@ def screen_lines(
         max_tokens: fairseq-interactive's ``--max-tokens`` (a longer line cannot be batched).
         unreadable: ``--unreadable-source`` (translate, empty) for a source whose every token is
             ``<unk>``; None: no check of ``<unk>`` (a task that checks its own words).
+        encode_target_fn: the constraint phrases' text -> text (target side); default ``encode_fn``.
 
     Returns the lines to batch (refused ones replaced by ``""``, zero-width and format characters
     removed, stray empty phrases dropped) and
@@ -147,7 +149,7 @@ def screen_lines(
         sid = first_id + i
         try:
             line, reason = _screen(line, sid, encode_fn, src_dict, tgt_dict, constrained, source_limit, source_flag,
-                                   target_words, specials, unreadable)
+                                   target_words, specials, unreadable, encode_target_fn or encode_fn)
         except Exception as e:  # a tokeniser or BPE failure on this line only
             reason = f"tokenisation failed ({type(e).__name__}: {_short([str(e)], 1)})"
         if reason is not None:
@@ -158,7 +160,7 @@ def screen_lines(
 
 
 def _screen(line, sid, encode_fn, src_dict, tgt_dict, constrained, source_limit, source_flag, target_words, specials,
-            unreadable=None):
+            unreadable=None, encode_target_fn=None):
     """One line -> (line to batch, None) or (line, reason for refusing it)."""
     if len(line) > MAX_CHARS_PER_TOKEN * source_limit:
         return line, (f"{len(line)} characters, more than {MAX_CHARS_PER_TOKEN} per token of the source limit "
@@ -176,7 +178,7 @@ def _screen(line, sid, encode_fn, src_dict, tgt_dict, constrained, source_limit,
         return line, None
     kept, empty, unknown, total = [], 0, [], 0
     for k, phrase in enumerate(phrases, 1):
-        encoded = encode_fn(phrase)
+        encoded = (encode_target_fn or encode_fn)(phrase)
         words = tgt_dict.encode_line(encoded, append_eos=False, add_if_not_exist=False).tolist()
         if not words:
             empty += 1

@@ -53,12 +53,13 @@ def test_interactive_data_path_that_is_a_file(small_data, tiny_checkpoint):
 
 
 # -- fairseq-interactive: warned about, naming the line ----------------------------------------------------------
+# (raw text is BPE-split as the training data was, with its vocabulary: 漢字 becomes the two unknown pieces 漢@@ 字)
 @pytest.mark.parametrize("flags,line,message,empty", [
-    ((), "漢字 😀", "input line 2 (sample id 1): all 2 source tokens are <unk> (not in the source dictionary); the "
+    ((), "漢字 😀", "input line 2 (sample id 1): all 3 source tokens are <unk> (not in the source dictionary); the "
      "output is the model's guess (--unreadable-source empty: an empty output)", False),
-    (("--unreadable-source", "empty"), "漢字 😀", "input line 2 (sample id 1): all 2 source tokens are <unk> (not in "
+    (("--unreadable-source", "empty"), "漢字 😀", "input line 2 (sample id 1): all 3 source tokens are <unk> (not in "
      "the source dictionary), --unreadable-source empty; not translated, output is empty", True),
-    ((), "漢字 😀 man", "input line 2 (sample id 1): 2 of 3 source tokens are <unk> (not in the source dictionary); "
+    ((), "漢字 😀 man", "input line 2 (sample id 1): 3 of 4 source tokens are <unk> (not in the source dictionary); "
      "the output may not translate it", False),
     ((), "\u200b\ufeff \u2060", "empty source sentence (sample id 1): nothing to translate, output is empty", True),
     (("--max-insertion-steps", "1"), "a man rides a horse on the street .", "sample id 1: stopped at the step cap "
@@ -144,10 +145,10 @@ def test_hub_refuses_unordered_constraints(hub):
 
 
 @pytest.mark.parametrize("unreadable,message,empty", [
-    (None, "all 2 source tokens are <unk> (not in the source dictionary); the output is the model's guess", False),
-    ("translate", "all 2 source tokens are <unk> (not in the source dictionary); the output is the model's guess",
+    (None, "all 3 source tokens are <unk> (not in the source dictionary); the output is the model's guess", False),
+    ("translate", "all 3 source tokens are <unk> (not in the source dictionary); the output is the model's guess",
      False),
-    ("empty", "all 2 source tokens are <unk> (not in the source dictionary), --unreadable-source empty; not "
+    ("empty", "all 3 source tokens are <unk> (not in the source dictionary), --unreadable-source empty; not "
      "translated, output is empty", True),
 ])
 def test_hub_warns_of_unreadable_sources(hub, caplog, unreadable, message, empty):
