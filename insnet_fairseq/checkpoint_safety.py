@@ -69,8 +69,8 @@ def refusal(path: str, error: BaseException = None) -> str:
     """The one-line message for a checkpoint that weights-only loading refused, or "" when ``error`` is another
     failure (a damaged or truncated file) and the file names no refused global."""
     found = unsafe_globals(path)
-    if not found and error is not None and "Weights only load failed" in str(error):
-        found = [_global_in_message(str(error)) or "a global outside the allowlist"]
+    if not found and error is not None and _global_in_message(str(error)):  # a file the scan cannot read (legacy)
+        found = [_global_in_message(str(error))]
     if not found:
         return ""
     shown = ", ".join(found[:12]) + (f" and {len(found) - 12} more" if len(found) > 12 else "")

@@ -23,8 +23,9 @@ default: the checkpoint's ``--unreadable-source``, translate). The checkpoint's 
 training setting) never stops a line that fits the model.
 
 An argument of another type (``translate(None)``, ``translate(5)``, ``generate(None)``, ``encode(3)``) is refused
-with one ``ValueError`` naming the argument. ``generate`` takes token ids: a row that is not 1-D integer ids, an empty row or an id outside the
-source dictionary is refused with a one-line ``ValueError`` naming ``tokenized_sentences[i]``
+with one ``ValueError`` naming the argument. ``generate`` takes token ids: a row that is not 1-D integer ids, an
+empty row or an id outside the source dictionary is refused with a one-line ``ValueError`` naming
+``tokenized_sentences[i]``
 (:func:`~insnet_fairseq.decoding.inputs.check_source_ids`); a missing ``bpe_codes`` file is one
 ``DataError`` naming it.
 """

@@ -22,8 +22,8 @@ exactly their constraint tokens, with a warning naming the sample id.
 
 Control characters other than the tab (``\\x00``, ``\\x07`` ...) are whitespace, in the source and in constraint
 phrases alike, so that no two words are joined. Zero-width and format characters (Unicode category Cf: U+200B,
-U+FEFF, U+200D ...) are removed first: no BPE vocabulary learned on text holds them, and a line made only of them is an empty
-line. A source whose every token is then ``<unk>`` (another script, emoji) is *unreadable*: it is
+U+FEFF, U+200D ...) are removed first: no BPE vocabulary learned on text holds them, and a line made only of them is
+an empty line. A source whose every token is then ``<unk>`` (another script, emoji) is *unreadable*: it is
 warned about, and translated anyway (``--unreadable-source translate``, the default: the model's
 guess) or refused (``--unreadable-source empty``); a source more than half ``<unk>`` is warned
 about too.

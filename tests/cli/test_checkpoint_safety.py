@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from conftest import AR_TINY, BIN, ENV, ROOT, TINY, TINY_LM, run, train_cmd  # noqa: F401  (fixtures small_data, lm_data)
+from conftest import AR_TINY, BIN, ENV, ROOT, TINY, TINY_LM, run, train_cmd  # noqa: F401  (small_data, lm_data)
 from insnet_fairseq import checkpoint_safety
 from insnet_fairseq.errors import CheckpointError
 
@@ -147,8 +147,8 @@ def test_kill_campaign_reads_weights_only(crafted):
 
 # ---------------------------------------------------------------- every kind of checkpoint the project writes loads
 NAT = ["--task", "translation_lev", "--criterion", "nat_loss", "--noise", "random_delete", "--decoder-learned-pos",
-       "--encoder-learned-pos", "--apply-bert-init", "--ddp-backend", "legacy_ddp", *AR_TINY[2:], "--share-all-embeddings",
-       "--max-tokens", "512"]
+       "--encoder-learned-pos", "--apply-bert-init", "--ddp-backend", "legacy_ddp", *AR_TINY[2:],
+       "--share-all-embeddings", "--max-tokens", "512"]
 
 
 def kinds(small_data, lm_data):
