@@ -79,7 +79,7 @@ def interactive(args, lines, flags):
         f.write("\n".join(lines) + "\n")
     cmd = [*fairseq_tool("interactive"), args.data, "--user-dir", os.path.join(ROOT, "insnet_fairseq"),
            "--task", "insertion_translation", "--path", args.path, "--input", f.name, "--constraints",
-           "--batch-size", "64", "--buffer-size", "64", "--cpu", *flags]
+           "--batch-size", "64", "--buffer-size", "64", "--cpu", "--input-preprocessing", "none", *flags]  # BPE text in
     proc = subprocess.run(cmd, capture_output=True, text=True, env=tool_env(OMP_NUM_THREADS=str(args.threads)))
     os.unlink(f.name)
     if proc.returncode != 0:

@@ -24,8 +24,9 @@ channel passes when:
 
 fairseq-interactive reads the plain run from stdin (under ``PYTHONIOENCODING=utf-8:strict``, as in
 a strict UTF-8 locale) and the constrained run from ``--input FILE``, both in batches (and
-buffers) of ``--batch-size`` (64) lines. ``--bpe-codes`` adds ``--tokenizer moses --bpe
-subword_nmt`` (raw text in, as a user would type it).
+buffers) of ``--batch-size`` (64) lines. Raw text goes in, as a user would type it, tokenised as the data-bin's
+preprocessing.json says (recipes/prepare_bitext.py); ``--bpe-codes`` names the codes instead (``--tokenizer moses
+--moses-no-escape --moses-no-dash-splits --bpe subword_nmt``, as the recipe tokenises).
 Printed per channel (interactive: plain; interactive-constraints; api and api-constraints: the
 hub): lines in, outputs out, lines warned (a warning names them), lines refused ("not
 translated"), tracebacks, order/count; the exit status is 1 when any check fails. The warning of
@@ -207,7 +208,8 @@ def run_interactive(args, lines, constrained, from_file=False):
     if args.source_lang:
         cmd += ["--source-lang", args.source_lang, "--target-lang", args.target_lang]
     if args.bpe_codes:
-        cmd += ["--tokenizer", "moses", "--bpe", "subword_nmt", "--bpe-codes", args.bpe_codes]
+        cmd += ["--tokenizer", "moses", "--moses-no-escape", "--moses-no-dash-splits", "--bpe", "subword_nmt",
+                "--bpe-codes", args.bpe_codes]
     if constrained:
         cmd += ["--constraints", "ordered"]
     cmd += shlex.split(args.extra)
@@ -260,7 +262,8 @@ def load_hub(args):
     if args.source_lang:
         overrides.update(source_lang=args.source_lang, target_lang=args.target_lang)
     if args.bpe_codes:
-        overrides.update(tokenizer="moses", bpe="subword_nmt", bpe_codes=args.bpe_codes)
+        overrides.update(tokenizer="moses", moses_no_escape=True, moses_no_dash_splits=True, bpe="subword_nmt",
+                         bpe_codes=args.bpe_codes)
     return InsNetModel.from_pretrained(os.path.dirname(os.path.abspath(args.path)),
                                        checkpoint_file=os.path.basename(args.path),
                                        data_name_or_path=os.path.abspath(args.data), **overrides)

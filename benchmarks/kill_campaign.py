@@ -198,9 +198,10 @@ def subset_data(data, dest, sentences):
 
 
 def load(path):
-    import torch
+    """A checkpoint of the campaign, loaded weights-only (insnet_fairseq.checkpoint_safety)."""
+    from insnet_fairseq import checkpoint_safety
 
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return checkpoint_safety.load(path)
 
 
 def readable(save):

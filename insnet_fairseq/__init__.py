@@ -10,6 +10,8 @@ The package, by layer; a module imports only from its own layer and the layers b
    trajectories (:mod:`.geometry.layers`); ``data``: the fairseq dataset (:mod:`.data.dataset`), dependency
    trees (:mod:`.data.dependency`: the InsNet syntactic order's levels, the expansion LM's transitions) and the
    expansion LM's dataset (:mod:`.data.expansion_dataset`); :mod:`.errors`: the errors raised on bad input;
+   :mod:`.checkpoint_safety`: the allowlist of weights-only checkpoint loading, and the package's loader;
+   :mod:`.checkpoint_safety`: the allowlist of weights-only checkpoint loading and the package's loader;
 1. ``modules``: the InsNet context encoder (:mod:`.modules.decoder`), offset attention
    (:mod:`.modules.attention`, with its C++ kernel :mod:`.modules.offset_scores`), slot heads
    (:mod:`.modules.slots`) and the linear layers they are built from (:mod:`.modules.packed_linear`: oneDNN's
@@ -30,8 +32,7 @@ The package, by layer; a module imports only from its own layer and the layers b
    ``expansion_lm`` with its criterion (:mod:`.tasks.expansion_lm`), fairseq's ``language_modeling`` sampling
    from nothing (:mod:`.tasks.unconditional_lm`) and the checks that refuse a model or checkpoint that does not
    fit its dictionaries, task or model (:mod:`.tasks.checkpoint_checks`); ``fairseq_fixes``: patches to
-   fairseq 0.12 installed on import: loading its checkpoints under torch >= 2.6
-   (:mod:`.fairseq_fixes.checkpoint_compat`), batching that drops the last sentences of a split
+   fairseq 0.12 installed on import: batching that drops the last sentences of a split
    (:mod:`.fairseq_fixes.batching`), fairseq-interactive aborting on, or silently dropping, a bad input line
    (:mod:`.fairseq_fixes.interactive`), distributed training that needs CUDA (:mod:`.fairseq_fixes.distributed_cpu`),
    checkpoint copies that a kill can leave truncated (:mod:`.fairseq_fixes.atomic_checkpoints`), InsT's
@@ -42,11 +43,12 @@ The package, by layer; a module imports only from its own layer and the layers b
    steps that the tensors kept from the weights do not notice (:mod:`.fairseq_fixes.optimizer_versions`), and
    fairseq's own models multiplying through other products than InsNet's (:mod:`.fairseq_fixes.packed_models`).
 """
-from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, checkpoint_compat, clean_errors, clean_exit,
-                                          distributed_cpu, insertion_targets, interactive, numpy_compat,
-                                          optimizer_versions, packed_models)
+from insnet_fairseq import checkpoint_safety
+from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, clean_errors, clean_exit, distributed_cpu,
+                                          insertion_targets, interactive, numpy_compat, optimizer_versions,
+                                          packed_models)
 
-checkpoint_compat.install()
+checkpoint_safety.install()  # fairseq's torch.load calls stay weights-only: they only need the allowlist
 batching.install()
 interactive.install()
 distributed_cpu.install()

@@ -139,7 +139,7 @@ def reference() -> str:
 
 
 def main() -> None:
-    import insnet_fairseq  # noqa: F401  (registers the tasks and models)
+    # (``python -m insnet_fairseq.flag_reference`` imports the package first: its tasks and models are registered)
     sys.stdout.write(reference())
 
 

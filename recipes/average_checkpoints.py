@@ -36,6 +36,8 @@ from typing import Dict, List, Tuple
 import torch
 from fairseq import checkpoint_utils
 
+from insnet_fairseq import checkpoint_safety
+from insnet_fairseq.errors import CheckpointError
 from recipes.inference_checkpoint import inference_state
 
 
@@ -57,7 +59,10 @@ def load_distinct(paths: List[str]) -> Tuple[List[str], List[dict]]:
     training state differs. -> (the paths kept, their states)."""
     seen, kept, states = set(), [], []
     for p in paths:
-        state = torch.load(p, map_location="cpu", weights_only=False)
+        try:
+            state = checkpoint_safety.load(p)
+        except CheckpointError as e:
+            sys.exit(f"average_checkpoints.py: {e}")
         digest = model_digest(state["model"])
         if digest not in seen:
             seen.add(digest)

@@ -98,13 +98,16 @@ def checkpoint_task(ckpt) -> str:
     """The fairseq task a checkpoint was trained with (its saved config's ``task._name``, or ``args.task``:
     :func:`insnet_fairseq.tasks.checkpoint_checks.checkpoint_arch`). Every member of an ensemble (fairseq's
     ``a.pt:b.pt``, :func:`ensemble_paths`) must have been trained with the same task."""
-    import torch
-
+    from insnet_fairseq import checkpoint_safety
+    from insnet_fairseq.errors import CheckpointError
     from insnet_fairseq.tasks.checkpoint_checks import checkpoint_arch
 
     tasks = {}
     for path in ensemble_paths(ckpt):
-        _, tasks[path] = checkpoint_arch(torch.load(path, map_location="cpu", weights_only=False))
+        try:
+            _, tasks[path] = checkpoint_arch(checkpoint_safety.load(path))
+        except CheckpointError as e:
+            fail(str(e))
         if not tasks[path]:
             fail(f"cannot tell the task of the teacher {path} (no cfg.task in the checkpoint)")
     if len(set(tasks.values())) > 1:

@@ -22,6 +22,9 @@ import sys
 import torch
 from fairseq.checkpoint_utils import torch_persistent_save
 
+from insnet_fairseq import checkpoint_safety
+from insnet_fairseq.errors import CheckpointError
+
 KEEP = ("args", "cfg", "model", "criterion", "optimizer_history", "task_state", "extra_state", "dictionaries")
 EXTRA_KEEP = ("train_iterator", "val_loss", "best", "previous_training_time", "metrics")  # fairseq's own, all small
 
@@ -63,7 +66,9 @@ def main(argv=None):
     if not os.path.isfile(args.input):
         sys.exit(f"inference_checkpoint.py: {args.input} does not exist")
     try:
-        state = torch.load(args.input, map_location="cpu", weights_only=False)
+        state = checkpoint_safety.load(args.input)
+    except CheckpointError as e:  # a global outside the allowlist
+        sys.exit(f"inference_checkpoint.py: {e}")
     except Exception as e:  # not a torch file
         sys.exit(f"inference_checkpoint.py: {args.input} is not a readable checkpoint ({type(e).__name__}: {e})")
     if not isinstance(state, dict) or "model" not in state:

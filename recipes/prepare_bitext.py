@@ -6,7 +6,9 @@ fairseq-preprocess with a joined dictionary.
         --src en --tgt de --bpe-merges 10000
 
 Reads {train,valid,test}.{src,tgt} from --raw-dir; writes work/<name>/ (tokenised and BPE text,
-BPE codes) and data-bin/<name>/ (binarised). Idempotent: finished steps are skipped.
+BPE codes) and data-bin/<name>/ (binarised, with preprocessing.json, the BPE codes and vocabularies:
+how raw text is tokenised to match it, which fairseq-interactive and the hub interface apply). Idempotent:
+finished steps are skipped.
 ``--max-lines N`` keeps the first N lines of every split (tests, quick runs).
 ``--tokenizer LANG=NAME`` replaces the Moses tokenisation of one language by the hook in
 recipes/NAME.py (``romanian``: WMT16 normalisation and diacritics removal, then Moses;
@@ -351,6 +353,21 @@ def binarize(work, dest, src, tgt):
     )
 
 
+def record_preprocessing(work, dest, langs, hooks, decisions):
+    """DEST/preprocessing.json, with the BPE codes and vocabularies beside it: how raw text is to be tokenised to
+    match this data (fairseq-interactive and the hub interface read it; insnet_fairseq/data/preprocessing.py).
+    A side that came tokenised is ``pretokenized``. Written once; an earlier preparation gets it on its next run."""
+    from insnet_fairseq.data import preprocessing
+
+    names = {}
+    for lang in langs:
+        names[lang] = "pretokenized" if decisions[lang][1] else hooks.get(lang, "moses")
+    path = preprocessing.write(dest, langs[0], langs[1], names, os.path.join(work, "bpe.codes"),
+                               {lang: os.path.join(work, f"vocab.{lang}") for lang in langs})
+    print(f"raw-text settings: {path} ({', '.join(f'{l}: {n}' for l, n in names.items())}; BPE codes and "
+          "vocabularies copied beside it)", flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--name", required=True)
@@ -386,6 +403,12 @@ def main(argv=None):
     drop_empty_pairs(work, langs, args.max_train_len, args.max_train_ratio, raw_dir=args.raw_dir)
     bpe(work, langs, args.bpe_merges, args.workers)
     binarize(work, dest, args.src, args.tgt)
+    from insnet_fairseq.data.preprocessing import SETTINGS
+
+    if not os.path.exists(os.path.join(dest, SETTINGS)):
+        if not decisions:  # tokenised by an earlier run: its decisions are made again (they read the raw files)
+            decisions = decide_input(args.raw_dir, langs, hooks, args.tokenized, args.unescape)
+        record_preprocessing(work, dest, langs, hooks, decisions)
     print(f"ready: {dest}")
     return dest
 

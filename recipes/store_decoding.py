@@ -21,11 +21,11 @@ import argparse
 import os
 import sys
 
-import torch
 from fairseq import checkpoint_utils
 
+from insnet_fairseq import checkpoint_safety
 from insnet_fairseq.decoding.options import MODES, DecodingOptions, check_stored
-from insnet_fairseq.errors import FlagError
+from insnet_fairseq.errors import CheckpointError, FlagError
 
 
 def model_args(state: dict, path: str):
@@ -57,7 +57,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     if not os.path.isfile(args.checkpoint):
         sys.exit(f"store_decoding.py: checkpoint {args.checkpoint} not found")
-    state = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
+    try:
+        state = checkpoint_safety.load(args.checkpoint)
+    except CheckpointError as e:
+        sys.exit(f"store_decoding.py: {e}")
     margs = model_args(state, args.checkpoint)
     stored = dict(getattr(margs, "decoding_defaults", None) or {})
     if args.show:

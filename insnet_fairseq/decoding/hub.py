@@ -6,6 +6,10 @@
     ins.translate(["a man rides a horse ."])                        # -> one string per line
     ins.translate(["a man rides a horse .\tein Pferd"], constraints="ordered")   # phrases after tabs
 
+Raw text is tokenised and BPE-split as the training data was, where the data-bin records it
+(``DATA/preprocessing.json``, written by ``recipes/prepare_bitext.py``; :mod:`insnet_fairseq.data.preprocessing`);
+``tokenizer=``/``bpe=`` that differ from the record are used, with a warning naming both.
+
 fairseq's ``GeneratorHubInterface``, with fairseq-interactive's guarantees: one output per
 input, in order, and no exception for a bad line. Lines are screened first
 (:func:`insnet_fairseq.decoding.inputs.screen_lines`): a refused line (too long, unusable constraints, not text) gets
@@ -18,8 +22,10 @@ a line whose every token is ``<unk>`` with an empty output instead of the model'
 default: the checkpoint's ``--unreadable-source``, translate). The checkpoint's ``--max-tokens`` (a
 training setting) never stops a line that fits the model.
 
-``generate`` takes token ids: a row that is not 1-D integer ids, an empty row or an id outside the
-source dictionary is refused with a one-line ``ValueError`` naming ``tokenized_sentences[i]``
+An argument of another type (``translate(None)``, ``translate(5)``, ``generate(None)``, ``encode(3)``) is refused
+with one ``ValueError`` naming the argument. ``generate`` takes token ids: a row that is not 1-D integer ids, an
+empty row or an id outside the source dictionary is refused with a one-line ``ValueError`` naming
+``tokenized_sentences[i]``
 (:func:`~insnet_fairseq.decoding.inputs.check_source_ids`); a missing ``bpe_codes`` file is one
 ``DataError`` naming it.
 """
@@ -34,16 +40,36 @@ from fairseq.hub_utils import GeneratorHubInterface
 from fairseq.token_generation_constraints import pack_constraints
 from omegaconf import open_dict
 
-from insnet_fairseq.decoding.inputs import as_text, check_bpe_files, check_source_ids, clean_line, line_label
+from insnet_fairseq.decoding.inputs import (as_text, check_bpe_files, check_source_ids, clean_line, integer_ids,
+                                            line_label)
 from insnet_fairseq.decoding.options import check_constraints, check_unreadable_source
 
 logger = logging.getLogger(__name__)
+
+
+def text_argument(name: str, value) -> str:
+    """``value`` if it is a str, else a one-line ValueError naming the argument ``name`` and what it got."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a str (one line of text), got {type(value).__name__}")
+    return value
+
+
+def lines_argument(name: str, value, bytes_ok: bool = True) -> list:
+    """A list of lines given as argument ``name``: any iterable but a mapping (its items are screened one by one
+    later); None, a number or another non-iterable is a one-line ValueError naming ``name``."""
+    what = "a line (str or bytes) or a list of them" if bytes_ok else "a str or a list of str"
+    if value is None or isinstance(value, dict) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{name} must be {what}, got {type(value).__name__}")
+    return list(value)
 
 
 class InsNetHubInterface(GeneratorHubInterface):
     def __init__(self, cfg, task, models):
         check_bpe_files(getattr(cfg, "bpe", None))  # before fairseq's encoder opens it
         super().__init__(cfg, task, models)
+        if hasattr(task, "target_encoder"):  # raw text as the training data was tokenised (tasks/base.py)
+            self.tokenizer = task.build_tokenizer(cfg.tokenizer, raw_text=True)
+            self.bpe = task.build_bpe(cfg.bpe, raw_text=True)
 
     def sample(self, sentences, beam: int = 1, verbose: bool = False, unreadable_source: Optional[str] = None,
                **kwargs):
@@ -52,6 +78,7 @@ class InsNetHubInterface(GeneratorHubInterface):
         if isinstance(sentences, (str, bytes, bytearray)):
             return self.sample([sentences], beam=beam, verbose=verbose, unreadable_source=unreadable_source,
                                **kwargs)[0]
+        sentences = lines_argument("sentences", sentences)
         check_constraints(kwargs.get("constraints") or self.cfg.generation.constraints)
         screen_args = {}
         if unreadable_source is not None:
@@ -78,11 +105,26 @@ class InsNetHubInterface(GeneratorHubInterface):
         tokens = [self.encode(s) for s in sources]
         constraint_tokens = None
         if constrained:
-            constraint_tokens = [[self.tgt_dict.encode_line(self._encode_text(p), append_eos=False,
+            encode_target = getattr(self.task, "target_encoder", lambda f: f)(self._encode_text)  # phrases: target text
+            constraint_tokens = [[self.tgt_dict.encode_line(encode_target(p), append_eos=False,
                                                             add_if_not_exist=False).long() for p in row]
                                  for row in phrases]
         hypos = self.generate(tokens, beam, verbose, constraint_tokens=constraint_tokens, refused=refused, **kwargs)
         return [self.decode(h[0]["tokens"]) for h in hypos]
+
+    def score(self, sentences, replace_newline_with_eos: bool = False, **kwargs):
+        """fairseq's ``score``; ``sentences`` that are no line or list of lines are refused naming the argument."""
+        if not isinstance(sentences, str):
+            sentences = lines_argument("sentences", sentences, bytes_ok=False)
+        return super().score(sentences, replace_newline_with_eos=replace_newline_with_eos, **kwargs)
+
+    def encode(self, sentence: str) -> torch.LongTensor:
+        """fairseq's ``encode`` (tokeniser, BPE, source ids); anything but a str is refused naming ``sentence``."""
+        return super().encode(text_argument("sentence", sentence))
+
+    def decode(self, tokens: torch.LongTensor) -> str:
+        """fairseq's ``decode`` (target ids to text); ``tokens`` that are no 1-D integer ids are refused by name."""
+        return super().decode(integer_ids("tokens", tokens, "a 1-D sequence of integer token ids"))
 
     def _encode_text(self, text: str) -> str:
         return self.apply_bpe(self.tokenize(text))
@@ -100,6 +142,9 @@ class InsNetHubInterface(GeneratorHubInterface):
         ignored: no sentence is ever left out. Ids that are no sentence are refused with a
         ValueError (:func:`~insnet_fairseq.decoding.inputs.check_source_ids`).
         """
+        if tokenized_sentences is None or isinstance(tokenized_sentences, (str, bytes, int, float)):
+            raise ValueError(f"tokenized_sentences must be a list of 1-D token id sequences (or one 1-D tensor), got "
+                             f"{type(tokenized_sentences).__name__}: encode text with translate() or encode()")
         if torch.is_tensor(tokenized_sentences) and tokenized_sentences.dim() == 1:
             return self.generate(tokenized_sentences.unsqueeze(0), beam=beam, verbose=verbose, **kwargs)[0]
         tokens = check_source_ids(tokenized_sentences, len(self.src_dict))

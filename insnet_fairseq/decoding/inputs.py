@@ -20,9 +20,10 @@ constraint phrases from stray tabs (dropped: they hold no token), constraint wor
 the target dictionary (inserted as ``<unk>``). Empty sources are the generator's: it outputs
 exactly their constraint tokens, with a warning naming the sample id.
 
-Zero-width and format characters (Unicode category Cf: U+200B, U+FEFF, U+200D ...) are removed
-first: no BPE vocabulary learned on text holds them, and a line made only of them is an empty
-line. A source whose every token is then ``<unk>`` (another script, emoji) is *unreadable*: it is
+Control characters other than the tab (``\\x00``, ``\\x07`` ...) are whitespace, in the source and in constraint
+phrases alike, so that no two words are joined. Zero-width and format characters (Unicode category Cf: U+200B,
+U+FEFF, U+200D ...) are removed first: no BPE vocabulary learned on text holds them, and a line made only of them is
+an empty line. A source whose every token is then ``<unk>`` (another script, emoji) is *unreadable*: it is
 warned about, and translated anyway (``--unreadable-source translate``, the default: the model's
 guess) or refused (``--unreadable-source empty``); a source more than half ``<unk>`` is warned
 about too.
@@ -57,6 +58,16 @@ def clean_line(text: str) -> str:
     """Strip whitespace at both ends, except tabs: with constraints ``<TAB>phrase`` is an empty
     source with one constraint, not the source ``phrase``."""
     return _EDGE_SPACE.sub("", text)
+
+
+_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # C0 and C1 control characters but the tab
+
+
+def controls_to_spaces(text: str) -> str:
+    """``text`` with every control character but the tab (which separates constraint phrases) replaced by a space:
+    the Moses tokeniser deletes them, which would join the words on either side. Example: "ein\\x07Hund" ->
+    "ein Hund"."""
+    return _CONTROL.sub(" ", text)
 
 
 def drop_format_chars(text: str) -> str:
@@ -109,6 +120,7 @@ def screen_lines(
     constrained: bool = False,
     max_tokens: Optional[int] = None,
     unreadable: Optional[str] = None,
+    encode_target_fn: Optional[Callable[[str], str]] = None,
 ) -> Tuple[List[str], Dict[int, str]]:
     """Check lines ``first_id``, ``first_id + 1``, ... before batching.
 
@@ -121,6 +133,7 @@ def screen_lines(
         max_tokens: fairseq-interactive's ``--max-tokens`` (a longer line cannot be batched).
         unreadable: ``--unreadable-source`` (translate, empty) for a source whose every token is
             ``<unk>``; None: no check of ``<unk>`` (a task that checks its own words).
+        encode_target_fn: the constraint phrases' text -> text (target side); default ``encode_fn``.
 
     Returns the lines to batch (refused ones replaced by ``""``, zero-width and format characters
     removed, stray empty phrases dropped) and
@@ -136,7 +149,7 @@ def screen_lines(
         sid = first_id + i
         try:
             line, reason = _screen(line, sid, encode_fn, src_dict, tgt_dict, constrained, source_limit, source_flag,
-                                   target_words, specials, unreadable)
+                                   target_words, specials, unreadable, encode_target_fn or encode_fn)
         except Exception as e:  # a tokeniser or BPE failure on this line only
             reason = f"tokenisation failed ({type(e).__name__}: {_short([str(e)], 1)})"
         if reason is not None:
@@ -147,12 +160,12 @@ def screen_lines(
 
 
 def _screen(line, sid, encode_fn, src_dict, tgt_dict, constrained, source_limit, source_flag, target_words, specials,
-            unreadable=None):
+            unreadable=None, encode_target_fn=None):
     """One line -> (line to batch, None) or (line, reason for refusing it)."""
     if len(line) > MAX_CHARS_PER_TOKEN * source_limit:
         return line, (f"{len(line)} characters, more than {MAX_CHARS_PER_TOKEN} per token of the source limit "
                       f"({source_limit} tokens, {source_flag})")
-    line = drop_format_chars(line)
+    line = controls_to_spaces(drop_format_chars(line))
     source, *phrases = line.split("\t") if constrained else [line]
     ids = src_dict.encode_line(encode_fn(source), add_if_not_exist=False)
     n = len(ids)
@@ -165,7 +178,7 @@ def _screen(line, sid, encode_fn, src_dict, tgt_dict, constrained, source_limit,
         return line, None
     kept, empty, unknown, total = [], 0, [], 0
     for k, phrase in enumerate(phrases, 1):
-        encoded = encode_fn(phrase)
+        encoded = (encode_target_fn or encode_fn)(phrase)
         words = tgt_dict.encode_line(encoded, append_eos=False, add_if_not_exist=False).tolist()
         if not words:
             empty += 1

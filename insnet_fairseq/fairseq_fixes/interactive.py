@@ -68,6 +68,12 @@ def _numbered(make_batches):
         if screen is not None:
             lines = screen(list(lines), first, encode_fn, max_positions, constrained=bool(cfg.generation.constraints),
                            max_tokens=cfg.dataset.max_tokens)
+        # fairseq encodes the constraint phrases with the function it is given, the sources through the task
+        # (get_interactive_tokens_and_lengths): phrases are target text
+        target_encoder = getattr(task, "target_encoder", None)
+        if target_encoder is not None:
+            task.interactive_source_encode = encode_fn
+            encode_fn = target_encoder(encode_fn)
         for batch in make_batches(lines, cfg, task, max_positions, encode_fn):
             if screen is not None:
                 task.pending_sample_ids = batch.ids + first
@@ -75,6 +81,11 @@ def _numbered(make_batches):
 
     make_batches_numbered.__wrapped__ = make_batches
     return make_batches_numbered
+
+
+def running() -> bool:
+    """fairseq-interactive is the program running (its module is loaded)."""
+    return bool(_interactive_modules())
 
 
 def _interactive_modules():

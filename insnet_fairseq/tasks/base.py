@@ -21,8 +21,10 @@ from fairseq.tasks.translation import TranslationConfig, TranslationTask
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.hub import InsNetHubInterface
 from insnet_fairseq.decoding.inputs import check_bpe_files, screen_lines
+from insnet_fairseq.data import preprocessing
 from insnet_fairseq.decoding.options import DecodingFlags, DecodingOptions, check_unreadable_source, stored_decoding
 from insnet_fairseq.errors import DataError, FlagError
+from insnet_fairseq.fairseq_fixes.interactive import running as interactive_running
 from insnet_fairseq.geometry.gaps import sample_layers
 from insnet_fairseq.geometry.layers import (PAD_LAYER, compact, delay_last_words, num_layers, sequential_layers,
                                             trajectory, uniform_layers)
@@ -51,6 +53,13 @@ class InsertionConfig(TranslationConfig, DecodingFlags):
             "dependency (insertion_lm: level by level down the sentence's binarised dependency parse, {split}.deps); "
             "<s> and </s> always come first"
         },
+    )
+    input_preprocessing: ChoiceEnum(["data", "none"]) = field(
+        default="data",
+        metadata={"help": "raw text of fairseq-interactive and the hub interface. data: tokenised and BPE-split as "
+                  "DATA/preprocessing.json records how the training text was (recipes/prepare_bitext.py writes it); "
+                  "a --tokenizer or --bpe that differs from it is used, with a warning. none: only what "
+                  "--tokenizer/--bpe ask (lines given as the model reads them)"},
     )
     anchor_depth: int = field(
         default=DEFAULT_ANCHOR_DEPTH,
@@ -369,13 +378,90 @@ class InsertionTask(TranslationTask):
         check_unreadable_source(unreadable)
         lines, self.refused_inputs = screen_lines(lines, first_id, encode_fn, self.source_dictionary,
                                                   self.target_dictionary, max_positions, constrained, max_tokens,
-                                                  unreadable=None if self.has_keywords else unreadable)
+                                                  unreadable=None if self.has_keywords else unreadable,
+                                                  encode_target_fn=self.target_encoder(encode_fn))
         return lines
 
-    def build_bpe(self, args):
-        """fairseq's BPE, a missing file (``--bpe-codes``) refused in one line naming the flag and the file."""
+    # -- raw text tokenised as the training data was (data/preprocessing.py) -------------------------------------
+    def _preprocessing(self, raw_text):
+        """The data's recorded preprocessing, when raw text is to be tokenised by it: fairseq-interactive and the hub
+        (``raw_text``; None: whether fairseq-interactive is the program), ``--input-preprocessing data``."""
+        if raw_text is None:
+            raw_text = interactive_running()
+        if not raw_text or str(getattr(self.cfg, "input_preprocessing", "data")) != "data":
+            return None
+        return preprocessing.read(getattr(self.cfg, "data", None))
+
+    def build_tokenizer(self, args, raw_text=None):
+        """fairseq's tokenizer, or, for raw text when the data records how it was tokenised, that tokenisation.
+        A ``--tokenizer`` that differs from the record is used, with a warning naming both."""
+        settings = self._preprocessing(raw_text)
+        name = getattr(args, "_name", None) or getattr(args, "tokenizer", None) if args is not None else None
+        if settings is None:
+            tokenizer = super().build_tokenizer(args)
+        elif name is None or (name == "moses" and getattr(args, "moses_no_escape", False)
+                              and getattr(args, "moses_no_dash_splits", False)):
+            tokenizer = preprocessing.PreparedTokenizer(settings)
+            logger.info(f"raw text tokenised as the training data was: {preprocessing.describe_tokenizer(settings)}")
+        else:
+            given = f"--tokenizer {name}" + ("" if name != "moses" else " (" + ", ".join(
+                w for w, off in (("escaping & \" '", "moses_no_escape"), ("splitting dashes", "moses_no_dash_splits"))
+                if not getattr(args, off, False)) + ")")
+            logger.warning(f"{given} is not how the training data was tokenised ("
+                           f"{preprocessing.describe_tokenizer(settings)}): raw text is tokenised as the command line "
+                           "asks, and may not match the model's vocabulary; leave out --tokenizer to tokenise it as "
+                           "training saw it")
+            tokenizer = super().build_tokenizer(args)
+        self._raw_tokenizer = tokenizer if settings is not None else None
+        return tokenizer
+
+    def build_bpe(self, args, raw_text=None):
+        """fairseq's BPE (a missing ``--bpe-codes`` refused in one line naming the flag and the file), or, for raw
+        text when the data records its BPE, that BPE with each side's vocabulary filter. Other codes or another BPE
+        than the record's are used, with a warning naming both."""
+        settings = self._preprocessing(raw_text)
         check_bpe_files(args)
-        return super().build_bpe(args)
+        name = getattr(args, "_name", None) or getattr(args, "bpe", None) if args is not None else None
+        if settings is None:
+            bpe = super().build_bpe(args)
+        else:
+            recorded = os.path.join(settings["dir"], settings["bpe"]["codes"])
+            codes = getattr(args, "bpe_codes", None)
+            same = name is None or (name == "subword_nmt" and isinstance(codes, str) and os.path.isfile(codes)
+                                    and preprocessing.file_digest(codes) == preprocessing.file_digest(recorded))
+            if same:
+                bpe = preprocessing.PreparedBPE(settings)
+                logger.info(f"raw text BPE-split as the training data was: {recorded}, with each side's vocabulary")
+            else:
+                logger.warning(f"--bpe {name}" + (f" --bpe-codes {codes}" if codes else "") + " is not the BPE "
+                               f"of the training data ({recorded}, {settings['file']}): raw text is split as the "
+                               "command line asks, and may not match the model's vocabulary; leave out --bpe to "
+                               "split it as training saw it")
+                bpe = super().build_bpe(args)
+        self._raw_bpe = bpe if settings is not None else None
+        return bpe
+
+    def get_interactive_tokens_and_lengths(self, lines, encode_fn):
+        """fairseq's, the sources encoded as sources: fairseq-interactive hands this task the constraint phrases'
+        (target) encoder (fairseq_fixes/interactive.py keeps the source one in ``interactive_source_encode``)."""
+        return super().get_interactive_tokens_and_lengths(lines, getattr(self, "interactive_source_encode", None)
+                                                          or encode_fn)
+
+    def target_encoder(self, encode_fn):
+        """Constraint phrases are target text: where the recorded preprocessing is in use, its target side (the
+        target language's tokeniser and BPE vocabulary), else ``encode_fn``."""
+        tok, bpe = getattr(self, "_raw_tokenizer", None), getattr(self, "_raw_bpe", None)
+        if tok is None and bpe is None:
+            return encode_fn
+
+        def encode_target(text):
+            if tok is not None:
+                text = getattr(tok, "encode_target", tok.encode)(text)
+            if bpe is not None:
+                text = getattr(bpe, "encode_target", bpe.encode)(text)
+            return text
+
+        return encode_target
 
     def get_batch_iterator(self, dataset, max_tokens=None, max_sentences=None, *args, **kwargs):
         """fairseq's, with ``--batch-size 0`` refused (fairseq reads it as no limit)."""

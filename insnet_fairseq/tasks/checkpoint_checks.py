@@ -20,6 +20,11 @@ Installed when ``insnet_fairseq`` is imported (``--user-dir``), for our models a
   architecture trained with another ``--task`` is refused before anything runs.
 * A file that is missing, empty, not a torch file, damaged, or a torch file that is not a fairseq
   checkpoint is named with what is wrong with it.
+* A checkpoint naming a global outside the weights-only allowlist (:mod:`insnet_fairseq.checkpoint_safety`) is
+  refused, naming the file and the class, and how to convert a trusted one. A data-parallel run has every worker
+  read the checkpoint it resumes from itself (``--load-checkpoint-on-all-dp-ranks``): fairseq would otherwise send
+  rank 0's loaded state, configuration objects included, to the others as a pickle that weights-only loading
+  refuses.
 
 Each raises :class:`insnet_fairseq.errors.CheckpointError` (a model built for the wrong task: ``ValueError``),
 which the command-line tools print as one line, without a traceback.
@@ -27,7 +32,6 @@ which the command-line tools print as one line, without a traceback.
 import hashlib
 import os
 
-import torch
 from fairseq import checkpoint_utils, tasks, utils
 from fairseq import models as fairseq_models
 from fairseq.data import Dictionary
@@ -37,6 +41,7 @@ from fairseq.models import ARCH_MODEL_REGISTRY, FairseqEncoderDecoderModel
 from fairseq.models.nat import FairseqNATModel
 from fairseq.trainer import Trainer
 
+from insnet_fairseq import checkpoint_safety
 from insnet_fairseq.errors import CheckpointError
 from insnet_fairseq.models.insnet import InsNetDecoder, InsNetLMModel, InsNetModel
 from insnet_fairseq.tasks.lm import InsertionLMTask
@@ -274,8 +279,13 @@ def describe_unreadable(path, error):
     size = os.path.getsize(path) if os.path.exists(path) else -1
     if size == 0:
         return f"checkpoint {path} is empty (0 bytes), not a checkpoint (an interrupted save?): delete it or pass another file"
+    refused = checkpoint_safety.refusal(path, error)
+    if refused:  # a global outside the allowlist: named without unpickling the file
+        return refused
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=False)
+        obj = checkpoint_safety.load(path)
+    except CheckpointError as e:
+        return str(e)
     except Exception as e:  # noqa: BLE001 - pickle, zip, EOF: whatever the file is, it is no checkpoint
         text = f"{type(e).__name__}: {e}".splitlines()[0][:160]
         return (f"checkpoint {path} ({size:,} bytes) cannot be read by torch.load: not a checkpoint, or a damaged or "
@@ -349,6 +359,8 @@ def _wrap_trainer_load_checkpoint(original):
     def load_checkpoint(self, filename, *args, **kwargs):
         shapes = {}
         _training.append((self.task, self.cfg.model, shapes))
+        if self.data_parallel_world_size > 1:  # no pickled broadcast of the loaded state (module docstring)
+            self.cfg.checkpoint.load_checkpoint_on_all_dp_ranks = True
         try:
             return original(self, filename, *args, **kwargs)
         except CheckpointError:

@@ -41,7 +41,7 @@ def test_train_kill_mid_epoch_and_resume(small_data, tmp_path):
     proc.wait()
     first_log = log_path.read_text()
     assert os.path.exists(marker), first_log[-3000:]
-    state = torch.load(last, map_location="cpu", weights_only=False)
+    state = torch.load(last, map_location="cpu")
     updates = state["optimizer_history"][-1]["num_updates"]
     itr = state["extra_state"]["train_iterator"]
     assert updates == 8 and itr["epoch"] == 1 and 0 < itr["iterations_in_epoch"]  # saved mid-epoch
@@ -53,7 +53,7 @@ def test_train_kill_mid_epoch_and_resume(small_data, tmp_path):
     log = resumed.stdout + resumed.stderr
     assert "weights_only" not in log
     assert f"(epoch 1 @ {updates} updates)" in log  # fairseq's "Loaded checkpoint ..." line
-    final = torch.load(last, map_location="cpu", weights_only=False)
+    final = torch.load(last, map_location="cpu")
     assert final["optimizer_history"][-1]["num_updates"] == 60
     curve = losses(first_log) + losses(log)
     assert curve[0][0] == 1 and curve[-1][0] == 60
@@ -250,7 +250,7 @@ def test_dinic_layerings_survive_a_resume(small_data, tmp_path):
     flags = ["--dinic-tau", "1.0", "--insertion-order", "binary", "--save-interval-updates", "3"]
     first = run(train_cmd(small_data, str(tmp_path / "ckpt"), "--max-update", "3", *flags))
     assert first.returncode == 0, first.stderr[-3000:]
-    state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    state = torch.load(tmp_path / "ckpt" / "checkpoint_last.pt", map_location="cpu")
     store = state["extra_state"]["InsertionTranslationTask"]["layer_store"]
     seen = int(store[:, 0].eq(0).sum())  # sentences layered so far: <s> in layer 0
     assert seen > 0 and seen == sum(int(float(r["bsz"])) for r in train_rows(first.stdout + first.stderr))
@@ -301,7 +301,7 @@ def test_two_workers_equal_one_worker_with_twice_the_batch(small_data, tmp_path)
     assert launched.returncode == 0, launched.stderr[-3000:]
 
     def state(name):
-        ckpt = torch.load(tmp_path / name / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+        ckpt = torch.load(tmp_path / name / "checkpoint_last.pt", map_location="cpu")
         return ckpt["model"], ckpt["extra_state"]["InsertionTranslationTask"]["layer_store"]
 
     ref_losses, (ref_model, ref_store) = losses(one.stdout + one.stderr), state("one")

@@ -22,7 +22,7 @@ def hypotheses(out):
 
 
 def load(path):
-    return torch.load(path, map_location="cpu", weights_only=False)
+    return torch.load(path, map_location="cpu")
 
 
 def test_decoding_copy_decodes_the_same_and_keeps_tied_weights(small_data, tiny_checkpoint, ar_checkpoint, tmp_path):

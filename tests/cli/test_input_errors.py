@@ -53,12 +53,13 @@ def test_interactive_data_path_that_is_a_file(small_data, tiny_checkpoint):
 
 
 # -- fairseq-interactive: warned about, naming the line ----------------------------------------------------------
+# (raw text is BPE-split as the training data was, with its vocabulary: 漢字 becomes the two unknown pieces 漢@@ 字)
 @pytest.mark.parametrize("flags,line,message,empty", [
-    ((), "漢字 😀", "input line 2 (sample id 1): all 2 source tokens are <unk> (not in the source dictionary); the "
+    ((), "漢字 😀", "input line 2 (sample id 1): all 3 source tokens are <unk> (not in the source dictionary); the "
      "output is the model's guess (--unreadable-source empty: an empty output)", False),
-    (("--unreadable-source", "empty"), "漢字 😀", "input line 2 (sample id 1): all 2 source tokens are <unk> (not in "
+    (("--unreadable-source", "empty"), "漢字 😀", "input line 2 (sample id 1): all 3 source tokens are <unk> (not in "
      "the source dictionary), --unreadable-source empty; not translated, output is empty", True),
-    ((), "漢字 😀 man", "input line 2 (sample id 1): 2 of 3 source tokens are <unk> (not in the source dictionary); "
+    ((), "漢字 😀 man", "input line 2 (sample id 1): 3 of 4 source tokens are <unk> (not in the source dictionary); "
      "the output may not translate it", False),
     ((), "\u200b\ufeff \u2060", "empty source sentence (sample id 1): nothing to translate, output is empty", True),
     (("--max-insertion-steps", "1"), "a man rides a horse on the street .", "sample id 1: stopped at the step cap "
@@ -108,16 +109,46 @@ def test_hub_generate_of_nothing_is_nothing(hub):
     assert hub.generate([], beam=1) == [] and hub.translate([]) == []
 
 
+@pytest.mark.parametrize("call,message", [
+    (lambda h: h.translate(None), "sentences must be a line (str or bytes) or a list of them, got NoneType"),
+    (lambda h: h.translate(5), "sentences must be a line (str or bytes) or a list of them, got int"),
+    (lambda h: h.sample(None), "sentences must be a line (str or bytes) or a list of them, got NoneType"),
+    (lambda h: h.generate(None), "tokenized_sentences must be a list of 1-D token id sequences"),
+    (lambda h: h.generate("a man"), "tokenized_sentences must be a list of 1-D token id sequences"),
+    (lambda h: h.score(None), "sentences must be a str or a list of str, got NoneType"),
+    (lambda h: h.encode(None), "sentence must be a str (one line of text), got NoneType"),
+    (lambda h: h.encode(3), "sentence must be a str (one line of text), got int"),
+    (lambda h: h.decode(None), "tokens must be a 1-D sequence of integer token ids, got NoneType"),
+])
+def test_hub_entry_points_name_the_argument_they_refuse(hub, call, message):
+    with pytest.raises(ValueError) as e:
+        call(hub)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("control", ["\x07", "\x00", "\x1b", "\x85"])
+def test_a_control_character_in_a_constraint_phrase_is_a_space(hub, caplog, control):
+    """Never deleted (which would join the words on either side): the phrase is encoded as with a space there."""
+    from insnet_fairseq.decoding.inputs import screen_lines
+
+    encode = hub._encode_text
+    lines, refused = screen_lines([f"a man runs .\tein{control}Hund"], 0, encode, hub.src_dict, hub.tgt_dict,
+                                  hub.max_positions, constrained=True)
+    assert not refused and lines == ["a man runs .\tein Hund"]
+    assert hub.translate([f"a man runs .\tein{control}Hund"], constraints="ordered") == \
+        hub.translate(["a man runs .\tein Hund"], constraints="ordered")
+
+
 def test_hub_refuses_unordered_constraints(hub):
     with pytest.raises(FlagError, match="--constraints unordered is not supported by insertion decoding"):
         hub.translate(["a man .\tein Mann"], constraints="unordered")
 
 
 @pytest.mark.parametrize("unreadable,message,empty", [
-    (None, "all 2 source tokens are <unk> (not in the source dictionary); the output is the model's guess", False),
-    ("translate", "all 2 source tokens are <unk> (not in the source dictionary); the output is the model's guess",
+    (None, "all 3 source tokens are <unk> (not in the source dictionary); the output is the model's guess", False),
+    ("translate", "all 3 source tokens are <unk> (not in the source dictionary); the output is the model's guess",
      False),
-    ("empty", "all 2 source tokens are <unk> (not in the source dictionary), --unreadable-source empty; not "
+    ("empty", "all 3 source tokens are <unk> (not in the source dictionary), --unreadable-source empty; not "
      "translated, output is empty", True),
 ])
 def test_hub_warns_of_unreadable_sources(hub, caplog, unreadable, message, empty):

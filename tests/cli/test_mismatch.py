@@ -42,7 +42,7 @@ def load(path, data):
 
 
 def test_new_checkpoints_record_their_dictionaries(small_data, tiny_checkpoint):
-    state = torch.load(tiny_checkpoint, map_location="cpu", weights_only=False)
+    state = torch.load(tiny_checkpoint, map_location="cpu")
     for role, lang in (("source", "en"), ("target", "de")):
         saved = state["dictionaries"][role]
         d = Dictionary.load(os.path.join(small_data, f"dict.{lang}.txt"))
@@ -78,7 +78,7 @@ def test_truncated_dictionary(small_data, tiny_checkpoint, tmp_path):
 
 
 def test_older_checkpoint_without_fingerprint(small_data, tiny_checkpoint, tmp_path):
-    state = torch.load(tiny_checkpoint, map_location="cpu", weights_only=False)
+    state = torch.load(tiny_checkpoint, map_location="cpu")
     del state["dictionaries"]
     old = tmp_path / "old.pt"
     torch.save(state, old)

@@ -28,7 +28,7 @@ def test_a_save_directory_is_averaged_once_per_checkpoint(tmp_path):
     save(run / "checkpoint_last.pt", 1166, [3.0, 6.0])
     shutil.copy(run / "checkpoint_last.pt", run / "checkpoint_best.pt")  # the last was the best: counted once
     save(run / "checkpoint_10_1166.pt", 1166, [3.0, 6.0], extra=None)  # the last's weights, saved with
-    state = torch.load(run / "checkpoint_10_1166.pt", weights_only=False)  # other training state: counted once too
+    state = torch.load(run / "checkpoint_10_1166.pt")  # other training state: counted once too
     state["extra_state"] = {"u": 1166, "train_iterator": "elsewhere"}
     torch.save(state, run / "checkpoint_10_1166.pt")
     save(run / "checkpoint_avg.pt", 1, [100.0, 100.0])  # an earlier average is not an input
@@ -36,7 +36,7 @@ def test_a_save_directory_is_averaged_once_per_checkpoint(tmp_path):
     out = average("--inputs", str(run), "--output", str(run / "checkpoint_avg.pt"))
     assert out.returncode == 0, out.stderr
     assert "averaged 2 checkpoints (updates 1000, 1166)" in out.stdout
-    state = torch.load(run / "checkpoint_avg.pt", weights_only=False)
+    state = torch.load(run / "checkpoint_avg.pt")
     assert torch.equal(state["model"]["w"], torch.tensor([2.0, 4.0]))
     assert int(state["model"]["steps"]) == 1166  # integer buffers and the run state: the newest input's
     assert state["extra_state"] == {"u": 1166} and state["optimizer_history"][-1]["num_updates"] == 1166
@@ -48,7 +48,7 @@ def test_files_in_any_order_keep_the_newest_state(tmp_path):
     out = average("--inputs", *(str(tmp_path / n) for n in ("b.pt", "a.pt", "c.pt")), "--output",
                   str(tmp_path / "avg.pt"))
     assert out.returncode == 0, out.stderr
-    state = torch.load(tmp_path / "avg.pt", weights_only=False)
+    state = torch.load(tmp_path / "avg.pt")
     assert torch.equal(state["model"]["w"], torch.tensor([3.0])) and state["extra_state"] == {"u": 300}
 
 
@@ -72,7 +72,7 @@ def test_tied_parameters_stay_one_tensor(tmp_path):
                     "optimizer_history": [{"num_updates": u}]}, tmp_path / name)
     out = average("--inputs", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--output", str(tmp_path / "avg.pt"))
     assert out.returncode == 0, out.stderr
-    model = torch.load(tmp_path / "avg.pt", weights_only=False)["model"]
+    model = torch.load(tmp_path / "avg.pt")["model"]
     assert torch.equal(model["decoder.out"], torch.tensor([2.0, 3.0]))
     assert model["encoder.embed"].data_ptr() == model["decoder.embed"].data_ptr() == model["decoder.out"].data_ptr()
 
@@ -89,7 +89,7 @@ def test_equal_copies_of_tied_parameters_become_one_tensor(tmp_path):
         out = average("--inputs", str(tmp_path / "a.pt"), str(tmp_path / "b.pt"), "--output", str(tmp_path / "avg.pt"),
                       *flags)
         assert out.returncode == 0, out.stderr
-        model = torch.load(tmp_path / "avg.pt", weights_only=False)["model"]
+        model = torch.load(tmp_path / "avg.pt")["model"]
         assert model["encoder.embed"].data_ptr() == model["decoder.embed"].data_ptr() == model["decoder.out"].data_ptr()
         assert model["decoder.bias"].data_ptr() != model["decoder.out"].data_ptr()
         assert model["decoder.out"].tolist() == [2.0, 3.0] and model["decoder.bias"].tolist() == [3.0, 4.0]
@@ -104,14 +104,14 @@ def test_reuse_keeps_an_average_newer_than_its_inputs(tmp_path):
         os.utime(run / name, (os.path.getmtime(run / name) - 100,) * 2)
     avg = run / "checkpoint_avg.pt"
     args = ("--inputs", str(run), "--output", str(avg), "--reuse")
-    assert average(*args).returncode == 0 and torch.load(avg, weights_only=False)["model"]["w"].item() == 3.0
+    assert average(*args).returncode == 0 and torch.load(avg)["model"]["w"].item() == 3.0
     out = average(*args)
     assert out.returncode == 0 and "kept" in out.stdout  # nothing newer: not remade
     save(run / "checkpoint_last.pt", 3, [8.0])  # the run went on
     os.utime(run / "checkpoint_last.pt", (os.path.getmtime(avg) + 10,) * 2)
     out = average(*args)
     assert out.returncode == 0 and "averaged 2 checkpoints (updates 1, 3)" in out.stdout
-    assert torch.load(avg, weights_only=False)["model"]["w"].item() == 5.0
+    assert torch.load(avg)["model"]["w"].item() == 5.0
 
 
 def test_transfer_copy_is_float16_keeps_ties_and_drops_the_optimizer_state(tmp_path):
@@ -124,7 +124,7 @@ def test_transfer_copy_is_float16_keeps_ties_and_drops_the_optimizer_state(tmp_p
                tmp_path / "a.pt")
     out = average("--inputs", str(tmp_path / "a.pt"), "--output", str(tmp_path / "small.pt"), "--transfer")
     assert out.returncode == 0 and "(float16, no optimizer state)" in out.stdout, out.stderr
-    state = torch.load(tmp_path / "small.pt", weights_only=False)
+    state = torch.load(tmp_path / "small.pt")
     model = state["model"]
     assert "last_optimizer_state" not in state and state["optimizer_history"][-1]["num_updates"] == 7
     assert state["extra_state"] == {"train_iterator": {"epoch": 2}}

@@ -37,7 +37,7 @@ def test_lm_pair_trains_each_row_and_averages_its_checkpoints(lm_data, tmp_path)
     summary = (tmp_path / "both" / "summary.txt").read_text()
     assert "ar seed 1: 2 updates" in summary and "kd seed 1: 2 updates" in summary, summary
     for name, task in (("ar_s1.pt", "translation"), ("kd_s1.pt", "insertion_lm")):
-        state = torch.load(tmp_path / "both" / name, map_location="cpu", weights_only=False)
+        state = torch.load(tmp_path / "both" / name, map_location="cpu")
         assert checkpoint_arch(state)[1] == task
         assert not state.get("last_optimizer_state") and all(
             t.dtype == torch.float16 for t in state["model"].values() if t.is_floating_point())

@@ -24,20 +24,6 @@ def test_batching_covers_every_sentence(max_tokens, max_sentences):
     assert sorted(np.concatenate(fixed).tolist()) == list(range(300))
 
 
-def test_checkpoint_loading_without_weights_only(tmp_path):
-    import argparse
-
-    import fairseq.checkpoint_utils as cu
-
-    path = tmp_path / "ckpt.pt"
-    torch.save({"args": argparse.Namespace(arch="insnet_small"), "model": {"w": torch.ones(2)}}, path)
-    with pytest.raises(Exception, match="[Ww]eights only load failed"):
-        torch.load(path)  # torch's own default is untouched
-    state = cu.torch.load(str(path), map_location="cpu")  # what load_checkpoint_to_cpu calls
-    assert state["args"].arch == "insnet_small"
-    # (fairseq-train resume, -generate and -interactive end to end: tests/cli/test_cli.py)
-
-
 @pytest.mark.parametrize("tau", [0.5, 1.0, 3.0, None])
 def test_insertion_transformer_targets_with_label_tau(tau):
     """InsT's binary-tree loss (--label-tau): float32 targets, one distribution per slot that gets words,

@@ -5,8 +5,8 @@ Read from the source with ``ast`` (nothing is imported), so a back-edge fails he
 function. The layers, bottom up:
 
 0. ``geometry`` (pure tensor functions: orders, offsets, masks, layer arithmetic), ``data`` (datasets and the
-   parses they read; they use geometry's orders) and ``errors`` (the error classes: every layer raises them, so
-   they import nothing of the package);
+   parses they read; they use geometry's orders), ``errors`` (the error classes: every layer raises them, so
+   they import nothing of the package) and ``checkpoint_safety`` (the weights-only loader; it imports only errors);
 1. ``modules``: the context encoder's building blocks (attention, slot heads, the offset kernel);
 2. ``models``: the registered fairseq models built from them;
 3. ``decoding`` (generators, reranking, the hub interface), ``training`` (the model passes that make training
@@ -26,6 +26,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2] / PACKAGE
 
 LAYERS = {
     "insnet_fairseq.errors": 0,
+    "insnet_fairseq.checkpoint_safety": 0,
     "insnet_fairseq.geometry": 0,
     "insnet_fairseq.data": 0,
     "insnet_fairseq.modules": 1,
@@ -35,6 +36,7 @@ LAYERS = {
     "insnet_fairseq.reference": 3,
     "insnet_fairseq.tasks": 4,
     "insnet_fairseq.fairseq_fixes": 4,
+    "insnet_fairseq.flag_reference": 4,  # the flag reference's generator reads the tasks' and models' options
 }
 TOP = 5  # the package's __init__
 
