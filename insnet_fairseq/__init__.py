@@ -38,13 +38,12 @@ The package, by layer; a module imports only from its own layer and the layers b
    ``--label-tau`` loss failing on its float64 targets (:mod:`.fairseq_fixes.insertion_targets`),
    ``--task language_modeling`` under numpy 2 (:mod:`.fairseq_fixes.numpy_compat`), tracebacks printed for a
    bad flag or file (:mod:`.fairseq_fixes.clean_errors`: one line instead), ``fairseq-train`` aborting at
-   exit when its batch-prefetch thread is still inside torch (:mod:`.fairseq_fixes.clean_exit`), optimizer
-   steps that the tensors kept from the weights do not notice (:mod:`.fairseq_fixes.optimizer_versions`), and
+   exit when its batch-prefetch thread is still inside torch (:mod:`.fairseq_fixes.clean_exit`), and
    fairseq's own models multiplying through other products than InsNet's (:mod:`.fairseq_fixes.packed_models`).
 """
 from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, checkpoint_compat, clean_errors, clean_exit,
                                           distributed_cpu, insertion_targets, interactive, numpy_compat,
-                                          optimizer_versions, packed_models)
+                                          packed_models)
 
 checkpoint_compat.install()
 batching.install()
@@ -55,7 +54,6 @@ clean_errors.install()
 insertion_targets.install()
 numpy_compat.install()
 clean_exit.install()
-optimizer_versions.install()
 
 # the models and tasks register themselves with fairseq as they are imported
 from insnet_fairseq.models import (expansion_lm, indigo, infill_transformer, insnet,  # noqa: E402,F401
