@@ -34,8 +34,8 @@ post-processing (``--remove-bpe --tokenizer moses``, as fairseq-generate), and g
   untimed warm-up batch each; ``--threads`` torch threads for all. On a GPU (``--device cuda``, the
   default where one is found) the models and batches are on it, the clock waits for its queue
   (``torch.cuda.synchronize``) at both ends, and the ``device`` column names it. Every model's linear layers
-  decode through :mod:`insnet_fairseq.modules.packed_linear`, the autoregressive model's too: fairseq builds every
-  model through the wrapper of :mod:`insnet_fairseq.fairseq_fixes.packed_models`.
+  decode through :mod:`insnet_fairseq.modules.packed_linear`, the autoregressive model's too: :func:`load` applies
+  :func:`~insnet_fairseq.modules.packed_linear.pack_linears` to every model of every system alike.
 
 The outputs scored are those of the batch-1 run. Writes OUT.csv and OUT.png (BLEU against ms/sentence, one panel per batch size, every system a
 labelled point, the Pareto front as a line), and prints the table.
@@ -59,6 +59,8 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq_cli.generate import get_symbols_to_strip_from_output
 from torch import nn
+
+from insnet_fairseq.modules.packed_linear import pack_linears
 
 COLUMNS = ["system", "sacrebleu", "diff", "diff_low", "diff_high", "p_value", "passes_per_token", "calls_per_token",
            "positions_per_token", "ms_b1", "ms_b64", "ratio_b1", "ratio_b64", "tokens_per_sentence", "threads",
@@ -191,6 +193,7 @@ def load(system: System, data: str, subset: str, src: str, tgt: str, device: str
                                                          arg_overrides=eval(cfg.common_eval.model_overrides), task=task)
     task.load_dataset(subset, task_cfg=saved.task)
     for m in models:
+        pack_linears(m)  # every system on the same products (InsNet's models are built on them already)
         m.prepare_for_inference_(cfg)
         m.eval()
         m.to(device)

@@ -38,12 +38,12 @@ The package, by layer; a module imports only from its own layer and the layers b
    ``--label-tau`` loss failing on its float64 targets (:mod:`.fairseq_fixes.insertion_targets`),
    ``--task language_modeling`` under numpy 2 (:mod:`.fairseq_fixes.numpy_compat`), tracebacks printed for a
    bad flag or file (:mod:`.fairseq_fixes.clean_errors`: one line instead), ``fairseq-train`` aborting at
-   exit when its batch-prefetch thread is still inside torch (:mod:`.fairseq_fixes.clean_exit`), and
-   fairseq's own models multiplying through other products than InsNet's (:mod:`.fairseq_fixes.packed_models`).
+   exit when its batch-prefetch thread is still inside torch (:mod:`.fairseq_fixes.clean_exit`).
+   fairseq's own models keep their layers: the benchmarks give every system they time the package's linear
+   layers explicitly (:func:`~insnet_fairseq.modules.packed_linear.pack_linears`).
 """
 from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, checkpoint_compat, clean_errors, clean_exit,
-                                          distributed_cpu, insertion_targets, interactive, numpy_compat,
-                                          packed_models)
+                                          distributed_cpu, insertion_targets, interactive, numpy_compat)
 
 checkpoint_compat.install()
 batching.install()
@@ -62,6 +62,5 @@ from insnet_fairseq.tasks import (checkpoint_checks, criterion, expansion_lm as 
                                   lm, translation, unconditional_lm)
 
 checkpoint_checks.install()
-packed_models.install()  # outermost, after checkpoint_checks' wrapper of the same function
 
 __version__ = "0.1.0"
