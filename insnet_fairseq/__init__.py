@@ -28,21 +28,31 @@ The package, by layer; a module imports only from its own layer and the layers b
 4. ``tasks``: what every insertion task shares (:mod:`.tasks.base`), ``insertion_translation``
    (:mod:`.tasks.translation`), ``insertion_lm`` (:mod:`.tasks.lm`), the criterion (:mod:`.tasks.criterion`),
    ``expansion_lm`` with its criterion (:mod:`.tasks.expansion_lm`), fairseq's ``language_modeling`` sampling
-   from nothing (:mod:`.tasks.unconditional_lm`) and the checks that refuse a model or checkpoint that does not
-   fit its dictionaries, task or model (:mod:`.tasks.checkpoint_checks`); ``fairseq_fixes``: patches to
-   fairseq 0.12 installed on import: loading its checkpoints under torch >= 2.6
-   (:mod:`.fairseq_fixes.checkpoint_compat`), batching that drops the last sentences of a split
-   (:mod:`.fairseq_fixes.batching`), fairseq-interactive aborting on, or silently dropping, a bad input line
-   (:mod:`.fairseq_fixes.interactive`), distributed training that needs CUDA (:mod:`.fairseq_fixes.distributed_cpu`),
-   checkpoint copies that a kill can leave truncated (:mod:`.fairseq_fixes.atomic_checkpoints`), InsT's
-   ``--label-tau`` loss failing on its float64 targets (:mod:`.fairseq_fixes.insertion_targets`),
-   ``--task language_modeling`` under numpy 2 (:mod:`.fairseq_fixes.numpy_compat`), tracebacks printed for a
-   bad flag or file (:mod:`.fairseq_fixes.clean_errors`: one line instead), ``fairseq-train`` aborting at
-   exit when its batch-prefetch thread is still inside torch (:mod:`.fairseq_fixes.clean_exit`).
-   fairseq's own models keep their layers: the benchmarks give every system they time the package's linear
-   layers explicitly (:func:`~insnet_fairseq.modules.packed_linear.pack_linears`).
+   from nothing (:mod:`.tasks.unconditional_lm`), the checks that refuse a model or checkpoint that does not
+   fit its dictionaries, task or model (:mod:`.tasks.checkpoint_checks`) and the one-line errors of the package's
+   tasks (:mod:`.tasks.cli_errors`, set by their ``setup_task``); ``fairseq_fixes``: fixes of bugs in the pinned
+   fairseq 0.12 (fairseq-fixed 0.12.3.1) under torch 2.13 and numpy 2, each named in its module.
+
+Importing the package registers its tasks, models, criteria and generator; it does not change what fairseq does
+for a model or task of its own. The package's linear layers (oneDNN's products and the packed-weight cache,
+:mod:`.modules.packed_linear`) are built into its own models; another model gets them only through
+:func:`~insnet_fairseq.modules.packed_linear.pack_linears`, which the benchmarks call for every system alike.
+What is installed on import fixes a bug of the pinned libraries, and changes nothing where the bug does not occur:
+
+* :mod:`.fairseq_fixes.checkpoint_compat`: fairseq's checkpoint loaders fail under torch >= 2.6 (``torch.load``'s
+  ``weights_only=True`` default);
+* :mod:`.fairseq_fixes.batching`: ``data_utils.batch_by_size`` drops the last sentences of a split;
+* :mod:`.fairseq_fixes.interactive`: fairseq-interactive aborts on invalid UTF-8, strips tabs of ``--constraints``
+  lines, and aborts (or silently drops) a buffer for one over-long line;
+* :mod:`.fairseq_fixes.distributed_cpu`: ``--distributed-world-size`` fails without CUDA;
+* :mod:`.fairseq_fixes.atomic_checkpoints`: a kill during ``PathManager.copy`` leaves a truncated checkpoint;
+* :mod:`.fairseq_fixes.insertion_targets`: ``insertion_transformer --label-tau`` fails on float64 targets;
+* :mod:`.fairseq_fixes.numpy_compat`: ``--task language_modeling`` reads ``np.compat``, gone in numpy 2;
+* :mod:`.fairseq_fixes.clean_exit`: ``fairseq-train`` aborts at exit while its prefetch thread is inside torch;
+
+and :mod:`.tasks.checkpoint_checks`, which wraps fairseq's checkpoint loading and saving.
 """
-from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, checkpoint_compat, clean_errors, clean_exit,
+from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, checkpoint_compat, clean_exit,
                                           distributed_cpu, insertion_targets, interactive, numpy_compat)
 
 checkpoint_compat.install()
@@ -50,7 +60,6 @@ batching.install()
 interactive.install()
 distributed_cpu.install()
 atomic_checkpoints.install()
-clean_errors.install()
 insertion_targets.install()
 numpy_compat.install()
 clean_exit.install()

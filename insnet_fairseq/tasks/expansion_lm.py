@@ -35,6 +35,7 @@ from insnet_fairseq.data.expansion_dataset import (
 from insnet_fairseq.decoding.expansion_generator import ExpansionGenerator
 from insnet_fairseq.errors import DataError, TreeError
 from insnet_fairseq.tasks.base import data_paths
+from insnet_fairseq.tasks.cli_errors import use_one_line_errors
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class ExpansionLMTask(FairseqTask):
 
     @classmethod
     def setup_task(cls, cfg: ExpansionLMConfig, **kwargs):
+        use_one_line_errors()
         path = data_paths(cfg.data, "expansion_lm", "make lm-multi30k && make lm-parse-multi30k")[0]
         words = os.path.join(path, "dict.txt")
         if not os.path.isfile(words):

@@ -48,6 +48,7 @@ from insnet_fairseq.errors import DataError, TreeError
 from insnet_fairseq.geometry.orders import GIVEN_POLICIES, TREE_POLICIES
 from insnet_fairseq.models.insnet import InsNetLMModel
 from insnet_fairseq.tasks.base import InsertionConfig, InsertionTask, data_paths
+from insnet_fairseq.tasks.cli_errors import use_one_line_errors
 
 logger = logging.getLogger(__name__)
 
@@ -153,9 +154,11 @@ def read_keywords(path: str, dictionary: Dictionary, n_sentences: int, data_file
 class InsertionLMTask(InsertionTask):
     cfg: InsertionLMConfig
     has_keywords = True
+    insertion_task = "lm"  # the InsNet models it builds (models/task_fit.py)
 
     @classmethod
     def setup_task(cls, cfg: InsertionLMConfig, **kwargs):
+        use_one_line_errors()
         paths = data_paths(cfg.data, "insertion_lm",
                            "make lm-multi30k, make lm-custom, or fairseq-preprocess --only-source --destdir")
         dict_path = os.path.join(paths[0], "dict.txt")

@@ -9,9 +9,16 @@ with an empty prefix, so the held-out sentences only set how many samples are dr
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 
+from insnet_fairseq.tasks.cli_errors import use_one_line_errors
+
 
 @register_task("unconditional_language_modeling", dataclass=LanguageModelingConfig)
 class UnconditionalLanguageModelingTask(LanguageModelingTask):
+    @classmethod
+    def setup_task(cls, args, **kwargs):
+        use_one_line_errors()
+        return super().setup_task(args, **kwargs)
+
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         if prefix_tokens is None:
             prefix_tokens = sample["net_input"]["src_tokens"][:, :0]  # [B, 0]: no prefix

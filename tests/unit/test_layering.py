@@ -12,9 +12,9 @@ function. The layers, bottom up:
 3. ``decoding`` (generators, reranking, the hub interface), ``training`` (the model passes that make training
    trajectories: Dinic layerings, searched orders) and ``reference`` (the naive procedures the tests compare
    the models with);
-4. ``tasks`` (the registered tasks and criteria, and the model/checkpoint checks) and ``fairseq_fixes`` (patches
-   to fairseq's command-line tools, installed on import: they may screen inputs as decoding does, and nothing
-   below imports them);
+4. ``tasks`` (the registered tasks and criteria, the model/checkpoint checks, the one-line errors of the package's
+   tasks) and ``fairseq_fixes`` (fixes of named bugs of the pinned fairseq, installed on import: the
+   fairseq-interactive one screens inputs as decoding does, and nothing below imports them);
 5. the package itself (``insnet_fairseq/__init__.py``), which imports everything to register it.
 """
 import ast

@@ -1,4 +1,4 @@
-"""One line, not a traceback, for the errors this package raises on bad input.
+"""One line, not a traceback, for the errors raised on bad input while one of the package's tasks runs.
 
 fairseq's command-line tools let every exception reach the interpreter, which prints the whole
 traceback: a user who passed a wrong flag combination or a mismatched data directory reads 30
@@ -6,8 +6,13 @@ lines of fairseq internals before the message that names the flag or the file. H
 ``DataError`` or ``CheckpointError``, a ``ValueError`` raised by ``insnet_fairseq`` code, or an
 ``AssertionError`` of fairseq's command-line scripts whose message names a flag (their checks of flag
 combinations, e.g. ``--sampling requires --nbest to be equal to --beam``), is printed as
-``<program>: error: <message>`` (argparse's form), and the process exits with status 1 as before. ``INSNET_TRACEBACK=1`` prints the full traceback again; any other
-exception is left to Python.
+``<program>: error: <message>`` (argparse's form), and the process exits with status 1 as before.
+``INSNET_TRACEBACK=1`` prints the full traceback again; any other exception is left to Python.
+
+A product feature, not a fix of fairseq: importing the package changes nothing. The hook is set by the
+package's own tasks when fairseq sets them up (their ``setup_task``, the first code of theirs a command-line
+tool runs), so only a run the user started with one of them (``--task insertion_translation``, ``insertion_lm``,
+``expansion_lm``, ``unconditional_language_modeling``) prints its errors this way.
 """
 import os
 import sys
@@ -35,7 +40,8 @@ def _flag_check_of_fairseq_cli(exc, tb) -> bool:
     return os.sep + "fairseq_cli" + os.sep in _innermost_file(tb) and "--" in str(exc)
 
 
-def install() -> None:
+def use_one_line_errors() -> None:
+    """Set the hook (once per process; the previous hook handles everything else)."""
     if getattr(sys.excepthook, "_insnet", False):
         return
     previous = sys.excepthook
