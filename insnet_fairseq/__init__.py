@@ -10,6 +10,7 @@ The package, by layer; a module imports only from its own layer and the layers b
    trajectories (:mod:`.geometry.layers`); ``data``: the fairseq dataset (:mod:`.data.dataset`), dependency
    trees (:mod:`.data.dependency`: the InsNet syntactic order's levels, the expansion LM's transitions) and the
    expansion LM's dataset (:mod:`.data.expansion_dataset`); :mod:`.errors`: the errors raised on bad input;
+   :mod:`.measure`: counters of decoder passes and host syncs (the tests' and the benchmarks');
 1. ``modules``: the InsNet context encoder (:mod:`.modules.decoder`), offset attention
    (:mod:`.modules.attention`, with its C++ kernel :mod:`.modules.offset_scores`), slot heads
    (:mod:`.modules.slots`) and the linear layers they are built from (:mod:`.modules.packed_linear`: oneDNN's

@@ -11,12 +11,10 @@ from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.state import HOLE, DecoderState, Picks, compact, group_offsets
 from insnet_fairseq.decoding.step import InsertionSteps, auto_fuses, top_p_slots
 from insnet_fairseq.decoding.stopping import StopCheck
+from insnet_fairseq.measure import HostSyncs, PassCounter
 from insnet_fairseq.reference import naive_offsets
 
 from conftest import ROOT, build_tiny_ar, build_tiny_model, make_dictionary, random_batch, sample_of
-
-from benchmarks.frontier import PassCounter
-from experiments.host_syncs import HostSyncs
 
 
 def decode(model, d, src, src_lengths, **kw):

@@ -5,8 +5,9 @@ Read from the source with ``ast`` (nothing is imported), so a back-edge fails he
 function. The layers, bottom up:
 
 0. ``geometry`` (pure tensor functions: orders, offsets, masks, layer arithmetic), ``data`` (datasets and the
-   parses they read; they use geometry's orders) and ``errors`` (the error classes: every layer raises them, so
-   they import nothing of the package);
+   parses they read; they use geometry's orders) ``errors`` (the error classes: every layer raises them, so
+   they import nothing of the package) and ``measure`` (counters of decoder passes and host syncs, for the tests
+   and the benchmarks; nothing of the package either);
 1. ``modules``: the context encoder's building blocks (attention, slot heads, the offset kernel);
 2. ``models``: the registered fairseq models built from them;
 3. ``decoding`` (generators, reranking, the hub interface), ``training`` (the model passes that make training
@@ -26,6 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2] / PACKAGE
 
 LAYERS = {
     "insnet_fairseq.errors": 0,
+    "insnet_fairseq.measure": 0,
     "insnet_fairseq.geometry": 0,
     "insnet_fairseq.data": 0,
     "insnet_fairseq.modules": 1,
