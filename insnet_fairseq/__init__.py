@@ -34,8 +34,8 @@ The package, by layer; a module imports only from its own layer and the layers b
    tasks (:mod:`.tasks.cli_errors`, set by their ``setup_task``); ``fairseq_fixes``: fixes of bugs in the pinned
    fairseq 0.12 (fairseq-fixed 0.12.3.1) under torch 2.13 and numpy 2, each named in its module.
 
-Importing the package registers its tasks, models, criteria and generator; it does not change what fairseq does
-for a model or task of its own. The package's linear layers (oneDNN's products and the packed-weight cache,
+Importing the package registers its tasks, models, criteria and generator; a model or task of fairseq's trains and
+decodes as it does without the package (``tests/cli/test_plugin_neutral.py``), but where a fix below applies. The package's linear layers (oneDNN's products and the packed-weight cache,
 :mod:`.modules.packed_linear`) are built into its own models; another model gets them only through
 :func:`~insnet_fairseq.modules.packed_linear.pack_linears`, which the benchmarks call for every system alike.
 What is installed on import fixes a bug of the pinned libraries, and changes nothing where the bug does not occur:
@@ -44,14 +44,15 @@ What is installed on import fixes a bug of the pinned libraries, and changes not
   ``weights_only=True`` default);
 * :mod:`.fairseq_fixes.batching`: ``data_utils.batch_by_size`` drops the last sentences of a split;
 * :mod:`.fairseq_fixes.interactive`: fairseq-interactive aborts on invalid UTF-8, strips tabs of ``--constraints``
-  lines, and aborts (or silently drops) a buffer for one over-long line;
+  lines, and aborts (or silently drops) a buffer for one over-long line (the package's tasks screen each line);
 * :mod:`.fairseq_fixes.distributed_cpu`: ``--distributed-world-size`` fails without CUDA;
 * :mod:`.fairseq_fixes.atomic_checkpoints`: a kill during ``PathManager.copy`` leaves a truncated checkpoint;
 * :mod:`.fairseq_fixes.insertion_targets`: ``insertion_transformer --label-tau`` fails on float64 targets;
 * :mod:`.fairseq_fixes.numpy_compat`: ``--task language_modeling`` reads ``np.compat``, gone in numpy 2;
 * :mod:`.fairseq_fixes.clean_exit`: ``fairseq-train`` aborts at exit while its prefetch thread is inside torch;
 
-and :mod:`.tasks.checkpoint_checks`, which wraps fairseq's checkpoint loading and saving.
+and :mod:`.tasks.checkpoint_checks`, which wraps fairseq's checkpoint loading (a checkpoint that does not fit its
+task, model or dictionaries is refused, naming the file) and saving (the dictionaries' fingerprint is stored).
 """
 from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, checkpoint_compat, clean_exit,
                                           distributed_cpu, insertion_targets, interactive, numpy_compat)
