@@ -35,9 +35,11 @@ The package, by layer; a module imports only from its own layer and the layers b
    fairseq 0.12 (fairseq-fixed 0.12.3.1) under torch 2.13 and numpy 2, each named in its module.
 
 Importing the package registers its tasks, models, criteria and generator; a model or task of fairseq's trains and
-decodes as it does without the package (``tests/cli/test_plugin_neutral.py``), but where a fix below applies. The package's linear layers (oneDNN's products and the packed-weight cache,
-:mod:`.modules.packed_linear`) are built into its own models; another model gets them only through
-:func:`~insnet_fairseq.modules.packed_linear.pack_linears`, which the benchmarks call for every system alike.
+decodes as it does without the package (``tests/cli/test_plugin_neutral.py``), but where a fix below applies. The
+package's linear layers (oneDNN's products and the packed-weight cache, :mod:`.modules.packed_linear`) are built
+into its own models; another model gets them only through
+:func:`~insnet_fairseq.modules.packed_linear.pack_linears`, which the benchmarks and the recipes' trainer
+(``recipes/train_packed.py``) call for every system alike.
 What is installed on import fixes a bug of the pinned libraries, and changes nothing where the bug does not occur:
 
 * :mod:`.fairseq_fixes.checkpoint_compat`: fairseq's checkpoint loaders fail under torch >= 2.6 (``torch.load``'s

@@ -93,7 +93,8 @@ class PassCounter:
 READ_BACK = {"aten.nonzero.default", "aten._local_scalar_dense.default", "aten.is_nonzero.default",
              "aten.equal.default", "aten.masked_select.default", "aten._unique2.default",
              "aten.unique_consecutive.default", "aten.unique_dim.default", "aten.repeat_interleave.Tensor"}
-BOOL_INDEXED = {"aten.index.Tensor", "aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default"}
+BOOL_INDEXED = {"aten.index.Tensor", "aten.index_put_.default", "aten.index_put.default",
+                "aten._index_put_impl_.default"}
 
 
 def reads_back(func, args) -> bool:

@@ -61,7 +61,8 @@ limit=()
 [ -n "${MINUTES:-}" ] && limit=(--stop-time-hours "$(python -c "print(${MINUTES} / 60)")")
 [ -n "${THREADS:-}" ] && export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
 # recipes/train_packed.py: fairseq-train with every kind on the package's linear layers (the same products for all)
-exec python "$(dirname "$0")/train_packed.py" "$data" --user-dir insnet_fairseq "${model[@]}" "${size[@]}" "${shared[@]}" \
+exec python "$(dirname "$0")/train_packed.py" "$data" --user-dir insnet_fairseq \
+  "${model[@]}" "${size[@]}" "${shared[@]}" \
   --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 1.0 \
   --lr "${LR:-1e-3}" "${sched[@]}" \
   --max-tokens "${MAX_TOKENS:-4096}" --max-update "${UPDATES:-500}" --max-epoch 1000 "${limit[@]}" \

@@ -28,7 +28,8 @@ def may_keep(module: nn.Module) -> bool:
 
 def weights_key(*tensors: Tensor) -> tuple:
     """What a kept tensor derived from ``tensors`` depends on: each one's data pointer, version counter (bumped by an
-    in-place update of the tensor itself, e.g. a checkpoint load or a torch optimizer's step) and dtype. Equal keys: the kept tensor still holds."""
+    in-place update of the tensor itself, e.g. a checkpoint load or a torch optimizer's step) and dtype. Equal keys:
+    the kept tensor still holds."""
     return tuple(x for t in tensors for x in (t.data_ptr(), t._version, t.dtype))
 
 

@@ -31,8 +31,8 @@ def train(data, save, plugin):
     cmd = [os.path.join(BIN, "fairseq-train"), data, *(["--user-dir", "insnet_fairseq"] if plugin else []),
            "--task", "translation", *AR_TINY, "--share-all-embeddings", "--criterion", "label_smoothed_cross_entropy",
            "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "512",
-           "--required-batch-size-multiple", "1", "--max-update", str(UPDATES), "--disable-validation", "--save-dir", save, "--no-epoch-checkpoints",
-           "--num-workers", "0", "--log-format", "json", "--log-interval", "1", "--seed", "3"]
+           "--required-batch-size-multiple", "1", "--max-update", str(UPDATES), "--disable-validation",
+           "--save-dir", save, "--no-epoch-checkpoints", "--num-workers", "0", "--log-format", "json", "--log-interval", "1", "--seed", "3"]
     out = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     log = out.stdout + out.stderr

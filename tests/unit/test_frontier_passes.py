@@ -1,5 +1,5 @@
-"""The frontier's measures: the pass counter (insnet_fairseq/measure.py) counts one decoding of known length the same for the
-autoregressive model and for InsNet; the Pareto front and the paired bootstrap on known inputs."""
+"""The frontier's measures: the pass counter (insnet_fairseq/measure.py) counts one decoding of known length the
+same for the autoregressive model and for InsNet; the Pareto front and the paired bootstrap on known inputs."""
 import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
