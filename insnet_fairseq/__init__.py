@@ -31,7 +31,7 @@ The package, by layer; a module imports only from its own layer and the layers b
    ``expansion_lm`` with its criterion (:mod:`.tasks.expansion_lm`), fairseq's ``language_modeling`` sampling
    from nothing (:mod:`.tasks.unconditional_lm`), the checks that refuse a model or checkpoint that does not
    fit its dictionaries, task or model (:mod:`.tasks.checkpoint_checks`) and the one-line errors of the package's
-   tasks (:mod:`.tasks.cli_errors`, set by their ``setup_task``); ``fairseq_fixes``: fixes of bugs in the pinned
+   tasks (:mod:`.tasks.cli_errors`, set by their ``add_args``); ``fairseq_fixes``: fixes of bugs in the pinned
    fairseq 0.12 (fairseq-fixed 0.12.3.1) under torch 2.13 and numpy 2, each named in its module.
 
 Importing the package registers its tasks, models, criteria and generator; a model or task of fairseq's trains and

@@ -10,8 +10,9 @@ combinations, e.g. ``--sampling requires --nbest to be equal to --beam``), is pr
 ``INSNET_TRACEBACK=1`` prints the full traceback again; any other exception is left to Python.
 
 A product feature, not a fix of fairseq: importing the package changes nothing. The hook is set by the
-package's own tasks when fairseq sets them up (their ``setup_task``, the first code of theirs a command-line
-tool runs), so only a run the user started with one of them (``--task insertion_translation``, ``insertion_lm``,
+package's own tasks when a command line picks one of them (their ``add_args``, which fairseq's argument parsing
+calls for the chosen task only, before any of its checks), and by the package's own scripts (``recipes/``,
+``benchmarks/``), so only a run the user started with one of them (``--task insertion_translation``, ``insertion_lm``,
 ``expansion_lm``, ``unconditional_language_modeling``) prints its errors this way.
 """
 import os

@@ -54,8 +54,14 @@ class ExpansionLMTask(FairseqTask):
     cfg: ExpansionLMConfig
 
     @classmethod
-    def setup_task(cls, cfg: ExpansionLMConfig, **kwargs):
+    def add_args(cls, parser):
+        """fairseq's, after setting the one-line errors (:mod:`~insnet_fairseq.tasks.cli_errors`): a command line
+        parses a task's flags only when the user picked that task, before any of fairseq's own checks run."""
         use_one_line_errors()
+        super().add_args(parser)
+
+    @classmethod
+    def setup_task(cls, cfg: ExpansionLMConfig, **kwargs):
         path = data_paths(cfg.data, "expansion_lm", "make lm-multi30k && make lm-parse-multi30k")[0]
         words = os.path.join(path, "dict.txt")
         if not os.path.isfile(words):

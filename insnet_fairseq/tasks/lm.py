@@ -48,7 +48,6 @@ from insnet_fairseq.errors import DataError, TreeError
 from insnet_fairseq.geometry.orders import GIVEN_POLICIES, TREE_POLICIES
 from insnet_fairseq.models.insnet import InsNetLMModel
 from insnet_fairseq.tasks.base import InsertionConfig, InsertionTask, data_paths
-from insnet_fairseq.tasks.cli_errors import use_one_line_errors
 
 logger = logging.getLogger(__name__)
 
@@ -158,7 +157,6 @@ class InsertionLMTask(InsertionTask):
 
     @classmethod
     def setup_task(cls, cfg: InsertionLMConfig, **kwargs):
-        use_one_line_errors()
         paths = data_paths(cfg.data, "insertion_lm",
                            "make lm-multi30k, make lm-custom, or fairseq-preprocess --only-source --destdir")
         dict_path = os.path.join(paths[0], "dict.txt")

@@ -12,7 +12,6 @@ from insnet_fairseq.errors import DataError
 from insnet_fairseq.models.indigo import IndigoModel
 from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel
 from insnet_fairseq.tasks.base import InsertionConfig, InsertionTask, data_paths
-from insnet_fairseq.tasks.cli_errors import use_one_line_errors
 
 
 @dataclass
@@ -27,7 +26,6 @@ class InsertionTranslationTask(InsertionTask):
 
     @classmethod
     def setup_task(cls, cfg: InsertionTranslationConfig, **kwargs):
-        use_one_line_errors()
         paths = data_paths(cfg.data, "insertion_translation", "e.g. `make multi30k`, or fairseq-preprocess --destdir")
         task = super().setup_task(cfg, **kwargs)
         if task.src_dict.bos() != task.tgt_dict.bos():

@@ -15,9 +15,11 @@ from insnet_fairseq.tasks.cli_errors import use_one_line_errors
 @register_task("unconditional_language_modeling", dataclass=LanguageModelingConfig)
 class UnconditionalLanguageModelingTask(LanguageModelingTask):
     @classmethod
-    def setup_task(cls, args, **kwargs):
+    def add_args(cls, parser):
+        """fairseq's, after setting the one-line errors (:mod:`~insnet_fairseq.tasks.cli_errors`): a command line
+        parses a task's flags only when the user picked that task, before any of fairseq's own checks run."""
         use_one_line_errors()
-        return super().setup_task(args, **kwargs)
+        super().add_args(parser)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         if prefix_tokens is None:

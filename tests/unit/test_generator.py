@@ -453,6 +453,7 @@ def test_auto_fusion_fuses_every_batch_on_a_gpu():
     assert not InsertionSteps(d2, DecodingOptions(mode="parallel", fuse_slot_queries="on")).fused(plain.decoder, 1)
 
 
+@pytest.mark.slow  # torch.compile traces every pass: the slowest unit test by far
 def test_compiled_decoder_pass_decodes_as_the_eager_one():
     """--compile-decoder: the cached step's pass through torch.compile (dynamic shapes; here the aot_eager backend,
     which traces and functionalises the in-place cache writes as inductor does, without a C++ compiler) decodes a
