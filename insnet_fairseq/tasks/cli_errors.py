@@ -9,10 +9,11 @@ combinations, e.g. ``--sampling requires --nbest to be equal to --beam``), is pr
 ``<program>: error: <message>`` (argparse's form), and the process exits with status 1 as before.
 ``INSNET_TRACEBACK=1`` prints the full traceback again; any other exception is left to Python.
 
-A product feature, not a fix of fairseq: importing the package changes nothing. The hook is set by the
-package's own tasks when a command line picks one of them (their ``add_args``, which fairseq's argument parsing
-calls for the chosen task only, before any of its checks), and by the package's own scripts (``recipes/``,
-``benchmarks/``), so only a run the user started with one of them (``--task insertion_translation``, ``insertion_lm``,
+A product feature, not a fix of fairseq: ``import insnet_fairseq`` changes nothing. The hook is set by the
+package's tasks' ``add_args``, which a fairseq command-line tool calls when it loads ``--user-dir insnet_fairseq``
+(every task module of a user dir is read for its flags) and again for the chosen task, before any of its checks;
+and by the package's own scripts (``recipes/``, ``benchmarks/``). It reformats the package's own errors only, and
+fairseq's flag assertions only in a run of one of the package's tasks (``--task insertion_translation``, ``insertion_lm``,
 ``expansion_lm``, ``unconditional_language_modeling``) prints its errors this way.
 """
 import os
@@ -21,6 +22,7 @@ import sys
 from insnet_fairseq.errors import CheckpointError, DataError
 
 PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE_TASKS = ("insertion_translation", "insertion_lm", "expansion_lm", "unconditional_language_modeling")
 
 
 def _innermost_file(tb) -> str:
@@ -35,10 +37,22 @@ def _raised_here(tb) -> bool:
     return _innermost_file(tb).startswith(PACKAGE + os.sep)
 
 
+def _package_task_chosen(argv=None) -> bool:
+    """The command line picks one of the package's tasks (``--task NAME`` or ``--task=NAME``)."""
+    argv = sys.argv[1:] if argv is None else argv
+    for i, arg in enumerate(argv):
+        if arg == "--task" and i + 1 < len(argv):
+            return argv[i + 1] in PACKAGE_TASKS
+        if arg.startswith("--task="):
+            return arg.split("=", 1)[1] in PACKAGE_TASKS
+    return False
+
+
 def _flag_check_of_fairseq_cli(exc, tb) -> bool:
-    """An assertion of a fairseq_cli script about its flags: the innermost frame is in fairseq_cli and
-    the message names a flag."""
-    return os.sep + "fairseq_cli" + os.sep in _innermost_file(tb) and "--" in str(exc)
+    """An assertion of a fairseq_cli script about its flags, in a run of one of the package's tasks: the innermost
+    frame is in fairseq_cli and the message names a flag (another task's run prints it as fairseq does)."""
+    return (os.sep + "fairseq_cli" + os.sep in _innermost_file(tb) and "--" in str(exc)
+            and _package_task_chosen())
 
 
 def use_one_line_errors() -> None:
