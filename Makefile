@@ -1,4 +1,5 @@
-# insnet-fairseq: `make demo` runs the main job, `make test` the tests; both install on first use.
+# insnet-fairseq: `make demo` runs the main job, `make test` the fast tests, `make test-all` every test; all install on
+# first use.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -7,7 +8,7 @@ INSTALLED := $(VENV)/.installed
 SHARED_MULTI30K := $(abspath ../shared/data/multi30k)
 MULTI30K_DIR ?= $(SHARED_MULTI30K)
 
-.PHONY: install test demo frontier multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom lm-parse-multi30k infill-multi30k infill-baseline-multi30k bench-train bench-memory kill-campaign fuzz constraint-check clean
+.PHONY: install test test-all demo frontier multi30k wmt-ro-en wmt-en-de wat-en-ja custom lm-multi30k lm-custom lm-parse-multi30k infill-multi30k infill-baseline-multi30k bench-train bench-memory kill-campaign fuzz constraint-check clean
 
 # make install: .venv with torch 2.13.0, fairseq-fixed 0.12.3.1 and this package (editable, with its C++ kernel).
 # TORCH_VARIANT picks the torch build: auto (default: cuda when `nvidia-smi -L` finds a GPU, else cpu), cpu or cuda.
@@ -50,7 +51,12 @@ $(INSTALLED): setup.py requirements.txt insnet_fairseq/modules/offset_scores.cpp
 	fi
 	touch $@
 
+# Tests in two tiers (pytest.ini's markers): `make test` the fast tier, the unit tests, invariants and command-line
+# checks (-m "not slow"); `make test-all` every test, the recipe and stress runs too (what .ci/run calls).
 test: install
+	$(BIN)/python -m pytest -q -m "not slow" tests
+
+test-all: install
 	$(BIN)/python -m pytest -q tests
 
 # Data recipes (recipes/corpora.py lists the raw files each needs in RAW_DIR): data-bin/multi30k_en_de,

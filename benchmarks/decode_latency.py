@@ -18,8 +18,8 @@
   B = 0, with the same length limit as the AR system here);
 
 Every model's linear layers decode through :mod:`insnet_fairseq.modules.packed_linear` (the autoregressive and
-Levenshtein models' too, built through :mod:`insnet_fairseq.fairseq_fixes.packed_models`' wrapper): all systems use
-the same products.
+Levenshtein models' too: :func:`load` applies :func:`~insnet_fairseq.modules.packed_linear.pack_linears` to every
+model alike): all systems use the same products.
 
     .venv/bin/python benchmarks/decode_latency.py --insnet checkpoints/table_insnet/checkpoint_last.pt \
         --insnet-parallel checkpoints/dinic_tau1/checkpoint_last.pt \
@@ -45,13 +45,14 @@ from fairseq.sequence_generator import SequenceGenerator
 import insnet_fairseq  # noqa: F401  (registers the task/model and the fairseq fixes)
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
+from insnet_fairseq.modules.packed_linear import pack_linears
 
 
 def load(path, data, device="cpu"):
     if not os.path.isfile(path):
         sys.exit(f"decode_latency: checkpoint {path} not found (train it first: see README, Benchmarks)")
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
-    model = models[0].eval().to(device)
+    model = pack_linears(models[0]).eval().to(device)  # every system on the same products
     task.load_dataset("test")
     return model, task
 
@@ -299,4 +300,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from insnet_fairseq.tasks.cli_errors import use_one_line_errors
+
+    use_one_line_errors()  # this script's errors on bad input in one line, as the package's tasks print them
     main()

@@ -34,8 +34,8 @@ post-processing (``--remove-bpe --tokenizer moses``, as fairseq-generate), and g
   untimed warm-up batch each; ``--threads`` torch threads for all. On a GPU (``--device cuda``, the
   default where one is found) the models and batches are on it, the clock waits for its queue
   (``torch.cuda.synchronize``) at both ends, and the ``device`` column names it. Every model's linear layers
-  decode through :mod:`insnet_fairseq.modules.packed_linear`, the autoregressive model's too: fairseq builds every
-  model through the wrapper of :mod:`insnet_fairseq.fairseq_fixes.packed_models`.
+  decode through :mod:`insnet_fairseq.modules.packed_linear`, the autoregressive model's too: :func:`load` applies
+  :func:`~insnet_fairseq.modules.packed_linear.pack_linears` to every model of every system alike.
 
 The outputs scored are those of the batch-1 run. Writes OUT.csv and OUT.png (BLEU against ms/sentence, one panel per batch size, every system a
 labelled point, the Pareto front as a line), and prints the table.
@@ -56,85 +56,14 @@ import sacrebleu
 import torch
 from fairseq import checkpoint_utils, options, tasks, utils
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from fairseq_cli.generate import get_symbols_to_strip_from_output
-from torch import nn
+
+from insnet_fairseq.measure import PassCounter
+from insnet_fairseq.modules.packed_linear import pack_linears
 
 COLUMNS = ["system", "sacrebleu", "diff", "diff_low", "diff_high", "p_value", "passes_per_token", "calls_per_token",
            "positions_per_token", "ms_b1", "ms_b64", "ratio_b1", "ratio_b64", "tokens_per_sentence", "threads",
            "device", "checkpoint", "flags"]
-
-
-# ------------------------------------------------------------------------------------------- pass counting
-class PassCounter:
-    """Counts decoder passes: calls of the first layer of every decoder layer stack of ``models``.
-
-    A stack is an ``nn.ModuleList`` named ``layers`` inside a model's ``decoder``, or ``query_layers`` (InsNet's
-    untied slot query stream). Every method that runs that layer over target-side states is counted
-    (``forward``; InsNet's ``forward_with_queries`` and ``query``, the slot query stream), except a call made
-    inside a counted one (a fused pass that runs its queries through the untied query layer is one pass).
-    ``rows`` adds the hypothesis rows of each call: the batch dimension of the states (fairseq's layers take
-    ``T x B x C``, InsNet's ``B x T x C``), ``positions`` their rows x positions (the target positions the call
-    computes).
-
-    Example: AR greedy decoding of one sentence into 4 tokens + ``</s>`` is 5 calls of 1 row; beam 5,
-    5 calls of 5 rows; InsNet sequential decoding of 4 tokens, 1 initial pass + 4 steps = 5 calls, and
-    2 + 4 = 6 positions (``<s> </s>``, then one word a step), 4 more with the slot query stream.
-    """
-
-    METHODS = ("forward", "forward_with_queries", "query")
-
-    def __init__(self, models: Sequence[nn.Module]):
-        self.calls = 0
-        self.rows = 0
-        self.positions = 0
-        self._patched = []
-        self._inside = 0  # counted calls running now: a call inside one is part of its pass
-        for model in models:
-            decoder = getattr(model, "decoder", model)
-            for name, module in decoder.named_modules():
-                if name.split(".")[-1] in ("layers", "query_layers") and isinstance(module, nn.ModuleList) \
-                        and len(module):
-                    self._patch(module[0])
-
-    @staticmethod
-    def _batch_dim(layer: nn.Module) -> int:
-        return 1 if isinstance(layer, TransformerDecoderLayerBase) else 0
-
-    def _patch(self, layer: nn.Module):
-        dim = self._batch_dim(layer)
-        for method in self.METHODS:
-            if not hasattr(layer, method):
-                continue
-            original = getattr(layer, method)
-
-            def counted(*args, __original=original, __method=method, **kwargs):
-                if self._inside:
-                    return __original(*args, **kwargs)
-                self.count(__method, dim, args, kwargs)
-                self._inside += 1
-                try:
-                    return __original(*args, **kwargs)
-                finally:
-                    self._inside -= 1
-
-            setattr(layer, method, counted)  # an instance attribute: nn.Module.__call__ finds it first
-            self._patched.append((layer, method))
-
-    def count(self, method: str, dim: int, args, kwargs) -> None:
-        """One call of ``method`` of a counted layer, its states first (batch dimension ``dim``)."""
-        x = args[0] if args else next(iter(kwargs.values()))
-        self.calls += 1
-        self.rows += int(x.size(dim))
-        self.positions += int(x.size(0)) * int(x.size(1))
-
-    def reset(self):
-        self.calls = self.rows = self.positions = 0
-
-    def remove(self):
-        for layer, method in self._patched:
-            delattr(layer, method)
-        self._patched = []
 
 
 # ------------------------------------------------------------------------------------------- systems
@@ -191,6 +120,7 @@ def load(system: System, data: str, subset: str, src: str, tgt: str, device: str
                                                          arg_overrides=eval(cfg.common_eval.model_overrides), task=task)
     task.load_dataset(subset, task_cfg=saved.task)
     for m in models:
+        pack_linears(m)  # every system on the same products (InsNet's models are built on them already)
         m.prepare_for_inference_(cfg)
         m.eval()
         m.to(device)
@@ -518,4 +448,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from insnet_fairseq.tasks.cli_errors import use_one_line_errors
+
+    use_one_line_errors()  # this script's errors on bad input in one line, as the package's tasks print them
     main()

@@ -375,4 +375,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    from insnet_fairseq.tasks.cli_errors import use_one_line_errors
+
+    use_one_line_errors()  # this script's errors on bad input in one line, as the package's tasks print them
     sys.exit(main())

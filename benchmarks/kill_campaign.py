@@ -47,17 +47,14 @@ run computes depends on where it was killed: fairseq re-seeds each update with s
 restores the optimizer and the data iterator's position, the task restores the layer store, and insertion
 orders are drawn from (seed, epoch, first sentence of the batch).
 
-What made a resumed run part from an uninterrupted one without ``insnet_fairseq/fairseq_fixes/
-optimizer_versions.py``: the InsNet-Dinic layering pass runs the model in eval mode without gradients, where
-the model reuses tensors kept from its weights (each layer's offset projection, the packed weight of
-every linear layer), keyed by the weights' version counters, and fairseq's Adam updates the weights through ``.data``,
-which leaves those counters alone. An uninterrupted run laid out its batches with tensors
-made from an earlier update's weights, a resumed one with tensors made after it resumed, and a promotion near
-tau went the other way. With the results table's model at tau 2 on all of Multi30k (1,024-token batches, a
-save every 3 updates), a run resumed at update 15 parted from the uninterrupted one at update 18, by 0.0029
-unrounded (0.0030 in the rounded log), while two uninterrupted runs agreed to the last bit; with this
-campaign's settings the difference reached 0.025 and the final parameters and layer stores differed. The fix
-bumps the counters after every optimizer step, so the layering pass sees the current weights, resumed or not.
+What once made a resumed run part from an uninterrupted one: the InsNet-Dinic layering pass runs the model in
+eval mode without gradients, where the model reuses tensors kept from its weights (each layer's offset
+projection, the packed weight of every linear layer), and fairseq's Adam updates the weights through ``.data``,
+which leaves their version counters alone. An uninterrupted run laid out its batches with tensors made from an
+earlier update's weights, a resumed one with tensors made after it resumed, and a promotion near tau went the
+other way. Now a module drops what it keeps whenever it goes back to training mode
+(:class:`insnet_fairseq.modules.kept.KeepsDerived`), which the trainer does before every update, so the layering
+pass sees the current weights, resumed or not.
 """
 import argparse
 import glob
@@ -429,4 +426,7 @@ def main():
 
 
 if __name__ == "__main__":
+    from insnet_fairseq.tasks.cli_errors import use_one_line_errors
+
+    use_one_line_errors()  # this script's errors on bad input in one line, as the package's tasks print them
     main()

@@ -25,7 +25,8 @@ position term ``(q + v) . p_offset`` (plain causal attention, ``is_causal``). No
 of everything in InsNet but its offsets, so its ratio to the AR model, beside InsNet's, is the offsets' share.
 
 Every model's linear layers run through :mod:`insnet_fairseq.modules.packed_linear` (oneDNN's products on a CPU),
-the AR model's too (:func:`~insnet_fairseq.modules.packed_linear.pack_linears`, as fairseq-train gives it them).
+the AR model's too (:func:`~insnet_fairseq.modules.packed_linear.pack_linears`, called here for it as for every
+system the benchmarks time).
 ``--linear-kernels`` adds each of AR, "AR, InsNet's token loss" and both InsNet models with its layers on
 ``F.linear`` (MKL's products; :func:`~insnet_fairseq.modules.packed_linear.set_packed`), and prints each model's
 speed-up and the like-with-like ratio both ways.
@@ -273,4 +274,7 @@ def main():
                f"{tps[L2R_VIEW] / tps['ar']:.2f}x |" if kernels else ""))
 
 if __name__ == "__main__":
+    from insnet_fairseq.tasks.cli_errors import use_one_line_errors
+
+    use_one_line_errors()  # this script's errors on bad input in one line, as the package's tasks print them
     main()

@@ -12,73 +12,13 @@ a few percent of a step), and each op below stops the host until the device has 
 ``masked_select``, ``unique``, ``repeat_interleave`` by a tensor, ``.tolist()``. :class:`HostSyncs` is a
 ``TorchDispatchMode`` that sees every aten op as it is called, so it finds these sites on a CPU as well; a copy of a
 CPU tensor to the GPU (also a wait, unless pinned) is not an aten op of the device and is not counted here.
+:class:`HostSyncs` lives in :mod:`insnet_fairseq.measure`, where the tests use it too.
 """
 import argparse
-import collections
-import os
-import traceback
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from recipes.common import ROOT
-
-READ_BACK = {"aten.nonzero.default", "aten._local_scalar_dense.default", "aten.is_nonzero.default",
-             "aten.equal.default", "aten.masked_select.default", "aten._unique2.default",
-             "aten.unique_consecutive.default", "aten.unique_dim.default", "aten.repeat_interleave.Tensor"}
-BOOL_INDEXED = {"aten.index.Tensor", "aten.index_put_.default", "aten.index_put.default", "aten._index_put_impl_.default"}
-
-
-def reads_back(func, args) -> bool:
-    """Whether the aten op ``func`` called with ``args`` needs a device value on the host."""
-    name = str(func)
-    if name in READ_BACK:
-        return True
-    if name in BOOL_INDEXED and len(args) > 1 and isinstance(args[1], (list, tuple)):
-        return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in args[1])
-    return False
-
-
-class HostSyncs(TorchDispatchMode):
-    """Counts the ops that read a device value back (:func:`reads_back`), and the calls of ``Tensor.tolist`` (a copy
-    to the host on a GPU, no aten op on a CPU), by op and by the innermost call site in ``insnet_fairseq``
-    (file:line function), while active: ``with HostSyncs() as syncs: ...; syncs.total``."""
-
-    def __init__(self):
-        super().__init__()
-        self.sites = collections.Counter()
-        self._tolist = None
-
-    @property
-    def total(self) -> int:
-        return sum(self.sites.values())
-
-    def _count(self, op: str) -> None:
-        frames = [f for f in traceback.extract_stack() if "insnet_fairseq" in f.filename]
-        site = (f"{os.path.relpath(frames[-1].filename, ROOT)}:{frames[-1].lineno} {frames[-1].name}"
-                if frames else "(outside insnet_fairseq)")
-        self.sites[(op, site)] += 1
-
-    def __enter__(self):
-        self._tolist = torch.Tensor.tolist
-        tolist = self._tolist
-
-        def counted_tolist(t, *args, **kwargs):
-            self._count("tolist")
-            return tolist(t, *args, **kwargs)
-
-        torch.Tensor.tolist = counted_tolist
-        return super().__enter__()
-
-    def __exit__(self, *exc):
-        torch.Tensor.tolist = self._tolist
-        return super().__exit__(*exc)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if reads_back(func, args):
-            self._count(str(func).split(".")[1])
-        return func(*args, **(kwargs or {}))
-
+from insnet_fairseq.measure import HostSyncs
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

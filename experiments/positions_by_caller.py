@@ -19,7 +19,7 @@ import traceback
 import torch
 
 from benchmarks.decode_latency import batches, load
-from benchmarks.frontier import PassCounter
+from insnet_fairseq.measure import PassCounter
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
 

@@ -11,7 +11,7 @@ The package, by layer; a module imports only from its own layer and the layers b
    trees (:mod:`.data.dependency`: the InsNet syntactic order's levels, the expansion LM's transitions) and the
    expansion LM's dataset (:mod:`.data.expansion_dataset`); :mod:`.errors`: the errors raised on bad input;
    :mod:`.checkpoint_safety`: the allowlist of weights-only checkpoint loading, and the package's loader;
-   :mod:`.checkpoint_safety`: the allowlist of weights-only checkpoint loading and the package's loader;
+   :mod:`.measure`: counters of decoder passes and host syncs (the tests' and the benchmarks');
 1. ``modules``: the InsNet context encoder (:mod:`.modules.decoder`), offset attention
    (:mod:`.modules.attention`, with its C++ kernel :mod:`.modules.offset_scores`), slot heads
    (:mod:`.modules.slots`) and the linear layers they are built from (:mod:`.modules.packed_linear`: oneDNN's
@@ -30,34 +30,46 @@ The package, by layer; a module imports only from its own layer and the layers b
 4. ``tasks``: what every insertion task shares (:mod:`.tasks.base`), ``insertion_translation``
    (:mod:`.tasks.translation`), ``insertion_lm`` (:mod:`.tasks.lm`), the criterion (:mod:`.tasks.criterion`),
    ``expansion_lm`` with its criterion (:mod:`.tasks.expansion_lm`), fairseq's ``language_modeling`` sampling
-   from nothing (:mod:`.tasks.unconditional_lm`) and the checks that refuse a model or checkpoint that does not
-   fit its dictionaries, task or model (:mod:`.tasks.checkpoint_checks`); ``fairseq_fixes``: patches to
-   fairseq 0.12 installed on import: batching that drops the last sentences of a split
-   (:mod:`.fairseq_fixes.batching`), fairseq-interactive aborting on, or silently dropping, a bad input line
-   (:mod:`.fairseq_fixes.interactive`), distributed training that needs CUDA (:mod:`.fairseq_fixes.distributed_cpu`),
-   checkpoint copies that a kill can leave truncated (:mod:`.fairseq_fixes.atomic_checkpoints`), InsT's
-   ``--label-tau`` loss failing on its float64 targets (:mod:`.fairseq_fixes.insertion_targets`),
-   ``--task language_modeling`` under numpy 2 (:mod:`.fairseq_fixes.numpy_compat`), tracebacks printed for a
-   bad flag or file (:mod:`.fairseq_fixes.clean_errors`: one line instead), ``fairseq-train`` aborting at
-   exit when its batch-prefetch thread is still inside torch (:mod:`.fairseq_fixes.clean_exit`), optimizer
-   steps that the tensors kept from the weights do not notice (:mod:`.fairseq_fixes.optimizer_versions`), and
-   fairseq's own models multiplying through other products than InsNet's (:mod:`.fairseq_fixes.packed_models`).
+   from nothing (:mod:`.tasks.unconditional_lm`), the checks that refuse a model or checkpoint that does not
+   fit its dictionaries, task or model (:mod:`.tasks.checkpoint_checks`) and the one-line errors of the package's
+   tasks (:mod:`.tasks.cli_errors`, set by their ``add_args``); ``fairseq_fixes``: fixes of bugs in the pinned
+   fairseq 0.12 (fairseq-fixed 0.12.3.1) under torch 2.13 and numpy 2, each named in its module.
+
+Importing the package registers its tasks, models, criteria and generator; a model or task of fairseq's trains and
+decodes as it does without the package (``tests/cli/test_plugin_neutral.py``), but where a fix below applies. The
+package's linear layers (oneDNN's products and the packed-weight cache, :mod:`.modules.packed_linear`) are built
+into its own models; another model gets them only through
+:func:`~insnet_fairseq.modules.packed_linear.pack_linears`, which the benchmarks and the recipes' trainer
+(``recipes/train_packed.py``) call for every system alike.
+What is installed on import fixes a bug of the pinned libraries, and changes nothing where the bug does not occur:
+
+* :mod:`.checkpoint_safety`: fairseq's checkpoint loaders fail under torch >= 2.6 (``torch.load``'s
+  ``weights_only=True`` default refuses ``argparse.Namespace``): the allowlist is registered, and loading stays
+  weights-only;
+* :mod:`.fairseq_fixes.batching`: ``data_utils.batch_by_size`` drops the last sentences of a split;
+* :mod:`.fairseq_fixes.interactive`: fairseq-interactive aborts on invalid UTF-8, strips tabs of ``--constraints``
+  lines, and aborts (or silently drops) a buffer for one over-long line (the package's tasks screen each line);
+* :mod:`.fairseq_fixes.distributed_cpu`: ``--distributed-world-size`` fails without CUDA;
+* :mod:`.fairseq_fixes.atomic_checkpoints`: a kill during ``PathManager.copy`` leaves a truncated checkpoint;
+* :mod:`.fairseq_fixes.insertion_targets`: ``insertion_transformer --label-tau`` fails on float64 targets;
+* :mod:`.fairseq_fixes.numpy_compat`: ``--task language_modeling`` reads ``np.compat``, gone in numpy 2;
+* :mod:`.fairseq_fixes.clean_exit`: ``fairseq-train`` aborts at exit while its prefetch thread is inside torch;
+
+and :mod:`.tasks.checkpoint_checks`, which wraps fairseq's checkpoint loading (a checkpoint that does not fit its
+task, model or dictionaries is refused, naming the file) and saving (the dictionaries' fingerprint is stored).
 """
 from insnet_fairseq import checkpoint_safety
-from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, clean_errors, clean_exit, distributed_cpu,
-                                          insertion_targets, interactive, numpy_compat, optimizer_versions,
-                                          packed_models)
+from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, clean_exit, distributed_cpu,
+                                          insertion_targets, interactive, numpy_compat)
 
 checkpoint_safety.install()  # fairseq's torch.load calls stay weights-only: they only need the allowlist
 batching.install()
 interactive.install()
 distributed_cpu.install()
 atomic_checkpoints.install()
-clean_errors.install()
 insertion_targets.install()
 numpy_compat.install()
 clean_exit.install()
-optimizer_versions.install()
 
 # the models and tasks register themselves with fairseq as they are imported
 from insnet_fairseq.models import (expansion_lm, indigo, infill_transformer, insnet,  # noqa: E402,F401
@@ -66,6 +78,5 @@ from insnet_fairseq.tasks import (checkpoint_checks, criterion, expansion_lm as 
                                   lm, translation, unconditional_lm)
 
 checkpoint_checks.install()
-packed_models.install()  # outermost, after checkpoint_checks' wrapper of the same function
 
 __version__ = "0.1.0"

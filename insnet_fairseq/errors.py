@@ -1,7 +1,7 @@
 """The errors this package raises on bad input: each names the file, line or flag it concerns.
 
 The command-line tools print them as one line, without a traceback
-(:mod:`insnet_fairseq.fairseq_fixes.clean_errors`). This module imports nothing from the package, so
+(:mod:`insnet_fairseq.tasks.cli_errors`). This module imports nothing from the package, so
 that every layer may raise them.
 """
 

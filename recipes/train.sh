@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Train one model of the results table with fairseq-train, all kinds under the same settings:
+# Train one model of the results table with fairseq-train (recipes/train_packed.py: every kind on the package's linear
+# layers, so that a MINUTES budget buys every kind the same products), all kinds under the same settings:
 # 3+3 layers, d=256, 4 heads, FFN 1024, dropout DROPOUT (0.1), shared embeddings, Adam (0.9, 0.98), lr LR with
 # inverse_sqrt after WARMUP updates, label smoothing 0.1, MAX_TOKENS per batch, UPDATES updates.
 #
@@ -59,7 +60,9 @@ sched=(--lr-scheduler inverse_sqrt --warmup-updates "${WARMUP:-400}" --warmup-in
 limit=()
 [ -n "${MINUTES:-}" ] && limit=(--stop-time-hours "$(python -c "print(${MINUTES} / 60)")")
 [ -n "${THREADS:-}" ] && export OMP_NUM_THREADS=$THREADS MKL_NUM_THREADS=$THREADS
-exec fairseq-train "$data" --user-dir insnet_fairseq "${model[@]}" "${size[@]}" "${shared[@]}" \
+# recipes/train_packed.py: fairseq-train with every kind on the package's linear layers (the same products for all)
+exec python "$(dirname "$0")/train_packed.py" "$data" --user-dir insnet_fairseq \
+  "${model[@]}" "${size[@]}" "${shared[@]}" \
   --optimizer adam --adam-betas '(0.9, 0.98)' --clip-norm 1.0 \
   --lr "${LR:-1e-3}" "${sched[@]}" \
   --max-tokens "${MAX_TOKENS:-4096}" --max-update "${UPDATES:-500}" --max-epoch 1000 "${limit[@]}" \

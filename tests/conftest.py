@@ -23,6 +23,18 @@ from insnet_fairseq.modules import packed_linear  # noqa: E402
 
 import synthetic_corpus  # noqa: E402  (tests/synthetic_corpus.py: the generated corpus every corpus fixture uses)
 
+# ---------------------------------------------------------------- tiers (pytest.ini): the slow folders
+SLOW_FOLDERS = ("recipes", "stress")  # tests/recipes: whole recipes and benchmarks; tests/stress: long inputs, fuzzing
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test under tests/recipes and tests/stress is in the slow tier (``make test-all`` only)."""
+    for item in items:
+        parts = os.path.relpath(str(item.fspath), os.path.join(ROOT, "tests")).split(os.sep)
+        if parts[0] in SLOW_FOLDERS:
+            item.add_marker(pytest.mark.slow)
+
+
 # ---------------------------------------------------------------- every product of a tiny model packed
 REAL_MIN_WORK = packed_linear.MIN_WORK
 

@@ -8,6 +8,10 @@ truncated ``checkpoint_last.pt``, and the next run cannot resume. Here a local c
 ``DEST.tmp`` in the destination's directory and is then renamed over the destination
 (``os.replace``, atomic on POSIX), so a reader sees either the old file or the complete new one.
 Copies to or from remote paths (ioPath handlers) are left to ioPath.
+
+Bug: ``fairseq.file_io.PathManager.copy(src, dst)`` (without ioPath: ``shutil.copyfile(src, dst)``) truncates
+``dst`` first and fills it in place; ``tests/unit/test_fairseq_fixes.py`` interrupts it midway and finds ``dst``
+truncated. Nothing changes but where the bytes are written before the rename.
 """
 import os
 import shutil
@@ -35,4 +39,5 @@ def install() -> None:
         return True
 
     atomic_copy._insnet_atomic = True
+    atomic_copy.__wrapped__ = copy
     PathManager.copy = staticmethod(atomic_copy)

@@ -6,7 +6,11 @@ multiple of ``--required-batch-size-multiple`` (default 8): e.g. 300 test senten
 ``--batch-size 16`` give batches of 16 x 18 + 8, and 4 sentences are never translated or
 scored. The wrapper checks that the batches cover every index and appends what is missing
 as a last batch, in order. Installed when ``insnet_fairseq`` is imported, so it covers every
-model run with ``--user-dir insnet_fairseq``.
+model run with ``--user-dir insnet_fairseq``; batches that cover the split are returned as fairseq made them.
+
+Bug: ``data_utils.batch_by_size(np.arange(300), ..., max_sentences=16, required_batch_size_multiple=8,
+num_tokens_vec=...)`` returns batches of 296 indices (``tests/unit/test_fairseq_fixes.py``;
+``tests/cli/test_plugin_neutral.py`` shows fairseq-generate leaving those sentences out).
 """
 import logging
 

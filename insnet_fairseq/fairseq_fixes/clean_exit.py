@@ -11,6 +11,10 @@ nonzero status for a run that succeeded (a timing race: it depends on where the 
 The fix replaces the consumer with one that checks a stop flag between batches (waiting on a full
 queue in short timed ``put`` calls), and an ``atexit`` handler, which runs before daemon threads are
 ended, sets the flag and joins every live consumer. A consumer is then never inside torch at exit.
+
+Bug: ``iterators.BufferedIterator(10, batches)`` with ``next()`` called once, then interpreter exit: SIGABRT
+(``tests/unit/test_fairseq_fixes.py`` runs it without the fix and with it). Batches are made and handed over as
+before; only the thread's end changes.
 """
 import atexit
 import queue

@@ -13,6 +13,12 @@ Here, when CUDA is unavailable: N worker processes are spawned, the device id is
 is gloo (logged), and DDP gets ``device_ids=None``. Nothing changes where CUDA is available.
 Installed when ``insnet_fairseq`` is imported (``--user-dir``), which fairseq does before it
 starts the workers.
+
+Bug: fairseq's own answer is that distributed training on CPU is not supported
+(https://github.com/facebookresearch/fairseq/issues/2879); the failing call is
+``fairseq.distributed.utils._infer_single_node_init(cfg)`` with ``distributed_world_size=2`` and no GPU
+(``AssertionError: world size is 2 but have 0 available devices``, ``tests/unit/test_fairseq_fixes.py``). A run
+that does not ask for several workers, or that has CUDA, goes through fairseq's own functions.
 """
 import logging
 import os
@@ -88,6 +94,9 @@ def install() -> None:
                 device_ids = output_device = None
             super().__init__(module, device_ids=device_ids, output_device=output_device, **kwargs)
 
+    for fixed, original in ((infer_single_node_init, single_node), (infer_torch_distributed_launch_init, torch_launch),
+                            (infer_init_method, infer), (cpu_call_main, call_main)):
+        fixed.__wrapped__ = original
     du._infer_single_node_init = infer_single_node_init
     du._infer_torch_distributed_launch_init = infer_torch_distributed_launch_init
     du.infer_init_method = infer_init_method

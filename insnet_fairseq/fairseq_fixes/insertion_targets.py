@@ -5,6 +5,9 @@ returns numpy float64 scores when ``tau`` is set, so ``_get_ins_targets`` builds
 tensor and scatters it into a float32 one: every training step fails with ``scatter(): Expected
 self.dtype to be equal to src.dtype``, on CPU and GPU alike. Only the default uniform loss
 (``tau=None``, a Python float ``1 / L``) worked. The fix returns the same score as a Python float.
+
+Bug: ``insertion_transformer._get_ins_targets(prev, target, pad, unk, V, tau=1.0)`` raises that error
+(``tests/unit/test_fairseq_fixes.py``).
 """
 from fairseq.models.nat import insertion_transformer
 

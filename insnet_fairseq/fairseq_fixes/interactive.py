@@ -20,6 +20,12 @@ fairseq-fixed 0.12.3.1's ``fairseq_cli.interactive``:
   :mod:`insnet_fairseq.decoding.inputs`) and tells the task each batch's sample ids (``task.pending_sample_ids``),
   which are the ``H-<id>`` of the output.
 
+Bugs: ``fairseq_cli.interactive.buffered_read(FILE, 10)`` raises ``UnicodeDecodeError`` on a line holding the byte
+``0xff`` and reads ``"\\tphrase"`` as ``"phrase"`` (``tests/unit/test_fairseq_fixes.py``); ``make_batches`` over a
+buffer with one line longer than the model's positions raises for the whole buffer. The screening itself
+(``task.screen_inference_lines``, ``task.pending_sample_ids``) runs only for a task that defines it, the package's;
+another task's batches are fairseq's.
+
 Installed when ``insnet_fairseq`` is imported (``--user-dir``). Only a module the
 fairseq-interactive entry point has already loaded is patched: importing it here would set up
 logging for every program that merely imports this package.

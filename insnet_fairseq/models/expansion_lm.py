@@ -21,6 +21,8 @@ from fairseq.models import BaseFairseqModel, register_model, register_model_arch
 from fairseq.modules import LayerNorm, PositionalEmbedding, TransformerEncoderLayer
 from torch import Tensor
 
+from insnet_fairseq.modules.packed_linear import pack_linears
+
 
 @register_model("expansion_lm")
 class ExpansionLM(BaseFairseqModel):
@@ -67,7 +69,8 @@ class ExpansionLM(BaseFairseqModel):
         expansion_lm_small(args)
         if not hasattr(task, "expansion_dictionary"):
             raise ValueError("--arch expansion_lm_* trains with --task expansion_lm")
-        return cls(args, task.target_dictionary, task.expansion_dictionary, task.placeholder_ids)
+        model = cls(args, task.target_dictionary, task.expansion_dictionary, task.placeholder_ids)
+        return pack_linears(model)  # the package's linear layers (modules/packed_linear.py), as InsNet's
 
     def max_positions(self):
         return None  # a sentence item's size counts all of its transitions; each transition is checked in embed()

@@ -38,6 +38,7 @@ from fairseq.modules.sinusoidal_positional_embedding import SinusoidalPositional
 from torch import Tensor
 
 from insnet_fairseq.models.insnet import small_size
+from insnet_fairseq.modules.packed_linear import pack_linears
 
 BLANK = "__m__"  # an unfilled blank (recipes/prepare_infill.py)
 BOUNDARY = "<seg>"  # opens every segment after the first
@@ -212,7 +213,7 @@ class InfillTransformerModel(TransformerModel):
         for part in (model.encoder, model.decoder):  # set here: fairseq's config object drops unknown keys on load
             if part.embed_positions is not None:
                 part.embed_positions.base = args.segment_base
-        return model
+        return pack_linears(model)  # the package's linear layers (modules/packed_linear.py), as InsNet's
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):

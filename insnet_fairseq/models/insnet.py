@@ -34,6 +34,7 @@ from insnet_fairseq.geometry.gaps import gap_targets
 from insnet_fairseq.geometry.layers import encoding_order, sequential_layers
 from insnet_fairseq.geometry.masks import causal_mask, slot_query_geometry
 from insnet_fairseq.geometry.offsets import is_left_to_right, offsets_from_rank, rank_matrix, slot_neighbours
+from insnet_fairseq.models.task_fit import check_task_fits
 from insnet_fairseq.modules.decoder import InsNetContextEncoder
 from insnet_fairseq.modules.packed_linear import pack_linears
 from insnet_fairseq.modules.slots import SlotHeads
@@ -297,6 +298,9 @@ class InsNetModel(FairseqEncoderDecoderModel):
 
     @classmethod
     def build_model(cls, args, task):
+        check_task_fits(cls, args, task)
+        if getattr(getattr(task, "cfg", None), "searched_order_beam", 0) and cls.decoder_class is InsNetDecoder:
+            raise ValueError("--searched-order-beam is InDIGO's searched adaptive order: train it with --arch indigo_*")
         insnet_base_architecture(args)
         cls.check_ablation_flags(args)
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
@@ -389,8 +393,10 @@ class InsNetLMModel(InsNetModel):
     decoding), which the model never encodes. The translation model is unchanged."""
 
     judge_kind = None  # it has no source to judge a translation by
+    language_model = True  # built for insertion_lm only (models/task_fit.py)
     @classmethod
     def build_model(cls, args, task):
+        check_task_fits(cls, args, task)
         insnet_lm_base_architecture(args)
         cls.check_ablation_flags(args)
         dictionary = task.target_dictionary

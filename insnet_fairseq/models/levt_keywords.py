@@ -28,6 +28,8 @@ from fairseq.models.nat.levenshtein_transformer import (LevenshteinTransformerDe
 from fairseq.modules.transformer_sentence_encoder import init_bert_params
 from torch import Tensor
 
+from insnet_fairseq.modules.packed_linear import pack_linears
+
 
 def source_as_start(src_tokens: Tensor, pad: int, bos: int, eos: int) -> Tensor:
     """Source batch (fairseq's left-padded ``words </s>``) -> LevT's first output ``<s> words </s>``, right-padded.
@@ -79,6 +81,11 @@ class KeywordsLevenshteinTransformer(LevenshteinTransformerModel):
         LevenshteinTransformerModel.add_args(parser)
         parser.add_argument("--delete-source-words", action="store_true",
                             help="let the deletion head delete the source words (the keywords) it started from")
+
+    @classmethod
+    def build_model(cls, args, task):
+        """fairseq's, on the package's linear layers (modules/packed_linear.py), as InsNet's."""
+        return pack_linears(super().build_model(args, task))
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from insnet_fairseq.modules import offset_scores
-from insnet_fairseq.modules.kept import may_keep, weights_key
+from insnet_fairseq.modules.kept import KeepsDerived, may_keep, weights_key
 from insnet_fairseq.modules.packed_linear import Linear
 
 
@@ -143,12 +143,14 @@ class _LeftToRightSkew(torch.autograd.Function):
         return out, None, None
 
 
-class OffsetSelfAttention(nn.Module):
+class OffsetSelfAttention(KeepsDerived):
     """Multi-head self-attention with insertion-offset relative positions.
 
     Shapes: B batch, T queries (new tokens), S keys (cached + new tokens), H heads,
     D model dim, Dh = D / H, R = 2S - 1 distinct offsets.
     """
+
+    kept_stores = ("_kept_offsets",)  # dropped in training mode (KeepsDerived)
 
     def __init__(self, embed_dim: int, num_heads: int, rel_dim: int, dropout: float = 0.0, keys: bool = True):
         """``keys=False``: queries only (an untied slot query stream, :meth:`query`): ``qkv_proj`` holds just W_q,
@@ -185,8 +187,9 @@ class OffsetSelfAttention(nn.Module):
 
         Without gradients and outside training (decoding: one call per layer and step, S growing by a
         token or a few) P is kept for a range of offsets (at least 32, doubled when outgrown) and sliced,
-        until the table or ``W_kR`` changes (their tensors' version counters: an optimizer step, a
-        checkpoint load) or a larger range is asked for. A pass compiled by ``torch.compile``
+        until the module goes back to training mode (:class:`~insnet_fairseq.modules.kept.KeepsDerived`), the
+        table or ``W_kR`` changes in place (their tensors' version counters: a checkpoint load) or a larger range is
+        asked for. A pass compiled by ``torch.compile``
         (``--compile-decoder``) projects the range it needs instead: the kept copy is keyed by data pointers,
         which a compiled graph cannot compare.
         """
@@ -194,7 +197,7 @@ class OffsetSelfAttention(nn.Module):
         if not may_keep(self):
             return self._project(rel_table[center - max_offset : center + max_offset + 1])
         key = weights_key(rel_table, self.r_proj.weight)
-        kept = self._kept_offsets
+        kept = getattr(self, "_kept_offsets", None)
         if kept is None or kept[0] != key or kept[1] < max_offset:
             m = min(center, max(max_offset, 32, 2 * kept[1] if kept is not None and kept[0] == key else 0))
             kept = self._kept_offsets = (key, m, self._project(rel_table[center - m : center + m + 1]))

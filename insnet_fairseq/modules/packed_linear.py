@@ -14,9 +14,10 @@ which change every update; GPUs, other dtypes and small products keep ``F.linear
 rounding (tested); decoding holds a second copy of each weight.
 
 :class:`Linear` is ``nn.Linear`` with that forward (the same parameters, the same state dict). InsNet's layers are
-built from it; :func:`pack_linears` turns the ``nn.Linear`` layers of any model into it (fairseq's encoder inside
-InsNet, and the baselines InsNet is compared with: :mod:`insnet_fairseq.fairseq_fixes.packed_models`), so that every
-model multiplies through the same products.
+built from it; :func:`pack_linears` turns the ``nn.Linear`` layers of any model into it: the package's own models
+call it (fairseq's encoder inside InsNet, the package's baselines), and the benchmarks call it for every system they
+time, fairseq's models included, so that every model multiplies through the same products. Importing the package
+does not apply it to a model of fairseq's.
 """
 from typing import Optional
 
@@ -25,7 +26,7 @@ import torch.nn.functional as F
 from fairseq.modules.multihead_attention import MultiheadAttention
 from torch import Tensor, nn
 
-from insnet_fairseq.modules.kept import kept, may_keep
+from insnet_fairseq.modules.kept import KeepsDerived, kept, may_keep
 
 ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 MIN_WORK = 3 << 18  # multiply-adds (3 rows by 1024 x 256) from which oneDNN's product is faster, call included
@@ -104,11 +105,12 @@ class OneDNNLinear(torch.autograd.Function):
         return gx, gw, gb
 
 
-class Linear(nn.Linear):
+class Linear(KeepsDerived, nn.Linear):
     """``nn.Linear`` whose forward is :func:`linear`, and :meth:`rows`, the product by a block of its rows. ``packed``
     (True) lets it use oneDNN; :func:`set_packed` switches a whole model."""
 
     packed = True
+    kept_stores = ("_packed", "_row_blocks")  # dropped in training mode (KeepsDerived)
 
     def __getstate__(self):
         """Copies and pickles leave the packed weights out (oneDNN's opaque tensors have no storage to copy); a copy

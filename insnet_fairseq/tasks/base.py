@@ -30,6 +30,7 @@ from insnet_fairseq.geometry.layers import (PAD_LAYER, compact, delay_last_words
                                             trajectory, uniform_layers)
 from insnet_fairseq.geometry.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES,
                                             TREE_POLICIES)
+from insnet_fairseq.tasks.cli_errors import use_one_line_errors
 from insnet_fairseq.training.layerization import LAYERIZATIONS, layerize, promotions_from_states, token_logprobs_by_step
 from insnet_fairseq.training.searched_order import search_orders
 
@@ -149,6 +150,13 @@ class InsertionTask(TranslationTask):
     cfg: InsertionConfig
 
     has_keywords = False  # insertion_lm: its source side holds each sentence's keywords
+
+    @classmethod
+    def add_args(cls, parser):
+        """fairseq's, after setting the one-line errors (:mod:`~insnet_fairseq.tasks.cli_errors`): a command line
+        parses a task's flags only when the user picked that task, before any of fairseq's own checks run."""
+        use_one_line_errors()
+        super().add_args(parser)
 
     def __init__(self, cfg: InsertionConfig, src_dict, tgt_dict):
         super().__init__(cfg, src_dict, tgt_dict)

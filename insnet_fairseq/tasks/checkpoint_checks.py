@@ -15,9 +15,8 @@ Installed when ``insnet_fairseq`` is imported (``--user-dir``), for our models a
   for them only the embedding size is compared with the dictionary's.
 * The checkpoint's model must fit the task (InsNet only with ``insertion_translation``, and the
   baselines never with it) and, when training, the model being trained (same model class; a shape
-  mismatch lists the first parameters that differ). A model being built must fit its task too
-  (:func:`check_model_class_fits_task`, before every ``fairseq.models.build_model``): an InsNet
-  architecture trained with another ``--task`` is refused before anything runs.
+  mismatch lists the first parameters that differ). A model being built must fit its task too:
+  the models' own ``build_model`` checks it (:mod:`insnet_fairseq.models.task_fit`).
 * A file that is missing, empty, not a torch file, damaged, or a torch file that is not a fairseq
   checkpoint is named with what is wrong with it.
 * A checkpoint naming a global outside the weights-only allowlist (:mod:`insnet_fairseq.checkpoint_safety`) is
@@ -27,13 +26,12 @@ Installed when ``insnet_fairseq`` is imported (``--user-dir``), for our models a
   refuses.
 
 Each raises :class:`insnet_fairseq.errors.CheckpointError` (a model built for the wrong task: ``ValueError``),
-which the command-line tools print as one line, without a traceback.
+which the package's tasks print as one line, without a traceback (:mod:`insnet_fairseq.tasks.cli_errors`).
 """
 import hashlib
 import os
 
 from fairseq import checkpoint_utils, tasks, utils
-from fairseq import models as fairseq_models
 from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.file_io import PathManager
@@ -43,7 +41,7 @@ from fairseq.trainer import Trainer
 
 from insnet_fairseq import checkpoint_safety
 from insnet_fairseq.errors import CheckpointError
-from insnet_fairseq.models.insnet import InsNetDecoder, InsNetLMModel, InsNetModel
+from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel
 from insnet_fairseq.tasks.lm import InsertionLMTask
 from insnet_fairseq.tasks.translation import InsertionTranslationTask
 
@@ -216,31 +214,6 @@ def _task_name(task) -> str:
     return getattr(getattr(task, "cfg", None), "_name", None) or type(task).__name__
 
 
-def check_model_class_fits_task(cls, arch, task) -> None:
-    """Before a model of class ``cls`` (``--arch arch``) is built for ``task``: an InsNet model only for
-    ``insertion_translation``, an InsNet language model only for ``insertion_lm``, and ``--searched-order-beam``
-    (InDIGO's searched order) only for InDIGO. Raises ValueError naming the task and the flag to pass."""
-    if cls is None or not issubclass(cls, InsNetModel):
-        return
-    if issubclass(cls, InsNetLMModel):
-        if not isinstance(task, InsertionLMTask):
-            raise ValueError(
-                f"this is an InsNet language model (--arch {arch or 'insnet_lm_*'}), which only the "
-                f"task insertion_lm trains and decodes, not --task {_task_name(task)}: "
-                "pass --user-dir insnet_fairseq --task insertion_lm"
-            )
-        return
-    if not isinstance(task, InsertionTranslationTask):
-        raise ValueError(
-            f"this is an InsNet model (--arch {arch or 'insnet_*'}), which only the task "
-            f"insertion_translation trains and decodes, not --task {_task_name(task)}: "
-            "pass --user-dir insnet_fairseq --task insertion_translation"
-            + (" (or, for insertion_lm, an --arch insnet_lm_*)" if isinstance(task, InsertionLMTask) else "")
-        )
-    if getattr(getattr(task, "cfg", None), "searched_order_beam", 0) and cls.decoder_class is InsNetDecoder:
-        raise ValueError("--searched-order-beam is InDIGO's searched adaptive order: train it with --arch indigo_*")
-
-
 def check_model_fits_training(path, state, model_cfg):
     """Resume / --finetune-from-model: the checkpoint must hold the kind of model being trained."""
     arch, _ = checkpoint_arch(state)
@@ -395,22 +368,9 @@ def _wrap_trainer_state_dict(original):
     return state_dict
 
 
-def _wrap_build_model(original):
-    def build_model(cfg, task, from_checkpoint=False):
-        arch = getattr(cfg, "_name", None) or getattr(cfg, "arch", None)
-        check_model_class_fits_task(ARCH_MODEL_REGISTRY.get(arch) if isinstance(arch, str) else None, arch, task)
-        return original(cfg, task, from_checkpoint)
-
-    build_model.insnet_checked = True
-    build_model.__doc__ = original.__doc__
-    return build_model
-
-
 def install() -> None:
-    """Idempotently wrap fairseq's model building, checkpoint loading and saving (see the module docstring)."""
+    """Idempotently wrap fairseq's checkpoint loading and saving (see the module docstring)."""
     cu = checkpoint_utils
-    if not getattr(fairseq_models.build_model, "insnet_checked", False):
-        fairseq_models.build_model = _wrap_build_model(fairseq_models.build_model)
     if not getattr(cu.load_checkpoint_to_cpu, "insnet_checked", False):
         cu.load_checkpoint_to_cpu = _wrap_load_checkpoint_to_cpu(cu.load_checkpoint_to_cpu)
     if not getattr(cu.load_model_ensemble_and_task, "insnet_checked", False):
@@ -419,4 +379,3 @@ def install() -> None:
         Trainer.load_checkpoint = _wrap_trainer_load_checkpoint(Trainer.load_checkpoint)
     if not getattr(Trainer.state_dict, "insnet_checked", False):
         Trainer.state_dict = _wrap_trainer_state_dict(Trainer.state_dict)
-    # the errors reach the shell as one line: fairseq_fixes/clean_errors

@@ -35,6 +35,7 @@ from insnet_fairseq.data.expansion_dataset import (
 from insnet_fairseq.decoding.expansion_generator import ExpansionGenerator
 from insnet_fairseq.errors import DataError, TreeError
 from insnet_fairseq.tasks.base import data_paths
+from insnet_fairseq.tasks.cli_errors import use_one_line_errors
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,13 @@ class ExpansionLMConfig(FairseqDataclass):
 @register_task("expansion_lm", dataclass=ExpansionLMConfig)
 class ExpansionLMTask(FairseqTask):
     cfg: ExpansionLMConfig
+
+    @classmethod
+    def add_args(cls, parser):
+        """fairseq's, after setting the one-line errors (:mod:`~insnet_fairseq.tasks.cli_errors`): a command line
+        parses a task's flags only when the user picked that task, before any of fairseq's own checks run."""
+        use_one_line_errors()
+        super().add_args(parser)
 
     @classmethod
     def setup_task(cls, cfg: ExpansionLMConfig, **kwargs):

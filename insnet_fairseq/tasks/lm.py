@@ -153,6 +153,7 @@ def read_keywords(path: str, dictionary: Dictionary, n_sentences: int, data_file
 class InsertionLMTask(InsertionTask):
     cfg: InsertionLMConfig
     has_keywords = True
+    insertion_task = "lm"  # the InsNet models it builds (models/task_fit.py)
 
     @classmethod
     def setup_task(cls, cfg: InsertionLMConfig, **kwargs):

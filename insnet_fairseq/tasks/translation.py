@@ -22,6 +22,7 @@ class InsertionTranslationConfig(InsertionConfig):
 @register_task("insertion_translation", dataclass=InsertionTranslationConfig)
 class InsertionTranslationTask(InsertionTask):
     cfg: InsertionTranslationConfig
+    insertion_task = "translation"  # the InsNet models it builds (models/task_fit.py)
 
     @classmethod
     def setup_task(cls, cfg: InsertionTranslationConfig, **kwargs):

@@ -143,6 +143,8 @@ def test_fairseq_generate_prints_steps_history_and_sacrebleu(small_data, tiny_ch
 
 @pytest.mark.parametrize("task", ["translation", "translation_lev"])
 def test_insnet_checkpoint_with_another_task_is_named(small_data, tiny_checkpoint, task):
+    """The error (the package's own, raised by its checkpoint checks) names the task to use, in one line: fairseq
+    reads the package's tasks when it loads --user-dir, which sets the one-line errors (tasks/cli_errors.py)."""
     cmd = generate_cmd(small_data, tiny_checkpoint)[:-2]  # without --max-insertion-steps (not that task's flag)
     cmd[cmd.index("insertion_translation")] = task
     out = run(cmd, timeout=300)

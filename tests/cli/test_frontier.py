@@ -4,11 +4,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ENV, ROOT, run
 
 COLUMNS = ["system", "sacrebleu", "diff_low", "diff_high", "passes_per_token", "positions_per_token", "ms_b1", "ms_b64"]
 
 
+@pytest.mark.slow  # a whole benchmark run: five systems decoded and timed
 def test_frontier_writes_every_column(small_data, raw_corpus, tiny_checkpoint, ar_checkpoint, tmp_path):
     ins = "--task insertion_translation --max-insertion-steps 6"
     systems = tmp_path / "systems.tsv"
@@ -131,6 +134,7 @@ def test_linear_work_counts_every_product(small_data, tiny_checkpoint, ar_checkp
     assert m["tokens"] > 0 and 0 < m["vocabulary"] < m["all"], m
 
 
+@pytest.mark.slow  # an experiment's whole profiling run, both systems at two batch sizes
 def test_profile_decoding_decodes_as_a_user_gets_it(small_data, tiny_checkpoint, ar_checkpoint, tmp_path, capsys):
     """experiments/profile_decoding.py profiles the decoding a user gets: the parallel mode's defaults and the
     settings stored with the model (its stop check), the slot queries fused as the step's default decides; each

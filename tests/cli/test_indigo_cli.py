@@ -20,7 +20,7 @@ def test_fairseq_train_and_generate_indigo(small_data, tmp_path):
     bad = run([c if c != "insnet_small" else "indigo_small" for c in train_cmd(small_data, str(tmp_path / "x"),
                                                                              "--max-update", "1", "--dinic-tau", "1")])
     assert bad.returncode != 0 and "InDIGO inserts one word per step" in bad.stderr
-    assert "Traceback" not in bad.stderr  # one line (fairseq_fixes/clean_errors)
+    assert "Traceback" not in bad.stderr  # one line (tasks/cli_errors.py)
     # searched adaptive orders (bootstrapped from the random-order model above), beam 2: twice the sentences
     sao = run(cmd + ["--searched-order-beam", "2", "--max-update", "8", "--log-format", "json"])
     assert sao.returncode == 0, sao.stderr[-3000:]

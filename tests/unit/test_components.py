@@ -220,8 +220,8 @@ def test_untied_query_layers_start_as_the_tokens_layers_and_are_the_ones_the_str
     fresh.load_state_dict(plain.state_dict())
     assert torch.equal(fresh.decoder.context.query_layers[0].fc1.weight, plain.decoder.context.layers[0].fc1.weight)
     with pytest.raises(ValueError, match="--untied-slot-queries needs --slot-query-stream"):
-        InsNetModel.build_model(tiny_args(untied_slot_queries=True), type("T", (), {"source_dictionary": d,
-                                                                                    "target_dictionary": d})())
+        InsNetModel.build_model(tiny_args(untied_slot_queries=True), type("T", (), {
+            "source_dictionary": d, "target_dictionary": d, "insertion_task": "translation"})())
 
 
 def test_joint_attention_equals_the_tokens_call_then_the_queries_call():

@@ -1,12 +1,13 @@
-"""benchmarks/frontier.py's measures: the pass counter counts one decoding of known length the same for the
-autoregressive model and for InsNet; the Pareto front and the paired bootstrap on known inputs."""
+"""The frontier's measures: the pass counter (insnet_fairseq/measure.py) counts one decoding of known length the
+same for the autoregressive model and for InsNet; the Pareto front and the paired bootstrap on known inputs."""
 import pytest
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 
-from benchmarks.frontier import PassCounter, paired_bootstrap, pareto
+from benchmarks.frontier import paired_bootstrap, pareto
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
+from insnet_fairseq.measure import PassCounter
 
 from conftest import build_tiny_ar, build_tiny_model, random_batch, sample_of
 

@@ -11,12 +11,10 @@ from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.state import HOLE, DecoderState, Picks, compact, group_offsets
 from insnet_fairseq.decoding.step import InsertionSteps, auto_fuses, top_p_slots
 from insnet_fairseq.decoding.stopping import StopCheck
+from insnet_fairseq.measure import HostSyncs, PassCounter
 from insnet_fairseq.reference import naive_offsets
 
 from conftest import ROOT, build_tiny_ar, build_tiny_model, make_dictionary, random_batch, sample_of
-
-from benchmarks.frontier import PassCounter
-from experiments.host_syncs import HostSyncs
 
 
 def decode(model, d, src, src_lengths, **kw):
@@ -455,6 +453,7 @@ def test_auto_fusion_fuses_every_batch_on_a_gpu():
     assert not InsertionSteps(d2, DecodingOptions(mode="parallel", fuse_slot_queries="on")).fused(plain.decoder, 1)
 
 
+@pytest.mark.slow  # torch.compile traces every pass: the slowest unit test by far
 def test_compiled_decoder_pass_decodes_as_the_eager_one():
     """--compile-decoder: the cached step's pass through torch.compile (dynamic shapes; here the aot_eager backend,
     which traces and functionalises the in-place cache writes as inductor does, without a C++ compiler) decodes a

@@ -6,15 +6,17 @@ function. The layers, bottom up:
 
 0. ``geometry`` (pure tensor functions: orders, offsets, masks, layer arithmetic), ``data`` (datasets and the
    parses they read; they use geometry's orders), ``errors`` (the error classes: every layer raises them, so
-   they import nothing of the package) and ``checkpoint_safety`` (the weights-only loader; it imports only errors);
+   they import nothing of the package), ``checkpoint_safety`` (the weights-only loader; it imports only errors)
+   and ``measure`` (counters of decoder passes and host syncs, for the tests and the benchmarks; nothing of the
+   package either);
 1. ``modules``: the context encoder's building blocks (attention, slot heads, the offset kernel);
 2. ``models``: the registered fairseq models built from them;
 3. ``decoding`` (generators, reranking, the hub interface), ``training`` (the model passes that make training
    trajectories: Dinic layerings, searched orders) and ``reference`` (the naive procedures the tests compare
    the models with);
-4. ``tasks`` (the registered tasks and criteria, and the model/checkpoint checks) and ``fairseq_fixes`` (patches
-   to fairseq's command-line tools, installed on import: they may screen inputs as decoding does, and nothing
-   below imports them);
+4. ``tasks`` (the registered tasks and criteria, the model/checkpoint checks, the one-line errors of the package's
+   tasks) and ``fairseq_fixes`` (fixes of named bugs of the pinned fairseq, installed on import: the
+   fairseq-interactive one screens inputs as decoding does, and nothing below imports them);
 5. the package itself (``insnet_fairseq/__init__.py``), which imports everything to register it.
 """
 import ast
@@ -27,6 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2] / PACKAGE
 LAYERS = {
     "insnet_fairseq.errors": 0,
     "insnet_fairseq.checkpoint_safety": 0,
+    "insnet_fairseq.measure": 0,
     "insnet_fairseq.geometry": 0,
     "insnet_fairseq.data": 0,
     "insnet_fairseq.modules": 1,

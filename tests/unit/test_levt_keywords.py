@@ -11,6 +11,7 @@ from fairseq.models.nat.levenshtein_transformer import LevenshteinTransformerMod
 
 from insnet_fairseq.models.levt_keywords import (
     KeywordsLevenshteinTransformer, forbid_deleting, levenshtein_keywords_architecture, source_as_start)
+from insnet_fairseq.modules.packed_linear import pack_linears
 
 
 def test_source_as_start_example():
@@ -91,9 +92,10 @@ def test_deletable_keywords_do_get_deleted():
 
 
 def test_training_is_fairseq_levt():
-    """Same weights, same batch: the training losses equal fairseq's levenshtein_transformer's."""
+    """Same weights, same batch: the training losses equal fairseq's levenshtein_transformer's (given the package's
+    linear layers, which the keywords model is built on)."""
     ours, d = tiny()
-    theirs, _ = tiny(cls=LevenshteinTransformerModel)
+    theirs = pack_linears(tiny(cls=LevenshteinTransformerModel)[0])
     theirs.load_state_dict(ours.state_dict())
     sets, sample = keyword_batch(d, n=8, seed=1)
     tgt = torch.randint(d.nspecial, len(d), (8, 9))

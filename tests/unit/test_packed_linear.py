@@ -245,22 +245,23 @@ def test_packed_ar_transformer_decodes_as_before():
         torch.testing.assert_close(grads[1][n], g, atol=1e-4, rtol=1e-4, msg=n)
 
 
-def test_every_model_fairseq_builds_is_packed():
-    """fairseq_fixes/packed_models: a model built through fairseq.models.build_model (what every task calls), here
-    fairseq's AR transformer, has the packed layers; the wrapper keeps checkpoint_checks' mark and installs once."""
+def test_fairseq_models_keep_their_layers_and_the_package_models_are_packed():
+    """Importing the package leaves ``fairseq.models.build_model`` as it is: fairseq's AR transformer built through
+    its task keeps ``nn.Linear`` (the benchmarks pack it explicitly, :func:`pack_linears`), while the package's own
+    models are built on :class:`Linear`."""
+    import subprocess
+    import sys
     from argparse import Namespace
 
-    from fairseq import models as fairseq_models
     from fairseq.models.transformer import base_architecture
     from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
-    from conftest import make_dictionary
-    from insnet_fairseq.fairseq_fixes import packed_models
+    from conftest import build_tiny_model, make_dictionary
 
-    build = fairseq_models.build_model
-    assert build.insnet_packed and build.insnet_checked
-    packed_models.install()
-    assert fairseq_models.build_model is build
+    check = ("import fairseq.models as m; b = m.build_model; import insnet_fairseq; "
+             "assert m.build_model is b, 'importing insnet_fairseq replaced fairseq.models.build_model'")
+    out = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
     d = make_dictionary(30)
     args = Namespace(arch="transformer", encoder_layers=1, decoder_layers=1, encoder_embed_dim=16,
                      decoder_embed_dim=16, encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32,
@@ -269,4 +270,39 @@ def test_every_model_fairseq_builds_is_packed():
     base_architecture(args)
     model = TranslationTask(TranslationConfig(), d, d).build_model(args)
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    assert linears and all(type(m) is Linear for m in linears)
+    assert linears and all(type(m) is nn.Linear for m in linears)
+    insnet, _ = build_tiny_model(seed=0)
+    linears = [m for m in insnet.modules() if isinstance(m, nn.Linear)]
+    assert linears and all(isinstance(m, Linear) for m in linears)
+
+
+PACKED_TRAINER = """
+from argparse import Namespace
+from fairseq.models.transformer import base_architecture
+from fairseq.tasks.translation import TranslationConfig, TranslationTask
+from fairseq.data import Dictionary
+import recipes.train_packed  # noqa: F401  (the recipes' fairseq-train)
+from insnet_fairseq.modules.packed_linear import Linear
+d = Dictionary()
+for i in range(30):
+    d.add_symbol(f"w{i}")
+args = Namespace(arch="transformer", encoder_layers=1, decoder_layers=1, encoder_embed_dim=16, decoder_embed_dim=16,
+                 encoder_ffn_embed_dim=32, decoder_ffn_embed_dim=32, encoder_attention_heads=2,
+                 decoder_attention_heads=2, max_source_positions=64, max_target_positions=64, dropout=0.0)
+base_architecture(args)
+model = TranslationTask(TranslationConfig(), d, d).build_model(args)
+print(all(type(m) is Linear for m in model.modules() if isinstance(m, __import__("torch").nn.Linear)))
+"""
+
+
+def test_the_recipes_trainer_packs_fairseqs_models_too():
+    """recipes/train.sh trains every kind through recipes/train_packed.py: fairseq's AR transformer on the package's
+    linear layers too (the explicit switch; a separate process, as plain imports leave fairseq's models alone)."""
+    import subprocess
+    import sys
+
+    from conftest import ENV, ROOT
+
+    out = subprocess.run([sys.executable, "-c", PACKED_TRAINER], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.split()[-1] == "True", out.stderr[-2000:]

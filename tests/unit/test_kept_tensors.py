@@ -1,17 +1,16 @@
-"""fairseq_fixes/optimizer_versions: after a fairseq optimizer step (which updates the parameters through
-``.data``) the tensors an InsNet model keeps from its weights (offset projections, packed weights) are made
-again, so a no-gradient pass (the InsNet-Dinic layering of the next batch, validation) sees the current weights,
-as a fresh process loading the same weights would."""
+"""Tensors an InsNet model keeps from its weights (offset projections, packed weights: modules/kept.py) follow the
+weights through fairseq's optimizer steps, which update the parameters through ``.data`` (so their version counters
+stay as they were), with no patch of fairseq: a module drops what it keeps when it goes back to training mode. A
+no-gradient pass after an update (the InsNet-Dinic layering of the next batch, validation) sees the current
+weights, as a fresh process loading the same weights would."""
 import copy
-import math
 
 import torch
 from fairseq.optim.adam import FairseqAdam, FairseqAdamConfig
-from fairseq.tasks.fairseq_task import FairseqTask
 from omegaconf import OmegaConf
 
-from insnet_fairseq.fairseq_fixes import optimizer_versions
 from insnet_fairseq.geometry.orders import make_order
+from insnet_fairseq.modules.kept import KeepsDerived
 from insnet_fairseq.training.layerization import layerize
 
 from conftest import build_tiny_model, random_batch
@@ -48,25 +47,23 @@ def setup():
     return model, d, src, src_lengths, target, optimizer, e, rel_table
 
 
-def test_fairseq_adam_alone_leaves_the_kept_tensors_stale():
-    """The fault being fixed: fairseq's Adam updates through .data, and the kept tensors do not notice."""
+def test_fairseq_adam_updates_through_data_without_bumping_versions():
+    """Why a version key alone is not enough: fairseq's Adam writes ``p.data``, and ``p._version`` stays."""
     model, d, src, src_lengths, target, optimizer, e, rel_table = setup()
-    kept_outputs(model, e, rel_table)  # kept from the initial weights
+    before = [p._version for p in model.parameters()]
+    weights = [p.detach().clone() for p in model.parameters()]
     trained_step(model, optimizer, d, src, src_lengths, target, lambda opt: opt.step())
-    stale_logits, stale_p = kept_outputs(model, e, rel_table)
-    fresh_logits, fresh_p = kept_outputs(copy.deepcopy(model), e, rel_table)  # a copy keeps nothing yet
-    assert not torch.equal(stale_logits, fresh_logits) and not torch.equal(stale_p, fresh_p)
+    assert any(not torch.equal(w, p) for w, p in zip(weights, model.parameters()))
+    assert [p._version for p in model.parameters()] == before
 
 
-def test_after_the_task_optimizer_step_kept_tensors_follow_the_weights():
+def test_kept_tensors_follow_fairseq_adam_updates():
     model, d, src, src_lengths, target, optimizer, e, rel_table = setup()
-    task = object.__new__(FairseqTask)  # optimizer_step uses nothing of the task
     for update in range(3):
-        kept_outputs(model, e, rel_table)
-        trained_step(model, optimizer, d, src, src_lengths, target,
-                     lambda opt: FairseqTask.optimizer_step(task, opt, model=model, update_num=update))
+        kept_outputs(model, e, rel_table)  # kept from the current weights
+        trained_step(model, optimizer, d, src, src_lengths, target, lambda opt: opt.step())
         logits, p = kept_outputs(model, e, rel_table)
-        fresh_logits, fresh_p = kept_outputs(copy.deepcopy(model), e, rel_table)
+        fresh_logits, fresh_p = kept_outputs(copy.deepcopy(model), e, rel_table)  # a copy keeps nothing yet
         assert torch.equal(logits, fresh_logits) and torch.equal(p, fresh_p)
         # the layering pass of the next batch is the one a process that just loaded these weights computes
         n_tok = target.ne(d.pad()).sum(1)
@@ -75,12 +72,22 @@ def test_after_the_task_optimizer_step_kept_tensors_follow_the_weights():
         assert torch.equal(ours, layerize(copy.deepcopy(model), src, src_lengths, target, order, 1.0)[0])
 
 
-def test_install_wraps_once_and_bumps_every_parameter():
-    optimizer_versions.install()
-    assert FairseqTask.optimizer_step._insnet_bumps_versions
-    assert not getattr(FairseqTask.optimizer_step.__wrapped__, "_insnet_bumps_versions", False)  # not twice
-    model, _ = build_tiny_model(seed=1)
-    before = [p._version for p in model.parameters()]
-    optimizer_versions.bump_versions(model)
-    assert all(p._version > v for p, v in zip(model.parameters(), before))
-    assert math.isfinite(sum(float(p.sum()) for p in model.parameters()))  # the data is untouched and usable
+def test_kept_tensors_follow_a_state_dict_loaded_in_eval_mode():
+    """Outside training the key (data pointer, version counter) notices an in-place load."""
+    model, d, src, src_lengths, target, optimizer, e, rel_table = setup()
+    other, _ = build_tiny_model(seed=5, dropout=0.0)
+    kept_outputs(model, e, rel_table)
+    model.load_state_dict(other.state_dict())
+    assert not model.training
+    logits, p = kept_outputs(model, e, rel_table)
+    fresh_logits, fresh_p = kept_outputs(other, e, rel_table)
+    assert torch.equal(logits, fresh_logits) and torch.equal(p, fresh_p)
+
+
+def test_training_mode_drops_what_every_module_keeps():
+    model, d, src, src_lengths, target, optimizer, e, rel_table = setup()
+    kept_outputs(model, e, rel_table)
+    keepers = [m for m in model.modules() if isinstance(m, KeepsDerived)]
+    assert any(store in m.__dict__ and m.__dict__[store] for m in keepers for store in m.kept_stores)
+    model.train()
+    assert not any(store in m.__dict__ and m.__dict__[store] for m in keepers for store in m.kept_stores)
