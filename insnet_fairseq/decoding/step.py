@@ -1,7 +1,8 @@
 """One insertion step of iterative insertion decoding (paper 3.2-3.3, 4.1), on an immutable :class:`DecoderState`.
 
-:class:`InsertionSteps` holds what a step does, for :class:`~insnet_fairseq.decoding.generator.InsertionGenerator`
-(the decoding loop, candidates, output) and :class:`~insnet_fairseq.decoding.beam.BeamSearch` to drive: encode the
+:class:`InsertionSteps` holds what a step does, for the loops of
+:class:`~insnet_fairseq.decoding.generator.InsertionGenerator` (:func:`~insnet_fairseq.decoding.greedy.decode_greedy`,
+:class:`~insnet_fairseq.decoding.beam.BeamSearch`, :func:`~insnet_fairseq.decoding.gaps.decode_gaps`) to drive: encode the
 start (:meth:`~InsertionSteps.initial_state`), score every slot from the tokens' cached parts
 (:meth:`~InsertionSteps.slot_distribution`), choose slots and words (:meth:`~InsertionSteps.choose_slots`,
 :meth:`~InsertionSteps.token_logits`, :meth:`~InsertionSteps.choose_tokens`, then the word rules the options switch
@@ -52,7 +53,7 @@ def auto_fuses(rows: int, on_gpu: bool) -> bool:
 
 
 class InsertionSteps:
-    """The step of :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` (its base class), for the words of
+    """The step of :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` (its ``steps``), for the words of
     ``tgt_dict`` (``<s>``, ``</s>`` and padding are never inserted) as ``options`` say."""
 
     def __init__(self, tgt_dict, options: DecodingOptions):
