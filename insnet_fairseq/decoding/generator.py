@@ -58,6 +58,7 @@ from torch import Tensor
 
 from insnet_fairseq.decoding.beam import BeamSearch
 from insnet_fairseq.decoding.candidates import Candidates
+from insnet_fairseq.decoding.compiled import passes_of
 from insnet_fairseq.decoding.gaps import decode_gaps, is_gap_model
 from insnet_fairseq.decoding.greedy import Rows, decode_greedy
 from insnet_fairseq.decoding.inputs import integer_ids
@@ -86,8 +87,8 @@ class InsertionGenerator:
     def __init__(self, tgt_dict, options: DecodingOptions = DecodingOptions()):
         self.tgt_dict, self.options = tgt_dict, options
         self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
-        self.steps = self.steps_class(tgt_dict, options)
-        self.output = Output(self.eos, options.retain_history, options.max_steps)
+        self.steps = self.steps_class(tgt_dict, options.core, passes_of(options.extras))
+        self.output = Output(self.eos, options.core.retain_history, options.core.max_steps)
         self.symbols_to_strip_from_output = {self.bos, self.eos}  # fairseq-generate strips them from the output
 
     def fixed_hypothesis(self, tokens: Sequence[int]) -> dict:
@@ -165,7 +166,8 @@ class InsertionGenerator:
         cap = torch.full_like(auto, o.max_steps) if o.max_steps > 0 else auto
         max_len = (auto + 2).clamp(max=decoder.max_target_positions)  # [B], with <s> and </s>
         # --min-length-ratio: at least ratio x source words (without </s>) before q(stop) is heard
-        min_len = torch.minimum(((src_lengths - 1).float() * o.min_length_ratio).ceil().long() + 2, max_len)
+        min_len = torch.minimum(((src_lengths - 1).float() * o.min_length_ratio).ceil().long() + 2, max_len) \
+            if o.min_length_ratio > 0 else None
         finalized: List[Optional[dict]] = [None] * B
         for b in self.settled_rows(sample, src_lengths, given, max_len, decoder.max_target_positions,
                                    conditional=o.conditional):
@@ -203,7 +205,7 @@ class InsertionGenerator:
             groups.setdefault(0 if n <= GROUP_FREE else int(n).bit_length(), []).append(i)
         return [groups[k] for k in sorted(groups)]
 
-    def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, min_len: Tensor, initial_tokens,
+    def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, min_len: Optional[Tensor], initial_tokens,
                      initial_order, finalized: List[Optional[dict]], blanks=None, judge: Optional[Judge] = None,
                      phrases: bool = False) -> None:
         """Decode the batch rows ``todo`` together; fills ``finalized[b]`` for each: its beam's hypotheses, or its
@@ -216,8 +218,8 @@ class InsertionGenerator:
         owner = [b for b in todo for _ in range(K)]  # decoded row -> batch row (K candidates / beam rows each)
         if owner != list(range(src_tokens.size(0))):
             rows = torch.tensor(owner, device=src_tokens.device)
-            src_tokens, src_lengths, cap, max_len, min_len = (src_tokens[rows], src_lengths[rows], cap[rows],
-                                                              max_len[rows], min_len[rows])
+            src_tokens, src_lengths, cap, max_len = src_tokens[rows], src_lengths[rows], cap[rows], max_len[rows]
+            min_len = None if min_len is None else min_len[rows]
             src_tokens = src_tokens[:, src_tokens.ne(self.pad).any(0)]  # left padding no row of the group needs
             if initial_tokens is not None:
                 initial_tokens = [initial_tokens[b] for b in owner]
@@ -237,7 +239,7 @@ class InsertionGenerator:
             return
         if o.beam > 1:  # --insertion-beam: every finished hypothesis, best first
             found = BeamSearch(self.steps, self.output, o.beam, o.lenpen).search(
-                decoder, state, source_kv, source_pad, cap, max_len, min_len if o.min_length_ratio > 0 else None)
+                decoder, state, source_kv, source_pad, cap, max_len, min_len)
             for b, hyps in zip(todo, found):
                 finalized[b] = hyps
             # the best hypothesis of a sentence stopped by --max-insertion-steps (the beam stops every one there)

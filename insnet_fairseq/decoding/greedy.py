@@ -26,19 +26,20 @@ from insnet_fairseq.decoding.stopping import Forced, StopCheck, Stopping
 class Rows:
     """The rows of a decoding group still decoding, and what leaves the batch with them: ``ids`` [B] (each row's
     index among the group's decoded rows), its step cap ``cap`` [B], length cap ``max_len`` [B] and minimum length
-    ``min_len`` [B] (tokens, ``<s>`` and ``</s>`` included), its source's keys/values ``source_kv`` (per layer (k, v)
+    ``min_len`` [B] (tokens, ``<s>`` and ``</s>`` included; None: no minimum), its source's keys/values ``source_kv`` (per layer (k, v)
     [B, H, L, Dh]) and padding ``source_pad`` [B, L] (or None)."""
 
     ids: Tensor
     cap: Tensor
     max_len: Tensor
-    min_len: Tensor
+    min_len: Optional[Tensor]
     source_kv: List[Tuple[Tensor, Tensor]]
     source_pad: Optional[Tensor]
 
     def select(self, keep: Tensor) -> "Rows":
         """Keep the rows ``keep`` (LongTensor)."""
-        return Rows(self.ids[keep], self.cap[keep], self.max_len[keep], self.min_len[keep],
+        return Rows(self.ids[keep], self.cap[keep], self.max_len[keep],
+                    None if self.min_len is None else self.min_len[keep],
                     [(k[keep], v[keep]) for k, v in self.source_kv],
                     None if self.source_pad is None else self.source_pad[keep])
 

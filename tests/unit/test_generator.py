@@ -9,7 +9,7 @@ from torch._dynamo.utils import counters
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.state import HOLE, DecoderState, Picks, compact, group_offsets
-from insnet_fairseq.decoding.step import InsertionSteps, auto_fuses, top_p_slots
+from insnet_fairseq.decoding.step import InsertionSteps, Passes, auto_fuses, top_p_slots
 from insnet_fairseq.decoding.stopping import StopCheck
 from insnet_fairseq.reference import naive_offsets
 
@@ -439,7 +439,7 @@ def test_auto_fusion_fuses_every_batch_on_a_gpu():
         is_cuda = True
 
     def fused(fuse, rows, gpu, use_cache=True):
-        steps = InsertionSteps(d, DecodingOptions(mode="parallel", fuse_slot_queries=fuse, use_cache=use_cache))
+        steps = InsertionSteps(d, DecodingOptions(mode="parallel", use_cache=use_cache).core, Passes(fuse))
         decoder = copy.copy(model.decoder)
         context = copy.copy(decoder.context)
         object.__setattr__(context, "embed_tokens", type("E", (), {"weight": GpuWeight()})() if gpu
@@ -452,7 +452,7 @@ def test_auto_fusion_fuses_every_batch_on_a_gpu():
     assert not fused("off", 1, gpu=True) and fused("on", 8, gpu=False)
     assert not fused("auto", 1, gpu=True, use_cache=False)
     plain, d2 = build_tiny_model(seed=7, vocab=30, slot_query_stream=False)
-    assert not InsertionSteps(d2, DecodingOptions(mode="parallel", fuse_slot_queries="on")).fused(plain.decoder, 1)
+    assert not InsertionSteps(d2, DecodingOptions(mode="parallel").core, Passes("on")).fused(plain.decoder, 1)
 
 
 def test_compiled_decoder_pass_decodes_as_the_eager_one():
@@ -474,7 +474,7 @@ def test_compiled_decoder_pass_decodes_as_the_eager_one():
         gen = InsertionGenerator(d, DecodingOptions(compile_decoder=compiled_mode, compile_backend=backend, **kw))
         counters.clear()
         compiled = gen.generate([model], sample)
-        assert list(gen.steps._compiled) == [(id(model.decoder.context), "forward_with_queries" if fused else "forward")]
+        assert list(gen.steps.passes._compiled) == [(id(model.decoder.context), "forward_with_queries" if fused else "forward")]
         # the pass was traced into graphs, with no part of it left to eager Python (a graph break)
         assert counters["stats"]["unique_graphs"] >= 1
         assert not counters["unimplemented"] and not counters["graph_break"], dict(counters["unimplemented"])
