@@ -8,19 +8,27 @@ inserts:
   position distribution mass (paper 4.1: 70%; the command line's default is 90%, chosen on valid); tokens
   inserted in one step are encoded as if inserted left to right.
 
-Tokens are greedy (or sampled). The options (:class:`~insnet_fairseq.decoding.options.DecodingOptions`, whose
-fields are the flags' values; the flag reference: docs/flags.md) switch on the decoding rules, each a unit of its own
-that the loop calls:
+Tokens are greedy (or sampled). The generator is composed of its parts (the map: :mod:`insnet_fairseq.decoding`):
+the core's steps (:class:`~insnet_fairseq.decoding.step.InsertionSteps`), the loop that drives them
+(:func:`~insnet_fairseq.decoding.greedy.decode_greedy`, or :class:`~insnet_fairseq.decoding.beam.BeamSearch` with
+``--insertion-beam``, or :func:`~insnet_fairseq.decoding.gaps.decode_gaps` for a ``--slot-objective gap`` model) and
+the hypotheses' :class:`~insnet_fairseq.decoding.output.Output`. The options
+(:class:`~insnet_fairseq.decoding.options.DecodingOptions`, whose fields are the flags' values; the flag reference:
+docs/flags.md) hold the core's options, which switch on its rules:
 
 * the word rules of a step, ``--skip-repeats`` and ``--min-token-prob`` (:mod:`insnet_fairseq.decoding.word_rules`);
-* when a sentence stops: q(stop | h_last) > ``--stop-threshold``, not before ``--min-length-ratio`` words per source
-  word, and the stop check ``--stop-check-prob`` (:mod:`insnet_fairseq.decoding.stopping`); a sentence also stops at
-  its step or length cap, and leaves the batch;
-* ``--insertion-candidates K`` decoded side by side (:mod:`insnet_fairseq.decoding.candidates`), ranked by the model's
-  own score, by a judge (``--iter-decode-with-external-reranker``, :class:`insnet_fairseq.decoding.rerank.Judge`) or
-  by minimum Bayes risk (``--insertion-candidates-mbr``, :func:`insnet_fairseq.decoding.mbr.mbr_ranks`);
-* ``--insertion-beam`` (:mod:`insnet_fairseq.decoding.beam`) and ``--insertion-verify``
-  (:mod:`insnet_fairseq.decoding.verify`), which drive the same steps their own way.
+* when a sentence stops: q(stop | h_last) > ``--stop-threshold`` and the stop check ``--stop-check-prob``
+  (:mod:`insnet_fairseq.decoding.stopping`); a sentence also stops at its step or length cap, and leaves the batch;
+
+and the extras' options, which the generator turns into what the core takes or runs around it:
+
+* ``--min-length-ratio``: each row's minimum length before a stop is heard;
+* ``--insertion-candidates K`` decoded side by side (:mod:`insnet_fairseq.decoding.candidates`, the greedy loop's
+  row policy), ranked by the model's own score, by a judge (``--iter-decode-with-external-reranker``,
+  :class:`insnet_fairseq.decoding.rerank.Judge`) or by minimum Bayes risk (``--insertion-candidates-mbr``,
+  :func:`insnet_fairseq.decoding.mbr.mbr_ranks`);
+* ``--insertion-verify`` (:mod:`insnet_fairseq.decoding.verify`), which drives the whole generator its own way;
+* ``--compile-decoder`` and ``--fuse-slot-queries``: the passes the steps run (:mod:`insnet_fairseq.decoding.compiled`).
 
 Cached context: a token's states never change once inserted, so every layer's keys/values
 are kept and a step encodes only the new tokens; their offset rows are computed directly from

@@ -45,7 +45,7 @@ def test_group_offsets_docstring_example():
 
 
 def test_stopped_rows_are_read_at_once_as_each_row_alone():
-    """_sequences (every stopped row from one sort, two gathers, three copies) against each row sorted alone: the docstring
+    """Output.sequences (every stopped row from one sort, two gathers, three copies) against each row sorted alone: the docstring
     example "<s> </s> a" with a hole, a row with its tokens out of insertion order, and a subset of rows."""
     tokens = torch.tensor([[0, 2, 7, 1, 1], [0, 2, 5, 6, 9], [0, 2, 4, 1, 1]])
     positions = torch.tensor([[0, 2, 1, HOLE, HOLE], [0, 4, 3, 1, 2], [0, 2, 1, HOLE, HOLE]])
