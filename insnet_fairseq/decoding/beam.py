@@ -101,7 +101,8 @@ class BeamSearch:
         while True:
             R = state.tokens.size(0)
             n = R // W
-            t = steps.termination_logit(decoder, state) - steps.options.stop_logit  # [R]; --stop-threshold shifts the log-odds
+            # [R]; --stop-threshold shifts the log-odds
+            t = steps.termination_logit(decoder, state) - steps.options.stop_logit
             log_stop, log_go = F.logsigmoid(t), F.logsigmoid(-t)
             alive = torch.isfinite(cum)
             must_stop = (state.steps >= cap) | (state.lengths >= max_len)  # [R]

@@ -213,8 +213,8 @@ class InsertionGenerator:
             groups.setdefault(0 if n <= GROUP_FREE else int(n).bit_length(), []).append(i)
         return [groups[k] for k in sorted(groups)]
 
-    def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, min_len: Optional[Tensor], initial_tokens,
-                     initial_order, finalized: List[Optional[dict]], blanks=None, judge: Optional[Judge] = None,
+    def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, min_len: Optional[Tensor],
+                     initial_tokens, initial_order, finalized: List[Optional[dict]], blanks=None, judge: Optional[Judge] = None,
                      phrases: bool = False) -> None:
         """Decode the batch rows ``todo`` together; fills ``finalized[b]`` for each: its beam's hypotheses, or its
         candidates best first (by the model's own score, the ``judge``'s, or minimum Bayes risk). ``phrases``: the
@@ -237,7 +237,7 @@ class InsertionGenerator:
         if source_pad is not None and not bool(source_pad.any()):  # nothing padded (batch 1): no mask on every step
             source_pad = None
         state = self.steps.initial_state(decoder, len(owner), src_tokens.device, source_kv, source_pad, initial_tokens,
-                                   initial_order, blanks, capacity=int(max_len.max()), phrases=phrases)
+                                         initial_order, blanks, capacity=int(max_len.max()), phrases=phrases)
         if is_gap_model(decoder):  # --slot-objective gap: every slot that is not done filled, until all are
             ids = torch.arange(len(owner), device=src_tokens.device)
             hyps = decode_gaps(self.steps, self.output, decoder, sample, state,
@@ -251,7 +251,8 @@ class InsertionGenerator:
             for b, hyps in zip(todo, found):
                 finalized[b] = hyps
             # the best hypothesis of a sentence stopped by --max-insertion-steps (the beam stops every one there)
-            self.output.warn_at_cap(sample, [b for b, hyps in zip(todo, found) if hyps and hyps[0]["steps"] >= o.max_steps])
+            capped = [b for b, hyps in zip(todo, found) if hyps and hyps[0]["steps"] >= o.max_steps]
+            self.output.warn_at_cap(sample, capped)
             return
         ids = torch.arange(len(owner), device=src_tokens.device)
         hyps = decode_greedy(self.steps, self.output, decoder, sample, state,

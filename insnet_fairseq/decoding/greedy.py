@@ -26,8 +26,8 @@ from insnet_fairseq.decoding.stopping import Forced, StopCheck, Stopping
 class Rows:
     """The rows of a decoding group still decoding, and what leaves the batch with them: ``ids`` [B] (each row's
     index among the group's decoded rows), its step cap ``cap`` [B], length cap ``max_len`` [B] and minimum length
-    ``min_len`` [B] (tokens, ``<s>`` and ``</s>`` included; None: no minimum), its source's keys/values ``source_kv`` (per layer (k, v)
-    [B, H, L, Dh]) and padding ``source_pad`` [B, L] (or None)."""
+    ``min_len`` [B] (tokens, ``<s>`` and ``</s>`` included; None: no minimum), its source's keys/values
+    ``source_kv`` (per layer (k, v) [B, H, L, Dh]) and padding ``source_pad`` [B, L] (or None)."""
 
     ids: Tensor
     cap: Tensor

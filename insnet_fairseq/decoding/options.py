@@ -61,7 +61,8 @@ class DecodingOptions:
             base = core or CoreOptions()
             core = dataclasses.replace(base, sampling=dataclasses.replace(base.sampling, **sampling), **given)
         if flat or extras is None:
-            extras = dataclasses.replace(extras or ExtraOptions(), **{k: v for k, v in flat.items() if k in EXTRA_NAMES})
+            given = {k: v for k, v in flat.items() if k in EXTRA_NAMES}
+            extras = dataclasses.replace(extras or ExtraOptions(), **given)
         object.__setattr__(self, "core", core)
         object.__setattr__(self, "extras", extras)
         self._check_combinations()
@@ -82,7 +83,8 @@ class DecodingOptions:
         if core.beam > 1 and extras.candidates > 1:
             raise FlagError(f"--insertion-beam {core.beam} does not combine with --insertion-candidates (greedy "
                             "decoding's options): drop them, or decode with --insertion-beam 1")
-        clash = [flag for flag, on in (("--insertion-candidates", extras.candidates > 1), ("--insertion-beam", core.beam > 1),
+        clash = [flag for flag, on in (("--insertion-candidates", extras.candidates > 1),
+                                       ("--insertion-beam", core.beam > 1),
                                        ("--iter-decode-with-external-reranker", extras.reranking)) if on]
         if extras.verify and clash:
             raise FlagError(f"--insertion-verify does not combine with {', '.join(clash)}: the verifier chooses every "
