@@ -2,6 +2,8 @@
 
     python experiments/identical_outputs.py save OUT.pt      # decode with this tree, keep every output
     python experiments/identical_outputs.py compare OUT.pt   # decode again, compare with OUT.pt
+    python experiments/identical_outputs.py against OLD_DIR  # save with the tree OLD_DIR (e.g. `git worktree add
+                                                             # /tmp/old REV`), then compare with this one
 
 Tiny InsNet models with random weights (tests/conftest.py's ``build_tiny_model``: the plain heads, the query stream
 ``--slot-query-stream``, a ``--slot-objective gap`` model) and a tiny autoregressive model (the judge and the verifier)
@@ -13,9 +15,12 @@ constraint phrases), infilling blanks, and the uncached path. ``compare`` prints
 with trained checkpoints through fairseq-generate.
 """
 import os
+import subprocess
 import sys
+import tempfile
 
-ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+# the tree whose package and tests/conftest.py decode (``against`` runs this script with the other tree's)
+ROOT = os.environ.get("IDENTICAL_OUTPUTS_TREE") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]  # tests/conftest.py imports its neighbours by name
 
 import torch  # noqa: E402
@@ -97,8 +102,15 @@ def decode_all():
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("save", "compare"):
+    if len(sys.argv) != 3 or sys.argv[1] not in ("save", "compare", "against"):
         sys.exit(__doc__)
+    if sys.argv[1] == "against":
+        old = os.path.abspath(sys.argv[2])
+        saved = os.path.join(tempfile.mkdtemp(), "old.pt")
+        env = dict(os.environ, IDENTICAL_OUTPUTS_TREE=old, PYTHONPATH=old)
+        subprocess.run([sys.executable, os.path.abspath(__file__), "save", saved], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        sys.argv[1:] = ["compare", saved]
     outputs = decode_all()
     if sys.argv[1] == "save":
         torch.save(outputs, sys.argv[2])
