@@ -19,6 +19,7 @@ from fairseq import checkpoint_utils
 import insnet_fairseq  # noqa: F401  (registers the tasks and models)
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions, stored_decoding
+from insnet_fairseq.decoding.output import Output
 
 
 class ExplainingGenerator(InsertionGenerator):
@@ -29,27 +30,39 @@ class ExplainingGenerator(InsertionGenerator):
     def __init__(self, tgt_dict, options: DecodingOptions, top: int = 4):
         super().__init__(tgt_dict, options)
         self.top, self.notes, self.q_stops, self.source = top, [], [], None
+        self.output = NotingOutput(self, self.eos, options.retain_history, options.max_steps)
 
-    def initial_state(self, decoder, batch_size, device, source_kv, source_pad, *args, **kwargs):
-        self.source = (decoder, source_kv, source_pad)  # one sentence: no row ever leaves the batch before the end
-        return super().initial_state(decoder, batch_size, device, source_kv, source_pad, *args, **kwargs)
-
-    def _record(self, history, state, ids):
-        super()._record(history, state, ids)
-        self.notes.append(self.explain(state))
+    def encode_sources(self, model, sample, todo, K):
+        source_kv, source_pad = super().encode_sources(model, sample, todo, K)
+        if source_pad is not None and not bool(source_pad.any()):  # as the decoding reads it
+            source_pad = None
+        self.source = (model.decoder, source_kv, source_pad)  # one sentence: no row leaves the batch before the end
+        return source_kv, source_pad
 
     @torch.no_grad()
     def explain(self, state) -> str:
         decoder, source_kv, source_pad = self.source
-        q_stop = torch.sigmoid(self.termination_logit(decoder, state))[0].item()
+        q_stop = torch.sigmoid(self.steps.termination_logit(decoder, state))[0].item()
         self.q_stops.append(q_stop)
-        pos_lprobs, open_slots, words, word_lprobs = self.best_words(decoder, state, source_kv, source_pad)
+        pos_lprobs, open_slots, words, word_lprobs = self.steps.best_words(decoder, state, source_kv, source_pad)
         left, right = state.neighbour_tokens(open_slots)  # [N] each open slot's neighbours
         mass = pos_lprobs[open_slots].exp()  # [N]
         d = self.tgt_dict
         cells = [f"{d[left[i]]} _ {d[right[i]]}: {mass[i]:.2f} -> {d[words[i]]} {word_lprobs[i].exp():.2f}"
                  for i in mass.argsort(descending=True)[: self.top].tolist()]
         return f"q(stop) {q_stop:.2f} | " + " | ".join(cells)
+
+
+class NotingOutput(Output):
+    """The generator's output, which has its :class:`ExplainingGenerator` explain every partial output it records."""
+
+    def __init__(self, explainer: ExplainingGenerator, *args):
+        super().__init__(*args)
+        self.explainer = explainer
+
+    def record(self, history, state, ids):
+        super().record(history, state, ids)
+        self.explainer.notes.append(self.explainer.explain(state))
 
 
 def main():

@@ -19,8 +19,9 @@ shifts the termination head's log-odds by -logit(T) in the beam as well, so q(st
 outscores going on; with T != 0.5 the scores are those of that recalibrated head (tested against the model with its
 termination bias shifted).
 
-The decoder state, the slot and word scores and the insertion itself are :class:`InsertionGenerator`'s;
-this module adds only the choice of the next beam (:func:`choose_beam`) and the bookkeeping of finished
+The decoder state, the slot and word scores and the insertion itself are the steps'
+(:class:`~insnet_fairseq.decoding.step.InsertionSteps`), the hypotheses the output's
+(:class:`~insnet_fairseq.decoding.output.Output`); this module adds only the choice of the next beam (:func:`choose_beam`) and the bookkeeping of finished
 hypotheses.
 """
 from typing import List, Optional, Tuple
@@ -63,21 +64,20 @@ def choose_beam(stop_scores: Tensor, ext_scores: Tensor, beam: int) -> Tuple[Ten
 
 
 class BeamSearch:
-    """Beam search of one decoding group (see :meth:`InsertionGenerator._decode_rows`): ``owner`` holds
-    each sentence ``beam`` times; ``search`` returns per sentence its finished hypotheses, best first."""
+    """Beam search of one decoding group (see :meth:`InsertionGenerator._decode_rows`) with ``steps`` and ``output``:
+    the rows hold each sentence ``beam`` times; ``search`` returns per sentence its finished hypotheses, best first."""
 
     PRUNE = True  # False: score the words of every proposed slot (the tests' reference)
 
-    def __init__(self, gen, beam: int, lenpen: float = 1.0):
-        self.gen, self.beam, self.lenpen = gen, beam, lenpen
+    def __init__(self, steps, output, beam: int, lenpen: float = 1.0):
+        self.steps, self.output, self.beam, self.lenpen = steps, output, beam, lenpen
 
     def finished_hypothesis(self, state, row: int, stop_lprob: float, history) -> dict:
         """The output of hypothesis ``row``, stopped with log q(stop) ``stop_lprob`` (on ``</s>``)."""
-        gen = self.gen
-        tokens, scores, steps = gen._sequences(state, torch.tensor([row], device=state.tokens.device))[0]
+        tokens, scores, steps = self.output.sequences(state, torch.tensor([row], device=state.tokens.device))[0]
         scores = scores.clone()
         scores[-1] = stop_lprob  # </s>: the termination term
-        hyp = gen._finalize_sequence(tokens, scores, steps, history)
+        hyp = self.output.finalize(tokens, scores, steps, history)
         hyp["score"] = float(scores[1:].sum()) / (steps + 1) ** self.lenpen
         return hyp
 
@@ -86,7 +86,7 @@ class BeamSearch:
                min_len: Optional[Tensor]) -> List[List[dict]]:
         """``state``, ``source_kv`` and the per-row caps [R] hold every sentence ``beam`` times in a row
         (sentence-major); ``min_len`` [R]: ``--min-length-ratio``'s length before a stop (None: off)."""
-        gen, W = self.gen, self.beam
+        steps, W = self.steps, self.beam
         R = state.tokens.size(0)
         n_sent = R // W
         device = state.tokens.device
@@ -96,23 +96,24 @@ class BeamSearch:
         cum = cum.view(-1)  # [R]
         finished: List[List[dict]] = [[] for _ in range(n_sent)]
         n_done = torch.zeros(n_sent, dtype=torch.long, device=device)  # [n_sent] finished hypotheses
-        history = [[] for _ in range(R)] if gen.options.retain_history else None
+        history = [[] for _ in range(R)] if self.output.retain_history else None
         self.record(history, state)
         while True:
             R = state.tokens.size(0)
             n = R // W
-            t = gen.termination_logit(decoder, state) - gen.options.stop_logit  # [R]; --stop-threshold shifts the log-odds
+            # [R]; --stop-threshold shifts the log-odds
+            t = steps.termination_logit(decoder, state) - steps.options.stop_logit
             log_stop, log_go = F.logsigmoid(t), F.logsigmoid(-t)
             alive = torch.isfinite(cum)
             must_stop = (state.steps >= cap) | (state.lengths >= max_len)  # [R]
             may_stop = torch.ones_like(must_stop) if min_len is None else must_stop | (state.lengths >= min_len)
             stop_scores = torch.where(alive & may_stop, cum + log_stop, cum.new_tensor(NEG_INF))  # [R]
 
-            slots, pos_lprobs = gen.slot_distribution(decoder, state)  # [R, K]
+            slots, pos_lprobs = steps.slot_distribution(decoder, state)  # [R, K]
             n_slots = min(W, pos_lprobs.size(1))
             top_pos, top_slot = pos_lprobs.topk(n_slots, dim=1)  # [R, Ns]
             valid = torch.isfinite(top_pos) & (alive & ~must_stop).unsqueeze(1)  # [R, Ns]
-            n_words = min(W, len(gen.tgt_dict) - len(gen.banned))
+            n_words = min(W, len(steps.tgt_dict) - len(steps.banned))
             base = (cum + log_go).unsqueeze(1) + top_pos  # [R, Ns] an extension's score before its word's log-prob
             # the words of each hypothesis's best slot first: the sentence's W-th best of those extensions bounds
             # the beam from below, and a further slot whose score before the word (a word's log-prob is <= 0) is
@@ -160,7 +161,7 @@ class BeamSearch:
             cap, max_len = cap[src_row], max_len[src_row]
             min_len = None if min_len is None else min_len[src_row]
             one = F.one_hot(slot, state.tokens.size(1) - 1).bool()  # [R', K]
-            state = gen.insert(decoder, state, one, word, step_score, source_kv, source_pad)
+            state = steps.insert(decoder, state, one, word, step_score, source_kv, source_pad)
             cum, sent = new_cum, sent[keep]
             if history is not None:
                 history = [list(history[r]) for r in src_row.tolist()]
@@ -178,11 +179,11 @@ class BeamSearch:
             return ext, words
         chosen = torch.zeros(R, state.tokens.size(1) - 1, dtype=torch.bool, device=base.device).scatter(
             1, top_slot, use)  # [R, K], N True (row-major)
-        logits = self.gen.token_logits(decoder, state, slots, chosen, source_kv, source_pad)  # [N, V]
+        logits = self.steps.token_logits(decoder, state, slots, chosen, source_kv, source_pad)  # [N, V]
         # the model's own word distribution (not renormalised over the insertable words, as greedy
         # decoding's choice may be): the scores are then the trajectory's log-probability
         lprobs = F.log_softmax(logits.float(), -1)
-        lprobs[:, self.gen.banned_on(lprobs.device)] = NEG_INF
+        lprobs[:, self.steps.banned_on(lprobs.device)] = NEG_INF
         word_lp, word = lprobs.topk(n_words, dim=1)  # [N, Nw]
         n_of = (chosen.view(-1).long().cumsum(0) - 1).view(chosen.shape).gather(1, top_slot).clamp(min=0)  # [R, Ns]
         ext = torch.where(use.unsqueeze(2), base.unsqueeze(2) + word_lp[n_of], ext)
@@ -190,4 +191,4 @@ class BeamSearch:
 
     def record(self, history, state) -> None:
         if history is not None:
-            self.gen._record(history, state, torch.arange(len(history)))
+            self.output.record(history, state, torch.arange(len(history)))

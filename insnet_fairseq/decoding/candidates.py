@@ -17,7 +17,8 @@ from torch import Tensor
 
 
 class Candidates:
-    """The candidates of one decoding group of ``sentences`` sentences (see the module docstring)."""
+    """The candidates of one decoding group of ``sentences`` sentences (see the module docstring): the greedy loop's
+    row policy (:class:`~insnet_fairseq.decoding.greedy.RowPolicy`)."""
 
     def __init__(self, options, sentences: int, device):
         self.K, self.sampling = options.candidates, options.sampling

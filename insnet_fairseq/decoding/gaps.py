@@ -53,14 +53,15 @@ def open_slots(done_logits: Tensor, threshold: float, room: Tensor, one_per_row:
     return want & (rank < limit.unsqueeze(1))
 
 
-def decode_gaps(steps, decoder, sample, state: DecoderState, rows, owner: List[int]) -> List[Optional[dict]]:
-    """Step the decoded ``rows`` (:class:`~insnet_fairseq.decoding.generator.Rows`, of batch rows ``owner``) of a gap
-    model until each stops; ``steps``: the generator, whose :class:`~insnet_fairseq.decoding.step.InsertionSteps`
-    insert the words. Returns each decoded row's hypothesis."""
+def decode_gaps(steps, output, decoder, sample, state: DecoderState, rows, owner: List[int]) -> List[Optional[dict]]:
+    """Step the decoded ``rows`` (:class:`~insnet_fairseq.decoding.greedy.Rows`, of batch rows ``owner``) of a gap
+    model until each stops; ``steps``: the :class:`~insnet_fairseq.decoding.step.InsertionSteps` that insert the
+    words, ``output``: the :class:`~insnet_fairseq.decoding.output.Output` of the hypotheses. Returns each decoded
+    row's hypothesis."""
     o = steps.options
     history = {i: [] for i in range(len(owner))}
     hyps: List[Optional[dict]] = [None] * len(owner)
-    steps._record(history, state, rows.ids)
+    output.record(history, state, rows.ids)
     while True:
         slots, done_logits = slot_done_logits(decoder, state)
         room = (rows.max_len - state.lengths).clamp_min(0)
@@ -71,7 +72,7 @@ def decode_gaps(steps, decoder, sample, state: DecoderState, rows, owner: List[i
         if bool(stop.any()):
             if bool(capped.any()):
                 warn_capped(sample, state, capped, rows, owner)
-            steps._finish_rows(sample, decoder, state, stop, done, rows.ids, owner, hyps, history)
+            output.finish_rows(sample, decoder, state, stop, done, rows.ids, owner, hyps, history)
             keep = (~stop).nonzero().view(-1)
             if len(keep) == 0:
                 return hyps
@@ -82,7 +83,7 @@ def decode_gaps(steps, decoder, sample, state: DecoderState, rows, owner: List[i
         tokens, lprobs = steps.choose_tokens(logits)
         scores = lprobs + torch.nn.functional.logsigmoid(-picks.take(done_logits))
         state = steps.insert(decoder, state, chosen, tokens, scores, rows.source_kv, rows.source_pad, picks)
-        steps._record(history, state, rows.ids)
+        output.record(history, state, rows.ids)
 
 
 def warn_capped(sample, state: DecoderState, capped: Tensor, rows, owner: List[int]) -> None:

@@ -8,19 +8,27 @@ inserts:
   position distribution mass (paper 4.1: 70%; the command line's default is 90%, chosen on valid); tokens
   inserted in one step are encoded as if inserted left to right.
 
-Tokens are greedy (or sampled). The options (:class:`~insnet_fairseq.decoding.options.DecodingOptions`, whose
-fields are the flags' values; the flag reference: docs/flags.md) switch on the decoding rules, each a unit of its own
-that the loop calls:
+Tokens are greedy (or sampled). The generator is composed of its parts (the map: :mod:`insnet_fairseq.decoding`):
+the core's steps (:class:`~insnet_fairseq.decoding.step.InsertionSteps`), the loop that drives them
+(:func:`~insnet_fairseq.decoding.greedy.decode_greedy`, or :class:`~insnet_fairseq.decoding.beam.BeamSearch` with
+``--insertion-beam``, or :func:`~insnet_fairseq.decoding.gaps.decode_gaps` for a ``--slot-objective gap`` model) and
+the hypotheses' :class:`~insnet_fairseq.decoding.output.Output`. The options
+(:class:`~insnet_fairseq.decoding.options.DecodingOptions`, whose fields are the flags' values; the flag reference:
+docs/flags.md) hold the core's options, which switch on its rules:
 
 * the word rules of a step, ``--skip-repeats`` and ``--min-token-prob`` (:mod:`insnet_fairseq.decoding.word_rules`);
-* when a sentence stops: q(stop | h_last) > ``--stop-threshold``, not before ``--min-length-ratio`` words per source
-  word, and the stop check ``--stop-check-prob`` (:mod:`insnet_fairseq.decoding.stopping`); a sentence also stops at
-  its step or length cap, and leaves the batch;
-* ``--insertion-candidates K`` decoded side by side (:mod:`insnet_fairseq.decoding.candidates`), ranked by the model's
-  own score, by a judge (``--iter-decode-with-external-reranker``, :class:`insnet_fairseq.decoding.rerank.Judge`) or
-  by minimum Bayes risk (``--insertion-candidates-mbr``, :func:`insnet_fairseq.decoding.mbr.mbr_ranks`);
-* ``--insertion-beam`` (:mod:`insnet_fairseq.decoding.beam`) and ``--insertion-verify``
-  (:mod:`insnet_fairseq.decoding.verify`), which drive the same steps their own way.
+* when a sentence stops: q(stop | h_last) > ``--stop-threshold`` and the stop check ``--stop-check-prob``
+  (:mod:`insnet_fairseq.decoding.stopping`); a sentence also stops at its step or length cap, and leaves the batch;
+
+and the extras' options, which the generator turns into what the core takes or runs around it:
+
+* ``--min-length-ratio``: each row's minimum length before a stop is heard;
+* ``--insertion-candidates K`` decoded side by side (:mod:`insnet_fairseq.decoding.candidates`, the greedy loop's
+  row policy), ranked by the model's own score, by a judge (``--iter-decode-with-external-reranker``,
+  :class:`insnet_fairseq.decoding.rerank.Judge`) or by minimum Bayes risk (``--insertion-candidates-mbr``,
+  :func:`insnet_fairseq.decoding.mbr.mbr_ranks`);
+* ``--insertion-verify`` (:mod:`insnet_fairseq.decoding.verify`), which drives the whole generator its own way;
+* ``--compile-decoder`` and ``--fuse-slot-queries``: the passes the steps run (:mod:`insnet_fairseq.decoding.compiled`).
 
 Cached context: a token's states never change once inserted, so every layer's keys/values
 are kept and a step encodes only the new tokens; their offset rows are computed directly from
@@ -50,8 +58,7 @@ fill its output cap. Long constrained starts are decoded apart from the rest of 
 so that one long constraint phrase neither slows its batch nor exhausts memory.
 """
 import logging
-from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
 import torch
 from fairseq.token_generation_constraints import unpack_constraints
@@ -59,14 +66,15 @@ from torch import Tensor
 
 from insnet_fairseq.decoding.beam import BeamSearch
 from insnet_fairseq.decoding.candidates import Candidates
+from insnet_fairseq.decoding.compiled import passes_of
 from insnet_fairseq.decoding.gaps import decode_gaps, is_gap_model
+from insnet_fairseq.decoding.greedy import Rows, decode_greedy
 from insnet_fairseq.decoding.inputs import integer_ids
 from insnet_fairseq.decoding.mbr import mbr_ranks
 from insnet_fairseq.decoding.options import DecodingOptions
+from insnet_fairseq.decoding.output import Output
 from insnet_fairseq.decoding.rerank import Judge
-from insnet_fairseq.decoding.state import DecoderState
 from insnet_fairseq.decoding.step import InsertionSteps
-from insnet_fairseq.decoding.stopping import StopCheck, Stopping
 from insnet_fairseq.decoding.templates import check_blanks, phrase_template, split_template
 from insnet_fairseq.decoding.verify import verified
 
@@ -75,13 +83,25 @@ logger = logging.getLogger(__name__)
 GROUP_FREE = 64  # constrained starts up to this many tokens share a decoding group (see length_groups)
 
 
-class InsertionGenerator(InsertionSteps):
-    """fairseq's generator for InsNet: the decoding loop over :class:`~insnet_fairseq.decoding.step.InsertionSteps`' steps,
-    candidates and beam rows, and the hypotheses it outputs (see the module docstring)."""
+class InsertionGenerator:
+    """fairseq's generator for InsNet (see the module docstring), composed of its parts: :attr:`steps`, the
+    :class:`~insnet_fairseq.decoding.step.InsertionSteps` that encode, score and insert; :attr:`output`, the
+    :class:`~insnet_fairseq.decoding.output.Output` that makes the hypotheses; the loops that drive the steps
+    (:func:`~insnet_fairseq.decoding.greedy.decode_greedy`, :class:`~insnet_fairseq.decoding.beam.BeamSearch`,
+    :func:`~insnet_fairseq.decoding.gaps.decode_gaps`)."""
+
+    steps_class = InsertionSteps  # the step a subclass decodes with (InDIGO: its own)
 
     def __init__(self, tgt_dict, options: DecodingOptions = DecodingOptions()):
-        super().__init__(tgt_dict, options)
+        self.tgt_dict, self.options = tgt_dict, options
+        self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
+        self.steps = self.steps_class(tgt_dict, options.core, passes_of(options.extras))
+        self.output = Output(self.eos, options.core.retain_history, options.core.max_steps)
         self.symbols_to_strip_from_output = {self.bos, self.eos}  # fairseq-generate strips them from the output
+
+    def fixed_hypothesis(self, tokens: Sequence[int]) -> dict:
+        """The hypothesis of a sentence that is not decoded: ``tokens`` (maybe none), then ``</s>``."""
+        return self.output.fixed(tokens)
 
     # -- entry point ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -154,7 +174,8 @@ class InsertionGenerator(InsertionSteps):
         cap = torch.full_like(auto, o.max_steps) if o.max_steps > 0 else auto
         max_len = (auto + 2).clamp(max=decoder.max_target_positions)  # [B], with <s> and </s>
         # --min-length-ratio: at least ratio x source words (without </s>) before q(stop) is heard
-        min_len = torch.minimum(((src_lengths - 1).float() * o.min_length_ratio).ceil().long() + 2, max_len)
+        min_len = torch.minimum(((src_lengths - 1).float() * o.min_length_ratio).ceil().long() + 2, max_len) \
+            if o.min_length_ratio > 0 else None
         finalized: List[Optional[dict]] = [None] * B
         for b in self.settled_rows(sample, src_lengths, given, max_len, decoder.max_target_positions,
                                    conditional=o.conditional):
@@ -192,8 +213,8 @@ class InsertionGenerator(InsertionSteps):
             groups.setdefault(0 if n <= GROUP_FREE else int(n).bit_length(), []).append(i)
         return [groups[k] for k in sorted(groups)]
 
-    def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, min_len: Tensor, initial_tokens,
-                     initial_order, finalized: List[Optional[dict]], blanks=None, judge: Optional[Judge] = None,
+    def _decode_rows(self, model, sample, todo: List[int], cap: Tensor, max_len: Tensor, min_len: Optional[Tensor],
+                     initial_tokens, initial_order, finalized: List[Optional[dict]], blanks=None, judge: Optional[Judge] = None,
                      phrases: bool = False) -> None:
         """Decode the batch rows ``todo`` together; fills ``finalized[b]`` for each: its beam's hypotheses, or its
         candidates best first (by the model's own score, the ``judge``'s, or minimum Bayes risk). ``phrases``: the
@@ -205,8 +226,8 @@ class InsertionGenerator(InsertionSteps):
         owner = [b for b in todo for _ in range(K)]  # decoded row -> batch row (K candidates / beam rows each)
         if owner != list(range(src_tokens.size(0))):
             rows = torch.tensor(owner, device=src_tokens.device)
-            src_tokens, src_lengths, cap, max_len, min_len = (src_tokens[rows], src_lengths[rows], cap[rows],
-                                                              max_len[rows], min_len[rows])
+            src_tokens, src_lengths, cap, max_len = src_tokens[rows], src_lengths[rows], cap[rows], max_len[rows]
+            min_len = None if min_len is None else min_len[rows]
             src_tokens = src_tokens[:, src_tokens.ne(self.pad).any(0)]  # left padding no row of the group needs
             if initial_tokens is not None:
                 initial_tokens = [initial_tokens[b] for b in owner]
@@ -215,125 +236,34 @@ class InsertionGenerator(InsertionSteps):
         source_kv, source_pad = self.encode_sources(model, sample, todo, K)
         if source_pad is not None and not bool(source_pad.any()):  # nothing padded (batch 1): no mask on every step
             source_pad = None
-        state = self.initial_state(decoder, len(owner), src_tokens.device, source_kv, source_pad, initial_tokens,
-                                   initial_order, blanks, capacity=int(max_len.max()), phrases=phrases)
+        state = self.steps.initial_state(decoder, len(owner), src_tokens.device, source_kv, source_pad, initial_tokens,
+                                         initial_order, blanks, capacity=int(max_len.max()), phrases=phrases)
         if is_gap_model(decoder):  # --slot-objective gap: every slot that is not done filled, until all are
             ids = torch.arange(len(owner), device=src_tokens.device)
-            hyps = decode_gaps(self, decoder, sample, state, Rows(ids, cap, max_len, min_len, source_kv, source_pad),
-                               owner)
+            hyps = decode_gaps(self.steps, self.output, decoder, sample, state,
+                               Rows(ids, cap, max_len, min_len, source_kv, source_pad), owner)
             for b, h in zip(todo, hyps):
                 finalized[b] = [h]
             return
         if o.beam > 1:  # --insertion-beam: every finished hypothesis, best first
-            found = BeamSearch(self, o.beam, o.lenpen).search(
-                decoder, state, source_kv, source_pad, cap, max_len, min_len if o.min_length_ratio > 0 else None)
+            found = BeamSearch(self.steps, self.output, o.beam, o.lenpen).search(
+                decoder, state, source_kv, source_pad, cap, max_len, min_len)
             for b, hyps in zip(todo, found):
                 finalized[b] = hyps
             # the best hypothesis of a sentence stopped by --max-insertion-steps (the beam stops every one there)
-            self._warn_at_cap(sample, [b for b, hyps in zip(todo, found) if hyps and hyps[0]["steps"] >= o.max_steps])
+            capped = [b for b, hyps in zip(todo, found) if hyps and hyps[0]["steps"] >= o.max_steps]
+            self.output.warn_at_cap(sample, capped)
             return
         ids = torch.arange(len(owner), device=src_tokens.device)
-        hyps = self._decode_greedy(decoder, sample, state, Rows(ids, cap, max_len, min_len, source_kv, source_pad),
-                                   owner, len(todo))
+        hyps = decode_greedy(self.steps, self.output, decoder, sample, state,
+                             Rows(ids, cap, max_len, min_len, source_kv, source_pad), owner,
+                             Candidates(o, len(todo), src_tokens.device))
         if judge is not None:
             judge.rescore(hyps, src_tokens, src_lengths, self.pad, self.eos)
         ranks = mbr_ranks(hyps, len(todo), K, o.candidates_mbr, self.pad, self.eos) if o.candidates_mbr > 0 else None
         for j, b in enumerate(todo):
             finalized[b] = Candidates.ranked([h for h in hyps[j * K: (j + 1) * K] if h is not None],
                                              None if ranks is None else ranks[j])
-
-    def _decode_greedy(self, decoder, sample, state: DecoderState, rows: "Rows", owner: List[int],
-                       sentences: int) -> List[Optional[dict]]:
-        """Step the decoded ``rows`` (of batch rows ``owner``, ``sentences`` sentences) until each stops: the
-        hypothesis of each decoded row (None: dropped unfinished by ``--insertion-candidates-finish``)."""
-        device = state.tokens.device
-        stopping = Stopping(self.options)  # --stop-threshold, --min-length-ratio
-        stop_check = StopCheck(self.options.stop_check_prob, len(owner), device,
-                               self.options.stop_check_top_p)  # --stop-check-prob, --stop-check-top-p
-        candidates = Candidates(self.options, sentences, device)  # --insertion-candidates(-finish)
-        first_rank = candidates.first_ranks(rows.ids)  # the first step's word of each candidate
-        history = {i: [] for i in range(len(owner))}
-        hyps: List[Optional[dict]] = [None] * len(owner)
-        self._record(history, state, rows.ids)
-        while True:
-            done, held = stopping(self.termination_logit(decoder, state), state.lengths, rows.min_len)
-            done, forced = stop_check(self, decoder, state, rows.source_kv, rows.source_pad, done)
-            stop = done | (state.steps >= rows.cap) | (state.lengths >= rows.max_len)
-            cut = candidates.cut(stop, rows.ids)  # rows dropped unfinished
-            if bool(stop.any()):
-                self._finish_rows(sample, decoder, state, stop, done, rows.ids, owner, hyps, history)
-                keep = (~stop & ~cut).nonzero().view(-1)
-                if len(keep) == 0:
-                    break
-                state, rows = state.select(keep), rows.select(keep)
-                held = None if held is None else held[keep]
-                forced = None if forced is None else forced.select(keep)
-                first_rank = None if first_rank is None else first_rank[keep]
-                stop_check.select(keep)
-            if forced is not None:  # the rows ending on the stop check's words: placed, without a pass, and done
-                ending = forced.slots.any(1)  # [B]
-                some, everyone = torch.stack([ending.any(), ending.all()]).tolist()  # one read
-                # now, where no other row's fate hangs on when they finish (--insertion-candidates-finish)
-                if some and (candidates.finish == 0 or everyone):
-                    e = ending.nonzero().view(-1)
-                    sub = rows if everyone else rows.select(e)
-                    placed = self.step(decoder, state if everyone else state.select(e), sub.source_kv, sub.source_pad,
-                                       sub.max_len, forced=forced if everyone else forced.select(e), encode=False)
-                    self._record(history, placed, sub.ids)
-                    every = torch.ones_like(e, dtype=torch.bool)
-                    self._finish_rows(sample, decoder, placed, every, every, sub.ids, owner, hyps, history)
-                    keep = (~ending).nonzero().view(-1)
-                    if len(keep) == 0:
-                        break
-                    state, rows = state.select(keep), rows.select(keep)
-                    held = None if held is None else held[keep]
-                    first_rank = None if first_rank is None else first_rank[keep]
-                    stop_check.select(keep)
-                    forced = None
-            # a sentence held back by --min-length-ratio inserts one word per step (its best slot)
-            state = self.step(decoder, state, rows.source_kv, rows.source_pad, rows.max_len, one_word=held,
-                              word_rank=first_rank, forced=forced)
-            first_rank = None
-            self._record(history, state, rows.ids)
-        return hyps
-
-    def _finish_rows(self, sample, decoder, state: DecoderState, stop: Tensor, done: Tensor, ids: Tensor,
-                     owner: List[int], hyps: List[Optional[dict]], history) -> None:
-        """The hypotheses of the rows ``stop`` (bool [B]; ``done``: those the model stopped, the others at a cap),
-        with a warning for a row cut by the model's length limit, or by ``--max-insertion-steps``."""
-        at_limit = ~done & (state.lengths >= decoder.max_target_positions)  # [B]
-        self._warn_step_cap(sample, state, stop & ~done & ~at_limit, ids, owner)
-        stopped = stop.nonzero().view(-1)
-        ids, at_limit = ids[stopped].tolist(), at_limit[stopped].tolist()
-        for i, limited, (tokens, scores, steps) in zip(ids, at_limit, self._sequences(state, stopped)):
-            b = owner[i]
-            hyps[i] = self._finalize_sequence(tokens, scores, steps, history[i])
-            if limited:  # cut by the model's limit, not by the model: say so
-                sid = int(sample["id"][b]) if sample.get("id") is not None else b
-                logger.warning(f"sample id {sid}: output reached the model's limit of "
-                               f"{decoder.max_target_positions - 2} words before the model stopped "
-                               "(train with a larger --max-target-positions for longer outputs)")
-
-    def _warn_step_cap(self, sample, state: DecoderState, capped: Tensor, ids: Tensor, owner: List[int]) -> None:
-        """:meth:`_warn_at_cap` for the rows ``capped`` (bool [B], stopped before the model stopped) that reached
-        ``--max-insertion-steps``, a sentence's candidates once."""
-        n = self.options.max_steps
-        if n <= 0 or not bool(capped.any()):
-            return
-        rows = (capped & (state.steps >= n)).nonzero().view(-1).tolist()
-        self._warn_at_cap(sample, sorted({owner[int(ids[row])] for row in rows}))
-
-    def _warn_at_cap(self, sample, batch_rows: List[int]) -> None:
-        """One warning per sentence of ``batch_rows`` stopped by ``--max-insertion-steps``: a cap small enough to cut
-        outputs is warned about, not refused (no value is wrong for every sentence). The default cap (0: 2 x source
-        length + 10) is not warned about."""
-        n = self.options.max_steps
-        if n <= 0:
-            return
-        for b in batch_rows:
-            sid = int(sample["id"][b]) if sample.get("id") is not None else b
-            logger.warning(f"sample id {sid}: stopped at the step cap (--max-insertion-steps {n}) before the model "
-                           "stopped: its output may be cut short")
 
     def encode_sources(self, model, sample, todo: List[int], K: int):
         """The cross-attention keys/values and padding mask of the decoded rows (each of the batch rows ``todo`` K
@@ -394,10 +324,6 @@ class InsertionGenerator(InsertionSteps):
             rows.append(b)
         return rows
 
-    def fixed_hypothesis(self, tokens: Sequence[int]) -> dict:
-        """The hypothesis of a sentence that is not decoded: ``tokens`` (maybe none), then ``</s>``."""
-        return self._hypothesis(torch.tensor(list(tokens) + [self.eos]), torch.zeros(len(tokens) + 1), 0, [])
-
     def check_initial_tokens(self, initial_tokens, B: int, initial_order=None, model=None) -> Optional[List[List[int]]]:
         """Rows of integer word ids, one per sentence (None: none given); special symbols and ids outside the
         dictionary are refused with the row that holds them, and so is a row of more words than the output of
@@ -417,7 +343,7 @@ class InsertionGenerator(InsertionSteps):
         rows = []
         for b, row in enumerate(initial_tokens):
             ids = integer_ids(f"initial_tokens[{b}]", row, "a list of integer token ids")
-            bad = (ids < 0) | (ids >= len(self.tgt_dict)) | torch.isin(ids, self.banned)
+            bad = (ids < 0) | (ids >= len(self.tgt_dict)) | torch.isin(ids, self.steps.banned)
             if bool(bad.any()):
                 raise ValueError(f"initial_tokens[{b}] holds {ids[bad].tolist()[:10]}: not word ids of the target "
                                  f"dictionary ({len(self.tgt_dict)} symbols; <s>, </s> and <pad> cannot be inserted)")
@@ -443,58 +369,3 @@ class InsertionGenerator(InsertionSteps):
             ids = integer_ids(f"initial_order[{b}]", order, f"a permutation of 0..{len(row) - 1}")
             if ids.sort().values.tolist() != list(range(len(row))):
                 raise ValueError(f"initial_order[{b}] must be a permutation of 0..{len(row) - 1}, got {order!r:.80}")
-
-    # -- output ---------------------------------------------------------------------------------
-    @staticmethod
-    def _sequences(state: DecoderState, rows: Tensor) -> List[Tuple[Tensor, Tensor, int]]:
-        """Each of ``rows``' (LongTensor [R]) tokens [n] and scores [n], left to right (``<s>`` ... ``</s>``), and its
-        steps, on the CPU: one sort, two gathers and three copies from the device for all of them (not a few op calls
-        and reads a sentence). Example: a row with positions [0, 2, 1, HOLE] (``<s> </s> a``, a hole) and length 3 -> tokens ``<s> a </s>``."""
-        order = state.positions[rows].argsort(1)  # [R, S] holes (HOLE) last
-        tokens, scores = state.tokens[rows].gather(1, order), state.scores[rows].gather(1, order)  # [R, S]
-        tokens, scores = tokens.cpu(), scores.cpu()
-        lengths, steps = torch.stack([state.lengths[rows], state.steps[rows]]).tolist()
-        return [(tokens[r, :n], scores[r, :n], k) for r, (n, k) in enumerate(zip(lengths, steps))]
-
-    def _record(self, history, state, ids):
-        """--retain-iter-history: every sentence's partial output after this step, with one device-to-host
-        copy for the batch (not one per sentence)."""
-        if not self.options.retain_history:
-            return
-        order = state.sequence_order()  # [B, S] insertion index of each token, left to right, holes last
-        seq, order = state.tokens.gather(1, order).cpu(), order.cpu()
-        lengths, rows = state.lengths.cpu().tolist(), ids.cpu().tolist()
-        for row, b in enumerate(rows):  # "inserted": each token's insertion index (<s>, </s>: 0, 1; given tokens next)
-            history[b].append({"tokens": seq[row, 1 : lengths[row]], "inserted": order[row, 1 : lengths[row]]})
-
-    def _hypothesis(self, tokens, scores, steps, history):
-        inserted = scores[:-1]
-        return {
-            "tokens": tokens, "positional_scores": scores, "alignment": None, "steps": steps, "history": history,
-            "score": float(inserted.mean()) if len(inserted) else 0.0,
-        }
-
-    def _finalize_sequence(self, tokens: Tensor, scores: Tensor, steps: int, history) -> dict:
-        """The hypothesis of ``tokens`` [n] (``<s>`` ... ``</s>``, left to right) and their ``scores`` [n]."""
-        return self._hypothesis(tokens[1:].cpu(), scores[1:].cpu(), steps, history)
-
-
-@dataclass(frozen=True)
-class Rows:
-    """The rows of a decoding group still decoding, and what leaves the batch with them: ``ids`` [B] (each row's
-    index among the group's decoded rows), its step cap ``cap`` [B], length cap ``max_len`` [B] and minimum length
-    ``min_len`` [B] (tokens, ``<s>`` and ``</s>`` included), its source's keys/values ``source_kv`` (per layer (k, v)
-    [B, H, L, Dh]) and padding ``source_pad`` [B, L] (or None)."""
-
-    ids: Tensor
-    cap: Tensor
-    max_len: Tensor
-    min_len: Tensor
-    source_kv: List[Tuple[Tensor, Tensor]]
-    source_pad: Optional[Tensor]
-
-    def select(self, keep: Tensor) -> "Rows":
-        """Keep the rows ``keep`` (LongTensor)."""
-        return Rows(self.ids[keep], self.cap[keep], self.max_len[keep], self.min_len[keep],
-                    [(k[keep], v[keep]) for k, v in self.source_kv],
-                    None if self.source_pad is None else self.source_pad[keep])

@@ -4,7 +4,7 @@ each slot's two keys summed, eq. 11) and inserts the word there.
 
 Everything else is :class:`~insnet_fairseq.decoding.generator.InsertionGenerator`'s: the immutable
 per-step state, the cached context encoding of the new token, caps, constrained starts, batching
-and output. Only the step and the stop rule differ.
+and output. Only the step and the stop rule differ (:class:`IndigoSteps`, the steps it decodes with).
 """
 import torch
 import torch.nn.functional as F
@@ -13,25 +13,12 @@ from torch import Tensor
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.state import DecoderState, Picks
+from insnet_fairseq.decoding.step import InsertionSteps
 from insnet_fairseq.errors import FlagError
 
 
-class IndigoGenerator(InsertionGenerator):
-    def __init__(self, tgt_dict, options: DecodingOptions = DecodingOptions()):
-        o = options
-        if o.mode != "sequential":
-            raise FlagError("InDIGO inserts one word per step: decode --arch indigo_* with --insertion-mode sequential")
-        if o.sampling:
-            raise FlagError("InDIGO decoding is greedy here: --sampling is not supported for --arch indigo_*")
-        for name, on in (("--skip-repeats", o.skip_repeats), ("--min-token-prob", o.min_token_prob > 0),
-                         ("--stop-threshold", o.stop_threshold != 0.5), ("--stop-check-prob", o.stop_check_prob > 0)):
-            if on:
-                raise FlagError(f"{name} applies to InsNet's parallel decoding, not to --arch indigo_*")
-        if o.candidates != 1:
-            raise FlagError("--insertion-candidates applies to InsNet decoding, not to --arch indigo_*")
-        if o.beam != 1:
-            raise FlagError("--insertion-beam applies to InsNet decoding (its factorisation), not to --arch indigo_*")
-        super().__init__(tgt_dict, options)
+class IndigoSteps(InsertionSteps):
+    """InDIGO's step and stop rule; the rest of :class:`~insnet_fairseq.decoding.step.InsertionSteps`."""
 
     @staticmethod
     def word_lprobs(decoder, state: DecoderState) -> Tensor:
@@ -71,3 +58,26 @@ class IndigoGenerator(InsertionGenerator):
         picks = Picks.one_per_row(pos_lprobs.argmax(-1), S - 1)  # one slot a row (not F.one_hot: its range check reads)
         return self.insert(decoder, state, picks.mask, tokens, tok_lprobs + picks.take(pos_lprobs), source_kv,
                            source_pad, picks)
+
+
+class IndigoGenerator(InsertionGenerator):
+    """:class:`~insnet_fairseq.decoding.generator.InsertionGenerator` with :class:`IndigoSteps`, refusing the options
+    of InsNet's decoding."""
+
+    steps_class = IndigoSteps
+
+    def __init__(self, tgt_dict, options: DecodingOptions = DecodingOptions()):
+        o = options
+        if o.mode != "sequential":
+            raise FlagError("InDIGO inserts one word per step: decode --arch indigo_* with --insertion-mode sequential")
+        if o.sampling:
+            raise FlagError("InDIGO decoding is greedy here: --sampling is not supported for --arch indigo_*")
+        for name, on in (("--skip-repeats", o.skip_repeats), ("--min-token-prob", o.min_token_prob > 0),
+                         ("--stop-threshold", o.stop_threshold != 0.5), ("--stop-check-prob", o.stop_check_prob > 0)):
+            if on:
+                raise FlagError(f"{name} applies to InsNet's parallel decoding, not to --arch indigo_*")
+        if o.candidates != 1:
+            raise FlagError("--insertion-candidates applies to InsNet decoding, not to --arch indigo_*")
+        if o.beam != 1:
+            raise FlagError("--insertion-beam applies to InsNet decoding (its factorisation), not to --arch indigo_*")
+        super().__init__(tgt_dict, options)

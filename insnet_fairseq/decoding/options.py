@@ -1,7 +1,10 @@
 """The options of insertion decoding, and the flags they come from.
 
-:class:`DecodingOptions` is what :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` reads: one frozen
-dataclass, checked when it is made (a value decoding cannot use stops with one line naming its flag).
+:class:`DecodingOptions` is what :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` reads: the options of
+the decoding core (:class:`~insnet_fairseq.decoding.core_options.CoreOptions`, :attr:`DecodingOptions.core`) and of
+the extras beyond it (:class:`~insnet_fairseq.decoding.extra_options.ExtraOptions`, :attr:`DecodingOptions.extras`),
+made and read under the flags' names (``DecodingOptions(mode="parallel", candidates=4)``, ``options.candidates``),
+frozen, and checked when made (a value decoding cannot use stops with one line naming its flag).
 :meth:`DecodingOptions.from_args` builds it from the task's decoding flags (:class:`DecodingFlags`, the fields
 fairseq turns into ``--insertion-mode`` ...) and fairseq's own generation flags (``--sampling``, ``--lenpen``,
 ``--retain-iter-history`` ...). The flags' help is the flag reference (docs/flags.md, generated from it by
@@ -13,189 +16,89 @@ Defaults per mode (:data:`MODE_DEFAULTS`, applied by :meth:`DecodingOptions.for_
 value given explicitly always wins: ``--slot-top-p 0.7 --no-skip-repeats --stop-check-prob 0`` is the paper's plain
 parallel decoding. ``DecodingOptions(...)`` itself is exactly what it is given, every rule off unless given.
 """
-import math
+import dataclasses
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
+from insnet_fairseq.decoding.core_options import MODE_DEFAULTS, MODES, CoreOptions, Sampling
+from insnet_fairseq.decoding.extra_options import (COMPILE_MODES, UNREADABLE_SOURCE, ExtraOptions,
+                                                   check_unreadable_source)
 from insnet_fairseq.decoding.rerank import JUDGE_ORDERS
-from insnet_fairseq.decoding.sampling import check_temperature
 from insnet_fairseq.errors import FlagError
-from insnet_fairseq.geometry.orders import DEFAULT_ANCHOR_DEPTH
 
-MODES = ("sequential", "parallel")
-UNREADABLE_SOURCE = ("translate", "empty")  # --unreadable-source: a source line whose every token is <unk>
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")  # --compile-decoder: torch.compile's modes
-FUSE_MODES = ("off", "on", "auto")  # --fuse-slot-queries / --no-fuse-slot-queries / neither
+__all__ = ["DecodingOptions", "DecodingFlags", "MODES", "MODE_DEFAULTS", "check_stored", "stored_decoding",
+           "check_constraints", "check_unreadable_source"]
 
-# the defaults of the flags not given, per --insertion-mode (parallel: the best measured on valid; for_mode)
-MODE_DEFAULTS = {
-    "sequential": dict(slot_top_p=0.7, skip_repeats=False, stop_check_prob=0.0, end_of_slot=0.5),
-    "parallel": dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75, end_of_slot=0.5),
-}
+# the flat names of fairseq's sampling flags -> the fields of the core's Sampling
+SAMPLING_NAMES = {"sampling": "on", "sampling_topk": "topk", "sampling_topp": "topp", "temperature": "temperature"}
+CORE_NAMES = {f.name for f in dataclasses.fields(CoreOptions)} - {"sampling"}
+EXTRA_NAMES = {f.name for f in dataclasses.fields(ExtraOptions)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class DecodingOptions:
-    """How :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` decodes (see the module docstring).
+    """How :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` decodes (see the module docstring): the
+    core's options and the extras', made from and read by the flags' names.
 
     Example: ``DecodingOptions.for_mode("parallel")`` (the command line's ``--insertion-mode parallel``) has slot_top_p
     0.9, skip_repeats True, stop_check_prob 0.75, and ``DecodingOptions.for_mode("parallel", skip_repeats=False)`` the
     same without the repeat rule; ``DecodingOptions(mode="parallel")`` has 0.7, False, 0.0 (the rules as given).
     """
 
-    # Each field with a flag is that flag's value; what it does is the flag's help (DecodingFlags below, printed in
-    # docs/flags.md). The comments say only what the help does not.
-    mode: str = "sequential"  # --insertion-mode
-    slot_top_p: float = 0.7  # --slot-top-p; sequential decoding ignores it
-    # --max-insertion-steps (0: max_steps_a x source length + max_steps_b). A sentence it stops before the model does
-    # is warned about, not refused: no cap is wrong for every sentence
-    max_steps: int = 0
-    # set by the task, no flag: the step and output-length cap a x source length + b (insertion_lm: 0 x + its
-    # --max-output-words)
-    max_steps_a: float = 2.0
-    max_steps_b: int = 10
-    use_cache: bool = True  # off: --no-insertion-cache
-    # fairseq's --sampling, --sampling-topk K, --sampling-topp P, --temperature T: words sampled (from the K most
-    # probable, from the nucleus P, from softmax(log p / T)) instead of the most probable; scores stay log p
-    sampling: bool = False
-    sampling_topk: int = -1
-    sampling_topp: float = -1.0
-    temperature: float = 1.0
-    # fairseq's --retain-iter-history: each hypothesis keeps every partial output ("history")
-    retain_history: bool = False
-    # --skip-repeats / --no-skip-repeats; a sentence whose every word repeats takes, there, its best word that does not
-    skip_repeats: bool = False
-    min_token_prob: float = 0.0  # --min-token-prob
-    stop_threshold: float = 0.5  # --stop-threshold
-    stop_check_prob: float = 0.0  # --stop-check-prob
-    stop_check_top_p: float = 0.9  # --stop-check-top-p
-    min_length_ratio: float = 0.0  # --min-length-ratio
-    # --end-of-slot, models trained with --slot-objective gap (decoding/gaps.py); the position, stop and repeat rules
-    # above do not apply to such a model
-    end_of_slot: float = 0.5
-    candidates: int = 1  # --insertion-candidates
-    candidates_finish: int = 0  # --insertion-candidates-finish
-    candidates_mbr: float = 0.0  # --insertion-candidates-mbr
-    # fairseq's --iter-decode-with-external-reranker (--path INSNET.pt:JUDGE.pt): the last checkpoint judges the
-    # candidates (an autoregressive model, or an InsNet one along --judge-order)
-    reranking: bool = False
-    channel_weight: float = 0.0  # --channel-weight
-    judge_order: str = "l2r"  # --judge-order, with the task's --anchor-depth
-    anchor_depth: int = DEFAULT_ANCHOR_DEPTH
-    beam: int = 1  # --insertion-beam, ranked with fairseq's --lenpen
-    lenpen: float = 1.0
-    # --insertion-verify, --verify-tolerance; the AR model's greedy length limit is fairseq's --max-len-a x source
-    # width + --max-len-b (verify_max_len)
-    verify: bool = False
-    verify_tolerance: float = 0.0
-    verify_max_len: Tuple[float, int] = (0.0, 200)
-    # on (--fuse-slot-queries), off (--no-fuse-slot-queries), auto (neither flag: step.auto_fuses). Not a rule:
-    # every setting decodes the same outputs
-    fuse_slot_queries: str = "auto"
-    compile_decoder: str = "off"  # --compile-decoder
-    compile_backend: str = "inductor"
-    # set by the task, no flag: False without a source (insertion_lm); keywords_from_source: the source tokens are
-    # the constrained start; blank_id: with it, the source is an infilling template and blank_id marks its blanks
-    conditional: bool = True
-    keywords_from_source: bool = False
-    blank_id: Optional[int] = None
-    # --unreadable-source: a raw source line whose every token is <unk> (after BPE, zero-width and format characters
-    # removed) is warned about, naming the line, and translated (translate: the model's guess) or answered with an
-    # empty output (empty); read by the raw-line screening of fairseq-interactive and the hub (decoding/inputs.py)
-    unreadable_source: str = "translate"
+    core: CoreOptions
+    extras: ExtraOptions
 
-    def __post_init__(self):
-        self.check()
+    def __init__(self, core: Optional[CoreOptions] = None, extras: Optional[ExtraOptions] = None, **flat):
+        unknown = sorted(set(flat) - CORE_NAMES - EXTRA_NAMES - set(SAMPLING_NAMES))
+        if unknown:
+            raise TypeError(f"DecodingOptions got unexpected options {', '.join(unknown)}")
+        if flat or core is None:
+            given = {k: v for k, v in flat.items() if k in CORE_NAMES}
+            sampling = {SAMPLING_NAMES[k]: v for k, v in flat.items() if k in SAMPLING_NAMES}
+            base = core or CoreOptions()
+            core = dataclasses.replace(base, sampling=dataclasses.replace(base.sampling, **sampling), **given)
+        if flat or extras is None:
+            given = {k: v for k, v in flat.items() if k in EXTRA_NAMES}
+            extras = dataclasses.replace(extras or ExtraOptions(), **given)
+        object.__setattr__(self, "core", core)
+        object.__setattr__(self, "extras", extras)
+        self._check_combinations()
 
-    def check(self) -> None:
-        """Refuse a value decoding cannot use, or a combination it does not make, naming the flag."""
-        if self.mode not in MODES:
-            raise FlagError(f"--insertion-mode must be one of {', '.join(MODES)}, not {self.mode!r}")
-        if not 0.0 < self.slot_top_p <= 1.0:  # refused in every mode, though sequential decoding ignores it
-            raise FlagError(f"--slot-top-p must be in (0, 1], got {self.slot_top_p}")
-        check_unreadable_source(self.unreadable_source)
-        for flag, value, ok, allowed in (
-            ("--stop-threshold", self.stop_threshold, 0.0 < self.stop_threshold < 1.0, "in (0, 1)"),
-            ("--end-of-slot", self.end_of_slot, 0.0 < self.end_of_slot < 1.0, "in (0, 1)"),
-            ("--min-token-prob", self.min_token_prob, 0.0 <= self.min_token_prob < 1.0, "in [0, 1)"),
-            ("--stop-check-prob", self.stop_check_prob, 0.0 <= self.stop_check_prob < 1.0, "in [0, 1)"),
-            ("--stop-check-top-p", self.stop_check_top_p, 0.0 < self.stop_check_top_p <= 1.0, "in (0, 1]"),
-            ("--max-insertion-steps", self.max_steps, self.max_steps >= 0, ">= 0 (0: 2 x source length + 10)"),
-            ("--min-length-ratio", self.min_length_ratio, self.min_length_ratio >= 0, ">= 0"),
-            ("--insertion-candidates", self.candidates, self.candidates >= 1, ">= 1"),
-            ("--insertion-beam", self.beam, self.beam >= 1, ">= 1"),
-        ):
-            if not ok:
-                raise FlagError(f"{flag} must be {allowed}, got {value}")
-        if self.fuse_slot_queries not in FUSE_MODES:
-            raise FlagError(f"fuse_slot_queries must be one of {', '.join(FUSE_MODES)} (--fuse-slot-queries: on, "
-                            f"--no-fuse-slot-queries: off), got {self.fuse_slot_queries!r}")
-        if self.compile_decoder not in COMPILE_MODES:
-            raise FlagError(f"--compile-decoder must be one of {', '.join(COMPILE_MODES)}, got '{self.compile_decoder}'")
-        check_temperature(self.temperature, self.sampling)
-        self._check_candidates()
-        self._check_beam()
-        self._check_verify()
+    def __getattr__(self, name: str):
+        """An option by its flat name: the core's, the extras', or a field of the core's sampling."""
+        if name in SAMPLING_NAMES:
+            return getattr(self.core.sampling, SAMPLING_NAMES[name])
+        if name in CORE_NAMES:
+            return getattr(self.core, name)
+        if name in EXTRA_NAMES:
+            return getattr(self.extras, name)
+        raise AttributeError(name)
 
-    def _check_candidates(self) -> None:
-        K = self.candidates
-        if not 0 <= self.candidates_finish <= K:
-            raise FlagError(f"--insertion-candidates-finish M stops a sentence once M of its --insertion-candidates K "
-                            f"have finished: 0 (all) or 1..K (got M {self.candidates_finish}, K {K})")
-        if self.reranking and K < 2:
-            raise FlagError("--iter-decode-with-external-reranker chooses among candidates: add --insertion-candidates "
-                            "K (K >= 2)")
-        if self.channel_weight < 0 or (self.channel_weight > 0 and not self.reranking):
-            raise FlagError("--channel-weight weighs the channel model of the autoregressive judge: a weight >= 0, "
-                            "with --iter-decode-with-external-reranker and --path INSNET.pt:AR.pt:REV.pt "
-                            f"(got {self.channel_weight})")
-        if self.judge_order not in JUDGE_ORDERS:
-            raise FlagError(f"--judge-order must be one of {', '.join(JUDGE_ORDERS)}, got '{self.judge_order}'")
-        if self.judge_order != "l2r" and not self.reranking:
-            raise FlagError(f"--judge-order {self.judge_order} is the trajectory an InsNet judge scores along: it needs "
-                            "--iter-decode-with-external-reranker and --path INSNET.pt:JUDGE.pt")
-        if self.candidates_mbr < 0 or (self.candidates_mbr > 0 and K < 2):
-            raise FlagError("--insertion-candidates-mbr T ranks the candidates of --insertion-candidates K (K >= 2) by "
-                            "their expected BLEU against each other, weighted by softmax(score / T): T > 0 (inf: "
-                            f"uniform), 0: off (got T {self.candidates_mbr}, K {K})")
-
-    def _check_beam(self) -> None:
-        if self.beam == 1:
-            return
-        if self.mode != "sequential":
-            raise FlagError(f"--insertion-beam {self.beam} searches sequential insertions: add --insertion-mode "
-                            f"sequential (got {self.mode}; parallel decoding keeps several hypotheses with "
-                            "--insertion-candidates)")
-        clash = [flag for flag, on in (("--insertion-candidates", self.candidates > 1), ("--sampling", self.sampling),
-                                       ("--skip-repeats", self.skip_repeats), ("--stop-check-prob", self.stop_check_prob > 0),
-                                       ("--min-token-prob", self.min_token_prob > 0)) if on]
-        if clash:
-            raise FlagError(f"--insertion-beam {self.beam} does not combine with {', '.join(clash)} (greedy decoding's "
-                            "options): drop them, or decode with --insertion-beam 1")
-
-    def _check_verify(self) -> None:
-        tolerance = self.verify_tolerance
-        if tolerance < 0 or (tolerance > 0 and not self.verify):
-            raise FlagError(f"--verify-tolerance B (nats, >= 0) widens --insertion-verify's acceptance: use it with "
-                            f"--insertion-verify (got {tolerance})")
-        clash = [flag for flag, on in (("--insertion-candidates", self.candidates > 1), ("--insertion-beam", self.beam > 1),
-                                       ("--iter-decode-with-external-reranker", self.reranking)) if on]
-        if self.verify and clash:
+    def _check_combinations(self) -> None:
+        """Refuse the combinations of core and extras' options that decoding does not make, naming the flags."""
+        core, extras = self.core, self.extras
+        if core.beam > 1 and extras.candidates > 1:
+            raise FlagError(f"--insertion-beam {core.beam} does not combine with --insertion-candidates (greedy "
+                            "decoding's options): drop them, or decode with --insertion-beam 1")
+        clash = [flag for flag, on in (("--insertion-candidates", extras.candidates > 1),
+                                       ("--insertion-beam", core.beam > 1),
+                                       ("--iter-decode-with-external-reranker", extras.reranking)) if on]
+        if extras.verify and clash:
             raise FlagError(f"--insertion-verify does not combine with {', '.join(clash)}: the verifier chooses every "
                             "word of the output")
 
     @property
     def stop_logit(self) -> float:
         """logit(--stop-threshold): a sentence stops when the termination head's logit exceeds it."""
-        return math.log(self.stop_threshold / (1 - self.stop_threshold))
+        return self.core.stop_logit
 
     @property
     def rows_per_sentence(self) -> int:
         """How many rows decode each sentence side by side: its beam or its candidates."""
-        return self.beam if self.beam > 1 else self.candidates
+        return self.core.beam if self.core.beam > 1 else self.extras.candidates
 
     @classmethod
     def for_mode(cls, mode: str = "sequential", stored: Optional[Dict[str, Dict[str, Any]]] = None,
@@ -301,12 +204,6 @@ def check_constraints(constraints) -> None:
     if constraints is not None and str(constraints) == "unordered":
         raise FlagError("--constraints unordered is not supported by insertion decoding: constraint phrases are kept "
                         "in the order given; use --constraints (ordered)")
-
-
-def check_unreadable_source(value) -> None:
-    """``--unreadable-source`` (the hub's ``unreadable_source=``): one of :data:`UNREADABLE_SOURCE`."""
-    if str(value) not in UNREADABLE_SOURCE:
-        raise FlagError(f"--unreadable-source must be one of {', '.join(UNREADABLE_SOURCE)}, got {value!r}")
 
 
 @dataclass

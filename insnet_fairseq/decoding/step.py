@@ -1,14 +1,16 @@
 """One insertion step of iterative insertion decoding (paper 3.2-3.3, 4.1), on an immutable :class:`DecoderState`.
 
-:class:`InsertionSteps` holds what a step does, for :class:`~insnet_fairseq.decoding.generator.InsertionGenerator`
-(the decoding loop, candidates, output) and :class:`~insnet_fairseq.decoding.beam.BeamSearch` to drive: encode the
+:class:`InsertionSteps` holds what a step does, for the loops of
+:class:`~insnet_fairseq.decoding.generator.InsertionGenerator` (:func:`~insnet_fairseq.decoding.greedy.decode_greedy`,
+:class:`~insnet_fairseq.decoding.beam.BeamSearch`, :func:`~insnet_fairseq.decoding.gaps.decode_gaps`) to drive: encode the
 start (:meth:`~InsertionSteps.initial_state`), score every slot from the tokens' cached parts
 (:meth:`~InsertionSteps.slot_distribution`), choose slots and words (:meth:`~InsertionSteps.choose_slots`,
 :meth:`~InsertionSteps.token_logits`, :meth:`~InsertionSteps.choose_tokens`, then the word rules the options switch
 on, :mod:`insnet_fairseq.decoding.word_rules`), and insert them (:meth:`~InsertionSteps.insert`: the new tokens'
 positions and offsets, one decoder pass over them with the cache written in place, or a full re-encoding without the
-cache). A step returns a new state. What it reads is given to its constructor: the target dictionary and the
-:class:`~insnet_fairseq.decoding.options.DecodingOptions`.
+cache). A step returns a new state. What it reads is given to its constructor: the target dictionary, the
+:class:`~insnet_fairseq.decoding.core_options.CoreOptions`, and the decoder passes it runs (:class:`Passes`: eager, or
+the extras' compiled ones, :class:`~insnet_fairseq.decoding.compiled.CompiledPasses`).
 """
 from typing import Optional, Tuple
 
@@ -16,7 +18,7 @@ import torch
 from torch import Tensor
 
 from insnet_fairseq.decoding.cache import ColumnStore, layer_names
-from insnet_fairseq.decoding.options import DecodingOptions
+from insnet_fairseq.decoding.core_options import CoreOptions
 from insnet_fairseq.decoding.sampling import sample
 from insnet_fairseq.decoding.state import HOLE, DecoderState, Phrases, Picks, compact, group_offsets
 from insnet_fairseq.decoding.stopping import Forced
@@ -51,34 +53,40 @@ def auto_fuses(rows: int, on_gpu: bool) -> bool:
     return on_gpu or rows == 1
 
 
-class InsertionSteps:
-    """The step of :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` (its base class), for the words of
-    ``tgt_dict`` (``<s>``, ``</s>`` and padding are never inserted) as ``options`` say."""
+class Passes:
+    """The context encoder's passes that a cached step runs: the module's own (eager), and whether a step also computes
+    the next step's slot queries in its pass (``fuse``: on, off, or auto: :func:`auto_fuses`)."""
 
-    def __init__(self, tgt_dict, options: DecodingOptions):
+    # True: a pass writes none of its inputs (CUDA graphs), and returns every cached column: the step writes the new ones
+    functional = False
+
+    def __init__(self, fuse: str = "auto"):
+        self.fuse = fuse
+
+    def get(self, decoder, name: str):
+        """The pass ``name`` (``forward``: new tokens; ``forward_with_queries``: new tokens and the next step's slot
+        queries) of ``decoder``'s context encoder."""
+        return getattr(decoder.context, name)
+
+    def fuses(self, rows: int, on_gpu: bool) -> bool:
+        """Whether a step of ``rows`` rows computes the next step's slot queries in its own pass."""
+        return self.fuse == "on" or (self.fuse == "auto" and auto_fuses(rows, on_gpu))
+
+
+class InsertionSteps:
+    """The step of :class:`~insnet_fairseq.decoding.generator.InsertionGenerator` (its ``steps``), for the words of
+    ``tgt_dict`` (``<s>``, ``</s>`` and padding are never inserted) as ``options`` say, running the decoder's
+    ``passes`` (default: eager, fused as :func:`auto_fuses` says)."""
+
+    def __init__(self, tgt_dict, options: CoreOptions, passes: Optional[Passes] = None):
         self.tgt_dict, self.options = tgt_dict, options
+        self.passes = passes or Passes()
         self.bos, self.eos, self.pad = tgt_dict.bos(), tgt_dict.eos(), tgt_dict.pad()
         self.banned = torch.tensor(sorted({self.bos, self.eos, self.pad}))
         self._banned_on = {}  # device -> self.banned there
         # words that join the word after them (subword-nmt's "x@@"): never inserted right before a constraint phrase
         self.joins_next = torch.tensor([str(s).endswith("@@") for s in tgt_dict.symbols], dtype=torch.bool)
-        self._compiled = {}  # (id(context), pass name) -> the compiled pass (--compile-decoder)
         self.word_rules = word_rules(options, self.choose_tokens)  # --skip-repeats, --min-token-prob
-
-    def context_pass(self, decoder, name: str):
-        """The context encoder's pass ``name`` (``forward``: new tokens; ``forward_with_queries``: new tokens and the
-        next step's slot queries) that a cached step runs: the module's own, or with ``--compile-decoder MODE`` the
-        same compiled by ``torch.compile(mode=MODE, dynamic=True)``, once per model (the first steps compile it: a
-        minute or more; later shapes reuse it). Its outputs equal the eager pass's within float rounding."""
-        fn = getattr(decoder.context, name)
-        compile_mode = self.options.compile_decoder
-        if compile_mode == "off":
-            return fn
-        key = (id(decoder.context), name)
-        if key not in self._compiled:
-            mode = None if compile_mode == "default" else compile_mode
-            self._compiled[key] = torch.compile(fn, mode=mode, dynamic=True, backend=self.options.compile_backend)
-        return self._compiled[key]
 
     def banned_on(self, device) -> Tensor:
         """:attr:`banned` on ``device``, copied there once (a copy to a GPU at every step waits for the device)."""
@@ -148,13 +156,12 @@ class InsertionSteps:
 
     def fused(self, decoder, rows: int) -> bool:
         """Whether a step of ``rows`` decoded rows computes the next step's slot queries in its own pass (see
-        ``fuse_slot_queries``; auto: :func:`auto_fuses`, on the device of the decoder's weights). A decoding whose
-        rows fall to one switches at that step: the next step reads the queries its pass made, where a step without
-        them runs the query stream itself."""
+        :meth:`Passes.fuses`, on the device of the decoder's weights). A decoding whose rows fall to one switches at
+        that step: the next step reads the queries its pass made, where a step without them runs the query stream
+        itself."""
         if not (self.options.use_cache and decoder.context.slot_query is not None):
             return False
-        fuse = self.options.fuse_slot_queries
-        return fuse == "on" or (fuse == "auto" and auto_fuses(rows, decoder.context.embed_tokens.weight.is_cuda))
+        return self.passes.fuses(rows, decoder.context.embed_tokens.weight.is_cuda)
 
     @staticmethod
     def all_slots(positions: Tensor) -> Tensor:
@@ -249,11 +256,11 @@ class InsertionSteps:
         ([N], greedy decoding), row n takes its ``rank[n]``-th most probable token (0: the best). Sampling draws
         from softmax(log p / ``temperature``); the log-probs returned are the model's own."""
         lprobs = self.insertable_lprobs(logits)
-        o = self.options
-        if rank is not None and not o.sampling:
+        sampling = self.options.sampling
+        if rank is not None and not sampling.on:
             tokens = lprobs.topk(int(rank.max()) + 1, dim=-1).indices.gather(1, rank.unsqueeze(1)).squeeze(1)
-        elif o.sampling:
-            tokens = sample(lprobs, o.sampling_topk, o.sampling_topp, temperature=o.temperature)
+        elif sampling.on:
+            tokens = sample(lprobs, sampling.topk, sampling.topp, temperature=sampling.temperature)
         else:  # (max, not argmax + gather: on a CPU argmax over [N, V] costs about twice max's value-and-index pass)
             best, tokens = lprobs.max(-1)
             return tokens, best
@@ -418,10 +425,10 @@ class InsertionSteps:
                 later_new = m.view(1, G) > m.view(G, 1)  # new key m' > query m
                 mask = mask | torch.cat([torch.zeros(G, S, dtype=torch.bool, device=h.device), later_new], 1)
             names = layer_names(len(state.cache))
-            # the pass writes each layer's new keys/values into the cache in place; for CUDA graphs (--compile-decoder
-            # reduce-overhead) a pass must write none of its inputs: it reads the cached columns and returns all S + G,
+            # the pass writes each layer's new keys/values into the cache in place; a functional pass (CUDA graphs:
+            # Passes.functional) must write none of its inputs: it reads the cached columns and returns all S + G,
             # whose new G columns are written here, after it
-            functional = self.options.compile_decoder == "reduce-overhead"
+            functional = self.passes.functional
             past = ([(store.buffers[kn][:, :, :S], store.buffers[vn][:, :, :S]) for kn, vn in names] if functional
                     else [store.writer(kn, vn, S) for kn, vn in names])
             z = None
@@ -429,10 +436,10 @@ class InsertionSteps:
                 torch.compiler.cudagraph_mark_step_begin()
             if fused:  # the new tokens and every slot's query for the next step, in one pass
                 q_geometry = self.query_geometry(pos_all, real_all, self.all_slots(pos_all))  # [B, S + G - 1, S + G]
-                h_new, kv, z = self.context_pass(decoder, "forward_with_queries")(
+                h_new, kv, z = self.passes.get(decoder, "forward_with_queries")(
                     g_tok, offsets, mask, source_kv, source_pad, past, *q_geometry)
             else:
-                h_new, kv = self.context_pass(decoder, "forward")(g_tok, offsets, mask, source_kv, source_pad, past=past)
+                h_new, kv = self.passes.get(decoder, "forward")(g_tok, offsets, mask, source_kv, source_pad, past=past)
             if functional:  # kv: per layer (k, v) [B, H, S + G, Dh]; z outlives the next replay (the next step reads it)
                 store.write(S, {name: t[:, :, S:] for (kn, vn), (k, v) in zip(names, kv) for name, t in ((kn, k), (vn, v))})
                 z = None if z is None else z.clone()

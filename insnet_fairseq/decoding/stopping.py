@@ -24,12 +24,13 @@ class Stopping:
 
     def __init__(self, options):
         self.stop_logit = options.stop_logit
-        self.min_length = options.min_length_ratio > 0
 
-    def __call__(self, termination_logit: Tensor, lengths: Tensor, min_len: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
-        """termination_logit, lengths, min_len [B] -> (done bool [B], held bool [B], or None without a minimum)."""
+    def __call__(self, termination_logit: Tensor, lengths: Tensor,
+                 min_len: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
+        """termination_logit, lengths, min_len [B] (None: no minimum) -> (done bool [B], held bool [B], or None
+        without a minimum)."""
         wants = termination_logit > self.stop_logit
-        if not self.min_length:
+        if min_len is None:
             return wants, None
         held = wants & (lengths < min_len)
         return wants & ~held, held

@@ -89,7 +89,7 @@ class MinTokenProb:
 
 
 def word_rules(options, choose_tokens) -> List[Callable[..., StepWords]]:
-    """The rules ``options`` (:class:`~insnet_fairseq.decoding.options.DecodingOptions`) switch on, in the order a
+    """The rules ``options`` (:class:`~insnet_fairseq.decoding.core_options.CoreOptions`) switch on, in the order a
     step applies them."""
     rules = []
     if options.skip_repeats:

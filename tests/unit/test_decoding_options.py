@@ -103,7 +103,7 @@ def test_options_are_frozen_and_the_generator_reads_them():
     assert (o.candidates, o.sampling, o.sampling_topk, o.retain_history) == (4, True, 3, True)
     gen = InsertionGenerator(make_dictionary(10), o)
     assert gen.options is o
-    assert [type(rule).__name__ for rule in gen.word_rules] == ["SkipRepeats"]
+    assert [type(rule).__name__ for rule in gen.steps.word_rules] == ["SkipRepeats"]
 
 
 def test_the_tasks_early_check_accepts_flags_that_need_generation_flags():

@@ -29,24 +29,24 @@ def forced_logprobs(gen, model, src, src_lengths, target, layers):
     log-probs, and the termination log-probs of every context (continue) and of the end (stop)."""
     decoder = model.decoder
     source_kv, source_pad = decoder.encode_source(model.forward_encoder(src, src_lengths))
-    state = gen.initial_state(decoder, 1, src.device, source_kv, source_pad)
+    state = gen.steps.initial_state(decoder, 1, src.device, source_kv, source_pad)
     L = target.numel()
     inserted = [0, L - 1]
     tok, pos, term = [], [], []
     for layer in range(1, int(layers.max()) + 1):
-        stop = gen.termination_logit(decoder, state)
+        stop = gen.steps.termination_logit(decoder, state)
         term.append(F.logsigmoid(-stop))  # not yet complete
-        neighbours, pos_lprobs = gen.slot_distribution(decoder, state)
+        neighbours, pos_lprobs = gen.steps.slot_distribution(decoder, state)
         words = [p for p in range(L) if int(layers[p]) == layer]  # left to right
         slots = [sum(q < p for q in inserted) - 1 for p in words]
         chosen = torch.zeros_like(pos_lprobs, dtype=torch.bool)
         chosen[0, slots] = True
-        lp = F.log_softmax(gen.token_logits(decoder, state, neighbours, chosen, source_kv, source_pad).float(), -1)
+        lp = F.log_softmax(gen.steps.token_logits(decoder, state, neighbours, chosen, source_kv, source_pad).float(), -1)
         tok += lp.gather(1, target[words].unsqueeze(1)).squeeze(1).tolist()
         pos += pos_lprobs[0, slots].tolist()
-        state = gen.insert(decoder, state, chosen, target[words], torch.zeros(len(words)), source_kv, source_pad)
+        state = gen.steps.insert(decoder, state, chosen, target[words], torch.zeros(len(words)), source_kv, source_pad)
         inserted += words
-    term.append(F.logsigmoid(gen.termination_logit(decoder, state)))  # complete
+    term.append(F.logsigmoid(gen.steps.termination_logit(decoder, state)))  # complete
     return tok, pos, torch.cat(term).tolist()
 
 

@@ -154,7 +154,7 @@ def test_decoding_along_a_gold_layering_gives_the_one_pass_probabilities(use_cac
         token_lp = torch.log_softmax(out["token_logits"], -1)
         gen = InsertionGenerator(d, DecodingOptions.for_mode("parallel", use_cache=use_cache))
         source_kv, source_pad = model.decoder.encode_source(model.forward_encoder(src, src_lengths))
-        state = gen.initial_state(model.decoder, 1, src.device, source_kv, source_pad, capacity=L)
+        state = gen.steps.initial_state(model.decoder, 1, src.device, source_kv, source_pad, capacity=L)
         row = layers[0].tolist()
         open_row = (~t.done).long().cumsum(0) - 1
         for end in range(max(row) + 1):
@@ -168,11 +168,11 @@ def test_decoding_along_a_gold_layering_gives_the_one_pass_probabilities(use_cac
             chosen = torch.tensor([[not t.done[here][k] for k in range(len(context) - 1)]])
             words = [p for p in range(L) if row[p] == end + 1]  # left to right: one per chosen slot with a word
             fills = torch.tensor([[any(a < p < z for p in words) for a, z in zip(context[:-1], context[1:])]])
-            logits_v = gen.token_logits(model.decoder, state, slots, chosen, source_kv, source_pad)
+            logits_v = gen.steps.token_logits(model.decoder, state, slots, chosen, source_kv, source_pad)
             torch.testing.assert_close(torch.log_softmax(logits_v, -1), token_lp[open_row[here][~t.done[here]]],
                                        atol=ATOL, rtol=0)
             tokens = target[0, words]
-            state = gen.insert(model.decoder, state, fills, tokens, torch.zeros(len(words)), source_kv, source_pad)
+            state = gen.steps.insert(model.decoder, state, fills, tokens, torch.zeros(len(words)), source_kv, source_pad)
 
 
 def test_a_model_whose_every_slot_says_end_of_slot_stops_after_one_pass():

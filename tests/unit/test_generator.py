@@ -9,7 +9,7 @@ from torch._dynamo.utils import counters
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.state import HOLE, DecoderState, Picks, compact, group_offsets
-from insnet_fairseq.decoding.step import InsertionSteps, auto_fuses, top_p_slots
+from insnet_fairseq.decoding.step import InsertionSteps, Passes, auto_fuses, top_p_slots
 from insnet_fairseq.decoding.stopping import StopCheck
 from insnet_fairseq.measure import HostSyncs, PassCounter
 from insnet_fairseq.reference import naive_offsets
@@ -43,7 +43,7 @@ def test_group_offsets_docstring_example():
 
 
 def test_stopped_rows_are_read_at_once_as_each_row_alone():
-    """_sequences (every stopped row from one sort, two gathers, three copies) against each row sorted alone: the docstring
+    """Output.sequences (every stopped row from one sort, two gathers, three copies) against each row sorted alone: the docstring
     example "<s> </s> a" with a hole, a row with its tokens out of insertion order, and a subset of rows."""
     tokens = torch.tensor([[0, 2, 7, 1, 1], [0, 2, 5, 6, 9], [0, 2, 4, 1, 1]])
     positions = torch.tensor([[0, 2, 1, HOLE, HOLE], [0, 4, 3, 1, 2], [0, 2, 1, HOLE, HOLE]])
@@ -51,7 +51,7 @@ def test_stopped_rows_are_read_at_once_as_each_row_alone():
                          last=torch.tensor([2, 4, 2]), scores=torch.rand(3, 5), steps=torch.tensor([1, 3, 1]))
     gen = InsertionGenerator(make_dictionary(10), DecodingOptions())
     rows = torch.tensor([1, 0])
-    got = gen._sequences(state, rows)
+    got = gen.output.sequences(state, rows)
     assert [t.tolist() for t, _, _ in got] == [[0, 6, 9, 5, 2], [0, 7, 2]] and [k for _, _, k in got] == [3, 1]
     for (t, sc, _), row in zip(got, rows.tolist()):
         n = int(state.real[row].sum())
@@ -72,8 +72,8 @@ def test_the_plain_start_equals_the_general_start_of_empty_given_tokens(B, use_c
     decoder = model.decoder
     gen = InsertionGenerator(d, DecodingOptions(mode="parallel", use_cache=use_cache))
     kv, pad = decoder.encode_source(model.forward_encoder(src, src_lengths))
-    plain = gen.initial_state(decoder, B, src.device, kv, pad)
-    general = gen.initial_state(decoder, B, src.device, kv, pad, initial_tokens=[[] for _ in range(B)])
+    plain = gen.steps.initial_state(decoder, B, src.device, kv, pad)
+    general = gen.steps.initial_state(decoder, B, src.device, kv, pad, initial_tokens=[[] for _ in range(B)])
     for name in ("tokens", "positions", "real", "hidden", "last", "scores", "steps", "slot_queries"):
         a, b = getattr(plain, name), getattr(general, name)
         assert (a is None and b is None) or torch.equal(a, b), name
@@ -152,11 +152,11 @@ def test_parallel_never_fills_a_slot_twice(model_and_batch):
     dec = model.decoder
     with torch.no_grad():
         source_kv, source_pad = dec.encode_source(model.forward_encoder(src, src_lengths))
-        state = gen.initial_state(dec, len(src), src.device, source_kv, source_pad)
+        state = gen.steps.initial_state(dec, len(src), src.device, source_kv, source_pad)
         widest = 0
         for _ in range(6):
             S = state.tokens.size(1)
-            new = gen.step(dec, state, source_kv, source_pad, max_len=200)
+            new = gen.steps.step(dec, state, source_kv, source_pad, max_len=200)
             for b in range(len(src)):
                 seq = new.positions[b].argsort()[: int(new.lengths[b])]
                 is_new = (seq >= S).tolist()
@@ -330,7 +330,7 @@ def test_skip_repeats_leaves_the_repeating_slots_open_unless_nothing_is_left():
         logits[n, first], logits[n, second] = 5.0, 4.0
     picked = torch.tensor([5, 7, 6])
     lp = torch.log_softmax(logits, -1).gather(1, picked.unsqueeze(1)).squeeze(1)
-    skip = SkipRepeats(InsertionGenerator(d, DecodingOptions(mode="parallel")).choose_tokens)
+    skip = SkipRepeats(InsertionGenerator(d, DecodingOptions(mode="parallel")).steps.choose_tokens)
     kept = skip(state, StepWords(chosen, Picks.of(chosen), picked, lp), logits, None)
     assert kept.chosen.tolist() == [[False, True, False]] and kept.tokens.tolist() == [7]
     two = torch.tensor([[True, False, True]])
@@ -437,7 +437,7 @@ def test_auto_fusion_fuses_every_batch_on_a_gpu():
         is_cuda = True
 
     def fused(fuse, rows, gpu, use_cache=True):
-        steps = InsertionSteps(d, DecodingOptions(mode="parallel", fuse_slot_queries=fuse, use_cache=use_cache))
+        steps = InsertionSteps(d, DecodingOptions(mode="parallel", use_cache=use_cache).core, Passes(fuse))
         decoder = copy.copy(model.decoder)
         context = copy.copy(decoder.context)
         object.__setattr__(context, "embed_tokens", type("E", (), {"weight": GpuWeight()})() if gpu
@@ -450,7 +450,7 @@ def test_auto_fusion_fuses_every_batch_on_a_gpu():
     assert not fused("off", 1, gpu=True) and fused("on", 8, gpu=False)
     assert not fused("auto", 1, gpu=True, use_cache=False)
     plain, d2 = build_tiny_model(seed=7, vocab=30, slot_query_stream=False)
-    assert not InsertionSteps(d2, DecodingOptions(mode="parallel", fuse_slot_queries="on")).fused(plain.decoder, 1)
+    assert not InsertionSteps(d2, DecodingOptions(mode="parallel").core, Passes("on")).fused(plain.decoder, 1)
 
 
 @pytest.mark.slow  # torch.compile traces every pass: the slowest unit test by far
@@ -473,7 +473,7 @@ def test_compiled_decoder_pass_decodes_as_the_eager_one():
         gen = InsertionGenerator(d, DecodingOptions(compile_decoder=compiled_mode, compile_backend=backend, **kw))
         counters.clear()
         compiled = gen.generate([model], sample)
-        assert list(gen._compiled) == [(id(model.decoder.context), "forward_with_queries" if fused else "forward")]
+        assert list(gen.steps.passes._compiled) == [(id(model.decoder.context), "forward_with_queries" if fused else "forward")]
         # the pass was traced into graphs, with no part of it left to eager Python (a graph break)
         assert counters["stats"]["unique_graphs"] >= 1
         assert not counters["unimplemented"] and not counters["graph_break"], dict(counters["unimplemented"])
@@ -540,7 +540,7 @@ def test_picks_path_equals_the_boolean_mask_path(mode, query_stream, rows, monke
     monkeypatch.setattr(Picks, "of", staticmethod(by_mask))
     monkeypatch.setattr(Picks, "take", lambda self, x: x[self.mask])
     monkeypatch.setattr(Picks, "place", place)
-    monkeypatch.setattr(InsertionGenerator, "picks_of", lambda self, chosen, forced=None: by_mask(chosen))
+    monkeypatch.setattr(InsertionSteps, "picks_of", lambda self, chosen, forced=None: by_mask(chosen))
     for kw, by_index in zip(settings, fast):
         masked = decode(model, d, src, src_lengths, **kw)
         for a, b in zip(by_index, masked):
@@ -577,7 +577,7 @@ def test_decoding_steps_read_the_device_only_to_count_words(query_stream, monkey
     model.decoder.heads.termination_proj.bias.data.fill_(-1.5)
     src, src_lengths, _ = random_batch(d, [5] * 6, src_len=9, seed=3)
     counts = []
-    step = InsertionGenerator.step
+    step = InsertionSteps.step
 
     def counted(self, *args, **kwargs):
         with HostSyncs() as syncs:
@@ -585,7 +585,7 @@ def test_decoding_steps_read_the_device_only_to_count_words(query_stream, monkey
         counts.append(syncs.total)
         return out
 
-    monkeypatch.setattr(InsertionGenerator, "step", counted)
+    monkeypatch.setattr(InsertionSteps, "step", counted)
     for kw, most in [(dict(), 0), (dict(mode="parallel"), 1), (dict(mode="parallel", skip_repeats=True), 3)]:
         counts.clear()
         decode(model, d, src, src_lengths, max_steps=25, **kw)
@@ -593,7 +593,7 @@ def test_decoding_steps_read_the_device_only_to_count_words(query_stream, monkey
 
 
 def test_query_geometry_docstring_example():
-    offsets, blocked = InsertionGenerator.query_geometry(torch.tensor([[0, 2, 1]]), torch.tensor([[True] * 3]),
+    offsets, blocked = InsertionSteps.query_geometry(torch.tensor([[0, 2, 1]]), torch.tensor([[True] * 3]),
                                                          torch.tensor([[0]]))
     assert offsets.tolist() == [[[-1, 2, 1]]] and not blocked.any()
 
@@ -746,8 +746,8 @@ def test_stop_checks_last_step_is_placed_without_a_pass(query_stream, candidates
         return outs, counter.calls
 
     placed, n_placed = run()
-    step = InsertionGenerator.step
-    monkeypatch.setattr(InsertionGenerator, "step", lambda self, *a, encode=True, **k: step(self, *a, **k))
+    step = InsertionSteps.step
+    monkeypatch.setattr(InsertionSteps, "step", lambda self, *a, encode=True, **k: step(self, *a, **k))
     encoded, n_encoded = run()
     for a, b in zip(placed, encoded):
         for h, g in zip(a, b):
@@ -779,15 +779,15 @@ def test_stop_check_top_p_keeps_the_top_slots_of_the_full_check(query_stream, fu
     decoder = model.decoder
     gen = InsertionGenerator(d, DecodingOptions(mode="parallel", skip_repeats=True, fuse_slot_queries=fused))
     kv, pad = decoder.encode_source(model.forward_encoder(src, src_lengths))
-    state = gen.initial_state(decoder, len(src), src.device, kv, pad)
+    state = gen.steps.initial_state(decoder, len(src), src.device, kv, pad)
     for _ in range(3):
-        state = gen.step(decoder, state, kv, pad, 40)
+        state = gen.steps.step(decoder, state, kv, pad, 40)
     rows = torch.ones(len(src), dtype=torch.bool)
     rows[1] = False  # a row the check does not read
-    full = StopCheck(0.02, len(src), src.device, top_p=1.0).confident_slots(gen, decoder, state, kv, pad, rows)
-    _, pos_lprobs = gen.slot_distribution(decoder, state)
+    full = StopCheck(0.02, len(src), src.device, top_p=1.0).confident_slots(gen.steps, decoder, state, kv, pad, rows)
+    _, pos_lprobs = gen.steps.slot_distribution(decoder, state)
     for p in (0.5, 0.9):
-        top = StopCheck(0.02, len(src), src.device, top_p=p).confident_slots(gen, decoder, state, kv, pad, rows)
+        top = StopCheck(0.02, len(src), src.device, top_p=p).confident_slots(gen.steps, decoder, state, kv, pad, rows)
         expected = full.slots & top_p_slots(pos_lprobs, p)
         assert torch.equal(top.slots, expected) and bool(expected.any())
         assert torch.equal(top.words[expected], full.words[expected])
@@ -803,12 +803,12 @@ def first_words(model, d, src, src_lengths, k):
     gen = InsertionGenerator(d, DecodingOptions(mode="parallel"))
     decoder = model.decoder
     kv, pad = decoder.encode_source(model.forward_encoder(src, src_lengths))
-    state = gen.initial_state(decoder, len(src), src.device, kv, pad)
-    slots, pos_lprobs = gen.slot_distribution(decoder, state)
-    chosen = gen.choose_slots(pos_lprobs, torch.full((len(src),), 99))
+    state = gen.steps.initial_state(decoder, len(src), src.device, kv, pad)
+    slots, pos_lprobs = gen.steps.slot_distribution(decoder, state)
+    chosen = gen.steps.choose_slots(pos_lprobs, torch.full((len(src),), 99))
     assert chosen.sum(1).tolist() == [1] * len(src)  # one slot to start with
-    logits = gen.token_logits(decoder, state, slots, chosen, kv, pad).float()
-    logits[:, gen.banned] = float("-inf")
+    logits = gen.steps.token_logits(decoder, state, slots, chosen, kv, pad).float()
+    logits[:, gen.steps.banned] = float("-inf")
     return torch.log_softmax(logits, -1).topk(k, dim=-1)
 
 

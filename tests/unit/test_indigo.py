@@ -85,7 +85,7 @@ def test_trains_with_insnet_loss():
 def test_greedy_decoding_follows_the_model_step_by_step():
     """Decoding = the model's own choices: along the decoded trajectory, every step's word and slot are
     the argmax of the one-pass model's distributions, and decoding stops exactly when <eod> wins."""
-    from insnet_fairseq.decoding.indigo_generator import IndigoGenerator
+    from insnet_fairseq.decoding.indigo_generator import IndigoGenerator, IndigoSteps
     from insnet_fairseq.decoding.options import DecodingOptions
 
     model, d = build_indigo(seed=4, vocab=16)
@@ -93,10 +93,13 @@ def test_greedy_decoding_follows_the_model_step_by_step():
     src, src_lengths, _ = random_batch(d, [4] * 5, src_len=6, seed=2)
     slots = []
 
-    class Spy(IndigoGenerator):
+    class SpySteps(IndigoSteps):
         def insert(self, decoder, state, chosen, tokens, scores, source_kv, source_pad, picks=None):
             slots.append(int(chosen[0].nonzero()[0]))
             return super().insert(decoder, state, chosen, tokens, scores, source_kv, source_pad, picks)
+
+    class Spy(IndigoGenerator):
+        steps_class = SpySteps
 
     batched = IndigoGenerator(d, DecodingOptions(max_steps=12)).generate(
         [model], {"id": torch.arange(5), "net_input": {"src_tokens": src, "src_lengths": src_lengths}})

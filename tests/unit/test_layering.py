@@ -155,3 +155,18 @@ def test_the_checker_sees_function_local_back_edges(tmp_path):
     found = list(imports("insnet_fairseq.models.insnet", fake, modules()))
     assert found == [("insnet_fairseq.tasks.translation", 2)]
     assert layer(found[0][0]) > layer("insnet_fairseq.models.insnet")
+
+
+# the decoding core (insnet_fairseq/decoding/__init__.py): sequential, parallel, beam and end-of-slot decoding
+DECODING_CORE = {f"{PACKAGE}.decoding.{name}" for name in ("core_options", "step", "greedy", "beam", "gaps", "output",
+                                                            "stopping", "word_rules", "state", "cache", "sampling")}
+
+
+def test_the_decoding_core_imports_none_of_the_extras():
+    """The core's modules import only each other (and the layers below): the extras (candidates, rerank, MBR,
+    verification, templates, compiled passes) and the generator that joins them to the core are above it."""
+    known = modules()
+    assert DECODING_CORE <= set(known)
+    up = [f"{m} imports {t} (line {line})" for m, t, line in edges()
+          if m in DECODING_CORE and t.startswith(f"{PACKAGE}.decoding") and t not in DECODING_CORE]
+    assert not up, "the decoding core imports beyond it:\n" + "\n".join(up)
