@@ -77,8 +77,8 @@ def test_fairseq_transformer_trains_and_decodes_as_without_the_plugin(small_data
     plain_losses, plain_ckpt = train(small_data, str(tmp_path / "plain"), plugin=False)
     ours_losses, ours_ckpt = train(small_data, str(tmp_path / "plugin"), plugin=True)
     assert len(plain_losses) == UPDATES and ours_losses == plain_losses
-    plain_w = torch.load(plain_ckpt, map_location="cpu", weights_only=False)["model"]
-    ours_w = torch.load(ours_ckpt, map_location="cpu", weights_only=False)["model"]
+    plain_w = torch.load(plain_ckpt, map_location="cpu")["model"]
+    ours_w = torch.load(ours_ckpt, map_location="cpu")["model"]
     assert plain_w.keys() == ours_w.keys() and all(torch.equal(plain_w[k], ours_w[k]) for k in plain_w)
 
     plain, ours = generate(small_data, plain_ckpt, plugin=False), generate(small_data, ours_ckpt, plugin=True)
