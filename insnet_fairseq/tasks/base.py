@@ -143,6 +143,14 @@ def data_paths(data: str, task_name: str, how: str):
     return paths
 
 
+def warn_not_recorded(given: str, what: str, recorded: str, done: str, leave_out: str) -> None:
+    """Warn that the command line's ``given`` tokeniser or BPE is not ``what`` the data recorded (``recorded``): raw
+    text is ``done`` as the command line asks. Example: ``leave_out`` "--bpe to split" ends the line "leave out --bpe
+    to split it as training saw it"."""
+    logger.warning(f"{given} is not {what} ({recorded}): raw text is {done} as the command line asks, and may not "
+                   f"match the model's vocabulary; leave out {leave_out} it as training saw it")
+
+
 class InsertionTask(TranslationTask):
     """The task of :class:`InsertionConfig`'s options; ``insertion_translation`` and ``insertion_lm`` add their
     data (``setup_task``, ``load_dataset``) and their generator (``build_generator``)."""
@@ -415,10 +423,8 @@ class InsertionTask(TranslationTask):
             given = f"--tokenizer {name}" + ("" if name != "moses" else " (" + ", ".join(
                 w for w, off in (("escaping & \" '", "moses_no_escape"), ("splitting dashes", "moses_no_dash_splits"))
                 if not getattr(args, off, False)) + ")")
-            logger.warning(f"{given} is not how the training data was tokenised ("
-                           f"{preprocessing.describe_tokenizer(settings)}): raw text is tokenised as the command line "
-                           "asks, and may not match the model's vocabulary; leave out --tokenizer to tokenise it as "
-                           "training saw it")
+            warn_not_recorded(given, "how the training data was tokenised", preprocessing.describe_tokenizer(settings),
+                              "tokenised", "--tokenizer to tokenise")
             tokenizer = super().build_tokenizer(args)
         self._raw_tokenizer = tokenizer if settings is not None else None
         return tokenizer
@@ -441,10 +447,9 @@ class InsertionTask(TranslationTask):
                 bpe = preprocessing.PreparedBPE(settings)
                 logger.info(f"raw text BPE-split as the training data was: {recorded}, with each side's vocabulary")
             else:
-                logger.warning(f"--bpe {name}" + (f" --bpe-codes {codes}" if codes else "") + " is not the BPE "
-                               f"of the training data ({recorded}, {settings['file']}): raw text is split as the "
-                               "command line asks, and may not match the model's vocabulary; leave out --bpe to "
-                               "split it as training saw it")
+                warn_not_recorded(f"--bpe {name}" + (f" --bpe-codes {codes}" if codes else ""),
+                                  "the BPE of the training data", f"{recorded}, {settings['file']}", "split",
+                                  "--bpe to split")
                 bpe = super().build_bpe(args)
         self._raw_bpe = bpe if settings is not None else None
         return bpe
