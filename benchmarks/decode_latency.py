@@ -39,19 +39,20 @@ import time
 from argparse import Namespace
 
 import torch
-from fairseq import checkpoint_utils, utils
+from fairseq import utils
 from fairseq.sequence_generator import SequenceGenerator
 
 import insnet_fairseq  # noqa: F401  (registers the task/model and the fairseq fixes)
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.modules.packed_linear import pack_linears
+from insnet_fairseq.tasks import checkpoint_checks
 
 
 def load(path, data, device="cpu"):
     if not os.path.isfile(path):
         sys.exit(f"decode_latency: checkpoint {path} not found (train it first: see README, Benchmarks)")
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data})
+    models, _, task = checkpoint_checks.load_model_ensemble_and_task([path], arg_overrides={"data": data})
     model = pack_linears(models[0]).eval().to(device)  # every system on the same products
     task.load_dataset("test")
     return model, task

@@ -22,9 +22,9 @@ from typing import List, Tuple
 
 import torch
 
-from fairseq import checkpoint_utils
 
 import insnet_fairseq  # noqa: F401  (registers the tasks and models)
+from insnet_fairseq.tasks import checkpoint_checks
 
 # one light colour per step (step 0, the given words, is white with a frame); later steps cycle
 PALETTE = ["#ffd6d6", "#ffe7c2", "#fff5b0", "#dff5c8", "#c9f0e6", "#cfe6ff", "#ddd5ff", "#f7d2f0", "#e6e6e6",
@@ -59,7 +59,7 @@ def render(words: List[Tuple[str, int]]) -> str:
 
 def load_system(path: str, mode: str, args):
     """(models, task) of a checkpoint decoding in ``mode``, with ``--split`` loaded."""
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+    models, _, task = checkpoint_checks.load_model_ensemble_and_task(
         [path], arg_overrides={"data": args.data, "insertion_mode": mode, "slot_top_p": args.slot_top_p})
     task.load_dataset(args.split)
     return models, task

@@ -25,12 +25,12 @@ import time
 
 import torch
 
-from fairseq import checkpoint_utils
 
 import insnet_fairseq  # noqa: F401  (registers the tasks and models)
 from insnet_fairseq.tasks.criterion import term_losses
 from insnet_fairseq.geometry.layers import num_layers, sequential_layers, trajectory
 from insnet_fairseq.training.layerization import layerize, promotions_from_states, token_logprobs_by_step
+from insnet_fairseq.tasks import checkpoint_checks
 
 
 def main(argv=None):
@@ -44,7 +44,7 @@ def main(argv=None):
     p.add_argument("--max-rounds", type=int, default=0, help="also the progressive layering, R rounds per visit")
     p.add_argument("--visits", type=int, default=6)
     args = p.parse_args(argv)
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides={"data": args.data})
+    models, _, task = checkpoint_checks.load_model_ensemble_and_task([args.path], arg_overrides={"data": args.data})
     model = models[0]
     task.load_dataset("valid")
     ds = task.dataset("valid")

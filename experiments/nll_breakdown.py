@@ -69,7 +69,7 @@ def main():
         sys.exit(f"nll_breakdown: checkpoint {args.path} does not exist")
 
     import insnet_fairseq  # noqa: F401  (registers the task)
-    from fairseq import checkpoint_utils
+    from insnet_fairseq.tasks import checkpoint_checks
     from insnet_fairseq.geometry.layers import trajectory, sequential_layers
 
     overrides = {"data": args.data}
@@ -77,7 +77,7 @@ def main():
         overrides["insertion_order"] = args.insertion_order
     if args.layerization:
         overrides["layerization"] = args.layerization
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides=overrides)
+    models, cfg, task = checkpoint_checks.load_model_ensemble_and_task([args.path], arg_overrides=overrides)
     model = models[0].eval()
     task.load_dataset(args.subset)
     itr = task.get_batch_iterator(task.dataset(args.subset), max_tokens=args.max_tokens,

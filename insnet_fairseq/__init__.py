@@ -55,8 +55,9 @@ What is installed on import fixes a bug of the pinned libraries, and changes not
 * :mod:`.fairseq_fixes.numpy_compat`: ``--task language_modeling`` reads ``np.compat``, gone in numpy 2;
 * :mod:`.fairseq_fixes.clean_exit`: ``fairseq-train`` aborts at exit while its prefetch thread is inside torch;
 
-and :mod:`.tasks.checkpoint_checks`, which wraps fairseq's checkpoint loading (a checkpoint that does not fit its
-task, model or dictionaries is refused, naming the file) and saving (the dictionaries' fingerprint is stored).
+Nothing else is installed on import. The package's tasks, once constructed, install :mod:`.tasks.checkpoint_checks`
+(a checkpoint that does not fit its task, model or dictionaries is refused, naming the file); a fairseq task's run
+loads checkpoints as fairseq does.
 """
 from insnet_fairseq import checkpoint_safety
 from insnet_fairseq.fairseq_fixes import (atomic_checkpoints, batching, clean_exit, distributed_cpu,
@@ -74,9 +75,7 @@ clean_exit.install()
 # the models and tasks register themselves with fairseq as they are imported
 from insnet_fairseq.models import (expansion_lm, indigo, infill_transformer, insnet,  # noqa: E402,F401
                                    levt_keywords)
-from insnet_fairseq.tasks import (checkpoint_checks, criterion, expansion_lm as expansion_lm_task,  # noqa: E402,F401
-                                  lm, translation, unconditional_lm)
-
-checkpoint_checks.install()
+from insnet_fairseq.tasks import (criterion, expansion_lm as expansion_lm_task, lm, translation,  # noqa: E402,F401
+                                  unconditional_lm)
 
 __version__ = "0.1.0"

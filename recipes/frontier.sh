@@ -7,8 +7,8 @@
 #
 #   teacher  recipes/distill.py: the AR teacher (recipes/train.sh ar, TEACHER_UPDATES (2000) updates) and its beam-5
 #            translation of the training set, DATA-KD_SUFFIX (data-bin/multi30k_en_de-distill)
-#   train    on that corpus, UPDATES (2000) updates each, THREADS (1) per run, all three at once (dinic from l2r_kd's
-#            update BASE_UPDATES on):
+#   train    on that corpus, UPDATES (2000) updates each, THREADS (1) per run, the runs of RUNS (all four) at once
+#            (dinic from l2r_kd's update BASE_UPDATES on: alone, it waits for l2r_kd's checkpoint there):
 #              ar_kd    fairseq's transformer (recipes/train.sh ar)
 #              l2r_kd   InsNet, left-to-right order (decoded sequentially)
 #              dinic    InsNet-Dinic: l2r_kd's checkpoint at BASE_UPDATES (1000), then UPDATES - BASE_UPDATES updates of
@@ -67,7 +67,8 @@
 # (distill; another names another teacher, trained with TEACHER_UPDATES and TEACHER_ARGS into
 # checkpoints/NAME-KD_SUFFIX-teacher, and its corpus: e.g. KD_SUFFIX=distill-long TEACHER_UPDATES=4000
 # TEACHER_ARGS="--dropout 0.3" CK=checkpoints/frontier_long), MULTI30K_DIR
-# (the raw corpus: {valid,test}.de are the references), VARIANTS (none), GPU_OUT, GPU_SENTENCES.
+# (the raw corpus: {valid,test}.de are the references), RUNS (ar_kd l2r_kd dinic parallel: the train stage's, e.g.
+# RUNS="ar_kd parallel" first on 2 cores), VARIANTS (none), GPU_OUT, GPU_SENTENCES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${DATA:-data-bin/multi30k_en_de}; name=$(basename "$data"); suffix=${KD_SUFFIX:-distill}; kd=$data-$suffix
@@ -88,6 +89,10 @@ declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" 
   [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder"
   [dinic_decay]="lr decayed" [dinic_decay_hi]="lr 1e-3 decayed"
   [parallel_hard]="hard middles" [parallel_fixed]="fixed trajectories" [parallel_noskip]="no waiting gaps")  # its row
+read -r -a runs <<<"${RUNS:-ar_kd l2r_kd dinic parallel}"
+for r in "${runs[@]}"; do
+  case $r in ar_kd|l2r_kd|dinic|parallel) ;; *) echo "frontier.sh: unknown run '$r' in RUNS (ar_kd l2r_kd dinic parallel)" >&2; exit 2;; esac
+done
 read -r -a variants <<<"${VARIANTS:-}"
 for v in "${variants[@]}"; do
   [ -n "${variant_name[$v]:-}" ] || { echo "frontier.sh: unknown variant '$v' in VARIANTS (${!variant_name[*]})" >&2; exit 2; }
@@ -132,13 +137,19 @@ train() {
   [ -f "$kd/train.en-de.de.bin" ] || { echo "frontier.sh: $kd missing: run the teacher stage first" >&2; exit 2; }
   [ "$base_updates" -lt "$updates" ] && [ $((base_updates % 250)) = 0 ] \
     || { echo "frontier.sh: BASE_UPDATES must be a multiple of 250 below UPDATES" >&2; exit 2; }
-  echo "frontier.sh: training ar_kd, l2r_kd, parallel, then dinic from l2r_kd's update $base_updates ($updates" \
-       "updates each, $threads thread(s) each; logs in logs/$(basename "$ck")/)"
-  train_run ar "$ck/ar_kd" "$updates" & local ar=$!
-  train_run insnet "$ck/l2r_kd" "$updates" & local l2r=$!
-  dinic_run "$ck/dinic" l2r_kd & local dinic=$!
-  train_run insnet "$ck/parallel" "$updates" $parallel_flags & local parallel=$!
-  wait $ar $l2r $dinic $parallel
+  local pids=() r
+  echo "frontier.sh: training ${runs[*]} (dinic from l2r_kd's update $base_updates; $updates updates each, $threads" \
+       "thread(s) each; logs in logs/$(basename "$ck")/)"
+  for r in "${runs[@]}"; do
+    # shellcheck disable=SC2086
+    case $r in
+      ar_kd) train_run ar "$ck/ar_kd" "$updates" & pids+=($!);;
+      l2r_kd) train_run insnet "$ck/l2r_kd" "$updates" & pids+=($!);;
+      dinic) dinic_run "$ck/dinic" l2r_kd & pids+=($!);;
+      parallel) train_run insnet "$ck/parallel" "$updates" $parallel_flags & pids+=($!);;
+    esac
+  done
+  wait "${pids[@]}"
 }
 
 variants_stage() {

@@ -150,9 +150,9 @@ def main(argv=None):
             hint = hints.get(path, "python recipes/prepare_infill.py writes it")
             sys.exit(f"infill_seq2seq.py: {path} not found ({hint})")
     import insnet_fairseq  # noqa: F401  (registers infill_transformer)
-    from fairseq import checkpoint_utils
+    from insnet_fairseq.tasks import checkpoint_checks
 
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path],
+    models, _, task = checkpoint_checks.load_model_ensemble_and_task([args.path],
                                                                     arg_overrides={"data": args.model_data})
     use_cuda = torch.cuda.is_available() and not args.cpu
     for m in models:

@@ -14,12 +14,12 @@ best word (and that word's probability): why the model stopped, and what it woul
 import argparse
 
 import torch
-from fairseq import checkpoint_utils
 
 import insnet_fairseq  # noqa: F401  (registers the tasks and models)
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions, stored_decoding
 from insnet_fairseq.decoding.output import Output
+from insnet_fairseq.tasks import checkpoint_checks
 
 
 class ExplainingGenerator(InsertionGenerator):
@@ -88,7 +88,7 @@ def main():
     with open(args.bpe_codes, encoding="utf-8") as f:
         bpe = BPE(f)
     # one sentence, decoded on the CPU also where there is a GPU: starting CUDA would cost more than the decoding
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.path], arg_overrides={"data": args.data})
+    models, _, task = checkpoint_checks.load_model_ensemble_and_task([args.path], arg_overrides={"data": args.data})
 
     def encode(text, lang, dictionary, eos):
         toks = bpe.process_line(MosesTokenizer(lang=lang).tokenize(text, escape=False, return_str=True))

@@ -30,6 +30,7 @@ from insnet_fairseq.geometry.layers import (PAD_LAYER, compact, delay_last_words
                                             trajectory, uniform_layers)
 from insnet_fairseq.geometry.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES,
                                             TREE_POLICIES)
+from insnet_fairseq.tasks.checkpoint_checks import CheckedCheckpoints
 from insnet_fairseq.tasks.cli_errors import use_one_line_errors
 from insnet_fairseq.training.layerization import LAYERIZATIONS, layerize, promotions_from_states, token_logprobs_by_step
 from insnet_fairseq.training.searched_order import search_orders
@@ -151,7 +152,7 @@ def warn_not_recorded(given: str, what: str, recorded: str, done: str, leave_out
                    f"match the model's vocabulary; leave out {leave_out} it as training saw it")
 
 
-class InsertionTask(TranslationTask):
+class InsertionTask(CheckedCheckpoints, TranslationTask):
     """The task of :class:`InsertionConfig`'s options; ``insertion_translation`` and ``insertion_lm`` add their
     data (``setup_task``, ``load_dataset``) and their generator (``build_generator``)."""
 

@@ -5,14 +5,17 @@ unpickling or EOF error; a dictionary of another size a ``state_dict`` size mism
 file; a dictionary of the same size in another order decodes garbage, silently; a baseline
 checkpoint decoded with ``--task insertion_translation`` fails only once decoding starts.
 
-Installed when ``insnet_fairseq`` is imported (``--user-dir``), for our models and the baselines:
+A product feature, not a fix of fairseq: importing the package installs nothing. The checks apply in a process that
+runs one of the package's tasks (``insertion_translation``, ``insertion_lm``, ``expansion_lm``), whose construction
+calls :func:`install`, and in the package's own scripts, which load through :func:`load_model_ensemble_and_task`.
+A fairseq task's run (``--task translation`` with ``--user-dir insnet_fairseq`` too) loads as fairseq does.
 
-* Every checkpoint saved by ``fairseq-train`` records a fingerprint of the task's source and
-  target dictionaries (top-level key ``dictionaries``: size, sha256 of the symbols in index order
-  and of the sorted symbols, the dict file). Loading one for decoding (``load_model_ensemble*``:
-  fairseq-generate, -interactive, the recipes) or for training (resume, ``--finetune-from-model``)
-  compares it with the dictionaries loaded now. Checkpoints without it (older ones) still load;
-  for them only the embedding size is compared with the dictionary's.
+* Every checkpoint that one of the package's tasks trains records a fingerprint of its source and target
+  dictionaries, through fairseq's own hook: the task's ``state_dict``, saved as the checkpoint's ``task_state``
+  (key ``dictionaries``: size, sha256 of the symbols in index order and of the sorted symbols, the dict file).
+  Loading one for decoding (fairseq-generate, -interactive, the recipes) or for training (resume,
+  ``--finetune-from-model``) compares it with the dictionaries loaded now. Checkpoints without it (a fairseq task's)
+  still load; for them only the embedding size is compared with the dictionary's.
 * The checkpoint's model must fit the task (InsNet only with ``insertion_translation``, and the
   baselines never with it) and, when training, the model being trained (same model class; a shape
   mismatch lists the first parameters that differ). A model being built must fit its task too:
@@ -25,6 +28,11 @@ Installed when ``insnet_fairseq`` is imported (``--user-dir``), for our models a
   rank 0's loaded state, configuration objects included, to the others as a pickle that weights-only loading
   refuses.
 
+fairseq's hooks (the task's ``load_state_dict`` and ``build_model``, the model's ``load_state_dict``) do not see
+the checkpoint's file, which every message names: so the checks wrap fairseq's three loading functions,
+``checkpoint_utils.load_checkpoint_to_cpu`` and ``load_model_ensemble_and_task`` and ``Trainer.load_checkpoint``,
+once such a task exists.
+
 Each raises :class:`insnet_fairseq.errors.CheckpointError` (a model built for the wrong task: ``ValueError``),
 which the package's tasks print as one line, without a traceback (:mod:`insnet_fairseq.tasks.cli_errors`).
 """
@@ -32,6 +40,7 @@ import hashlib
 import os
 
 from fairseq import checkpoint_utils, tasks, utils
+from fairseq.tasks import TASK_REGISTRY
 from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.file_io import PathManager
@@ -42,8 +51,6 @@ from fairseq.trainer import Trainer
 from insnet_fairseq import checkpoint_safety
 from insnet_fairseq.errors import CheckpointError
 from insnet_fairseq.models.insnet import InsNetLMModel, InsNetModel
-from insnet_fairseq.tasks.lm import InsertionLMTask
-from insnet_fairseq.tasks.translation import InsertionTranslationTask
 
 FINGERPRINT_KEY = "dictionaries"
 ROLES = (("source", "source_dictionary", "source_lang"), ("target", "target_dictionary", "target_lang"))
@@ -103,12 +110,19 @@ def _difference(saved, now):
     return f"the same size ({now['size']:,} types) but other types"
 
 
+def saved_fingerprints(state) -> dict:
+    """{role: fingerprint} a checkpoint records: in its ``task_state`` (the task's ``state_dict`` hook), or, in a
+    checkpoint saved before that hook held it, at the top level; {} for a checkpoint of a fairseq task."""
+    task_state = state.get("task_state") or {}
+    return (task_state.get(FINGERPRINT_KEY) if hasattr(task_state, "get") else None) or state.get(FINGERPRINT_KEY) or {}
+
+
 def check_dictionaries(path, state, task):
     """Raise CheckpointError when the task's dictionaries are not the ones ``path`` was trained with."""
     now = task_fingerprints(task)
     if not now:
         return
-    saved = state.get(FINGERPRINT_KEY) or {}
+    saved = saved_fingerprints(state)
     problems = []
     for role, attr, lang_attr in ROLES:
         if role not in now:
@@ -179,6 +193,8 @@ def check_model_fits_task(path, state, task, judge: bool = False):
     cls = _model_class(arch)
     if cls is None or task is None:
         return
+    # by their registered names: the tasks import this module (they install the checks)
+    InsertionLMTask, InsertionTranslationTask = TASK_REGISTRY["insertion_lm"], TASK_REGISTRY["insertion_translation"]
     task_name = _task_name(task)
     is_lm, lm_task = issubclass(cls, InsNetLMModel), isinstance(task, InsertionLMTask)
     if is_lm and not lm_task:
@@ -356,20 +372,8 @@ def _wrap_trainer_load_checkpoint(original):
     return load_checkpoint
 
 
-def _wrap_trainer_state_dict(original):
-    def state_dict(self):
-        state = original(self)
-        prints = task_fingerprints(getattr(self, "task", None))
-        if prints:
-            state[FINGERPRINT_KEY] = prints
-        return state
-
-    state_dict.insnet_checked = True
-    return state_dict
-
-
 def install() -> None:
-    """Idempotently wrap fairseq's checkpoint loading and saving (see the module docstring)."""
+    """Idempotently wrap fairseq's checkpoint loading (see the module docstring); the package's tasks call it."""
     cu = checkpoint_utils
     if not getattr(cu.load_checkpoint_to_cpu, "insnet_checked", False):
         cu.load_checkpoint_to_cpu = _wrap_load_checkpoint_to_cpu(cu.load_checkpoint_to_cpu)
@@ -377,5 +381,34 @@ def install() -> None:
         cu.load_model_ensemble_and_task = _wrap_load_model_ensemble_and_task(cu.load_model_ensemble_and_task)
     if not getattr(Trainer.load_checkpoint, "insnet_checked", False):
         Trainer.load_checkpoint = _wrap_trainer_load_checkpoint(Trainer.load_checkpoint)
-    if not getattr(Trainer.state_dict, "insnet_checked", False):
-        Trainer.state_dict = _wrap_trainer_state_dict(Trainer.state_dict)
+
+
+class CheckedCheckpoints:
+    """What the package's tasks (``InsertionTask``, ``ExpansionLMTask``) inherit first: constructing one installs the
+    checks, and its ``state_dict`` (fairseq saves it as the checkpoint's ``task_state``) records its dictionaries."""
+
+    def __init__(self, *args, **kwargs):
+        install()
+        super().__init__(*args, **kwargs)
+
+    def state_dict(self):
+        return {**super().state_dict(), FINGERPRINT_KEY: task_fingerprints(self)}
+
+
+class CheckedCheckpoints:
+    """What the package's tasks (``InsertionTask``, ``ExpansionLMTask``) inherit first: constructing one installs the
+    checks, and its ``state_dict`` (fairseq saves it as the checkpoint's ``task_state``) records its dictionaries."""
+
+    def __init__(self, *args, **kwargs):
+        install()
+        super().__init__(*args, **kwargs)
+
+    def state_dict(self):
+        return {**super().state_dict(), FINGERPRINT_KEY: task_fingerprints(self)}
+
+
+def load_model_ensemble_and_task(filenames, arg_overrides=None, task=None, **kwargs):
+    """fairseq's ``checkpoint_utils.load_model_ensemble_and_task`` with the checks: what the package's scripts
+    (``recipes/``, ``benchmarks/``, ``experiments/``) load checkpoints with. Returns (models, cfg, task)."""
+    install()
+    return checkpoint_utils.load_model_ensemble_and_task(filenames, arg_overrides, task, **kwargs)

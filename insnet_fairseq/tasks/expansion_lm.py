@@ -35,6 +35,7 @@ from insnet_fairseq.data.expansion_dataset import (
 from insnet_fairseq.decoding.expansion_generator import ExpansionGenerator
 from insnet_fairseq.errors import DataError, TreeError
 from insnet_fairseq.tasks.base import data_paths
+from insnet_fairseq.tasks.checkpoint_checks import CheckedCheckpoints
 from insnet_fairseq.tasks.cli_errors import use_one_line_errors
 
 logger = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class ExpansionLMConfig(FairseqDataclass):
 
 
 @register_task("expansion_lm", dataclass=ExpansionLMConfig)
-class ExpansionLMTask(FairseqTask):
+class ExpansionLMTask(CheckedCheckpoints, FairseqTask):
     cfg: ExpansionLMConfig
 
     @classmethod

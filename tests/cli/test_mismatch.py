@@ -8,10 +8,9 @@ import torch
 
 from conftest import generate_cmd, run, train_cmd
 
-import insnet_fairseq  # noqa: F401  (installs the checks)
-from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 from insnet_fairseq.errors import CheckpointError
+from insnet_fairseq.tasks import checkpoint_checks
 
 def altered_data(small_data, dest, how):
     """A copy of the data-bin whose dictionaries are reordered or truncated (binarised files unchanged)."""
@@ -38,18 +37,20 @@ def one_line_error(out, *needles):
 
 def load(path, data):
     """What the recipes (show_trajectory, nll_breakdown, benchmarks) call."""
-    return checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": data})
+    return checkpoint_checks.load_model_ensemble_and_task([str(path)], arg_overrides={"data": data})
 
 
 def test_new_checkpoints_record_their_dictionaries(small_data, tiny_checkpoint):
+    """Through fairseq's hook: the task's state_dict, saved as the checkpoint's task_state."""
     state = torch.load(tiny_checkpoint, map_location="cpu")
+    assert "dictionaries" not in state
     for role, lang in (("source", "en"), ("target", "de")):
-        saved = state["dictionaries"][role]
+        saved = state["task_state"]["dictionaries"][role]
         d = Dictionary.load(os.path.join(small_data, f"dict.{lang}.txt"))
         assert saved["file"] == os.path.join(small_data, f"dict.{lang}.txt")
         assert saved["size"] == len(d) == state["model"]["encoder.embed_tokens.weight"].shape[0]
     models, _, task = load(tiny_checkpoint, small_data)  # the right data loads
-    assert len(models) == 1 and len(task.target_dictionary) == state["dictionaries"]["target"]["size"]
+    assert len(models) == 1 and len(task.target_dictionary) == state["task_state"]["dictionaries"]["target"]["size"]
 
 
 def test_baseline_checkpoint_with_insertion_task(small_data, ar_checkpoint):
@@ -79,7 +80,7 @@ def test_truncated_dictionary(small_data, tiny_checkpoint, tmp_path):
 
 def test_older_checkpoint_without_fingerprint(small_data, tiny_checkpoint, tmp_path):
     state = torch.load(tiny_checkpoint, map_location="cpu")
-    del state["dictionaries"]
+    del state["task_state"]["dictionaries"]
     old = tmp_path / "old.pt"
     torch.save(state, old)
     models, _, _ = load(old, small_data)  # still loads

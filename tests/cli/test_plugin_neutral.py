@@ -2,9 +2,10 @@
 the same in a process with ``--user-dir insnet_fairseq`` as in one without it, except where a named fix of a bug
 of the pinned fairseq applies:
 
-* ``fairseq_fixes/checkpoint_compat``: fairseq 0.12 cannot load its own checkpoints under torch >= 2.6
-  (``torch.load``'s ``weights_only=True`` default). The process without the plugin decodes with torch's own switch
-  for the old default, ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, so it decodes at all.
+* ``checkpoint_safety``: fairseq 0.12 cannot load its own checkpoints under torch >= 2.6 (``torch.load``'s
+  ``weights_only=True`` default refuses ``argparse.Namespace``); the plugin registers the allowlist. The process
+  without the plugin decodes with torch's own switch for the old default, ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``, so
+  it decodes at all.
 * ``fairseq_fixes/batching``: ``data_utils.batch_by_size`` drops the last sentences of a split (300 test sentences
   at ``--batch-size 16`` are batched as 16 x 18 + 8). Without the plugin those sentences are never translated; with
   it they are. Every sentence both decode is decoded the same.
@@ -77,8 +78,9 @@ def test_fairseq_transformer_trains_and_decodes_as_without_the_plugin(small_data
     plain_losses, plain_ckpt = train(small_data, str(tmp_path / "plain"), plugin=False)
     ours_losses, ours_ckpt = train(small_data, str(tmp_path / "plugin"), plugin=True)
     assert len(plain_losses) == UPDATES and ours_losses == plain_losses
-    plain_w = torch.load(plain_ckpt, map_location="cpu")["model"]
-    ours_w = torch.load(ours_ckpt, map_location="cpu")["model"]
+    plain_state, ours_state = torch.load(plain_ckpt, map_location="cpu"), torch.load(ours_ckpt, map_location="cpu")
+    assert plain_state.keys() == ours_state.keys() and ours_state["task_state"] == plain_state["task_state"]
+    plain_w, ours_w = plain_state["model"], ours_state["model"]
     assert plain_w.keys() == ours_w.keys() and all(torch.equal(plain_w[k], ours_w[k]) for k in plain_w)
 
     plain, ours = generate(small_data, plain_ckpt, plugin=False), generate(small_data, ours_ckpt, plugin=True)

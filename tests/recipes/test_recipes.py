@@ -695,7 +695,7 @@ def test_frontier_choose_stage_picks_the_rule_stores_stop_checks_and_scores_the_
 
 
 def test_frontier_recipe_refuses_bad_stages_variants_and_untrained_runs_by_name(tmp_path):
-    """recipes/frontier.sh: an unknown stage or variant, the choose stage before every run it scores is trained (a
+    """recipes/frontier.sh: an unknown stage, run or variant, the choose stage before every run it scores is trained (a
     variant included), the variants stage with none asked for (the default, and VARIANTS=), the train stage before its
     teacher's corpus (KD_SUFFIX's) exists."""
     base = {k: v for k, v in ENV.items() if k != "VARIANTS"}  # the recipe's default, whatever the caller's shell set
@@ -708,6 +708,8 @@ def test_frontier_recipe_refuses_bad_stages_variants_and_untrained_runs_by_name(
     assert code == 2 and "unknown stage 'zigzag'" in err
     code, _, err = run("variants", VARIANTS="dinic_zigzag")
     assert code == 2 and "unknown variant 'dinic_zigzag'" in err
+    code, _, err = run("train", RUNS="ar_kd zigzag")
+    assert code == 2 and "unknown run 'zigzag' in RUNS" in err
     for variants in ({}, {"VARIANTS": ""}):
         code, out, _ = run("variants", **variants)
         assert code == 0 and "no VARIANTS, variants stage skipped" in out
