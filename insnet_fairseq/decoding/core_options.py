@@ -10,6 +10,7 @@ naming its flag.
 """
 import math
 from dataclasses import dataclass, field
+from typing import Tuple
 
 from insnet_fairseq.decoding.sampling import check_temperature
 from insnet_fairseq.errors import FlagError
@@ -46,13 +47,12 @@ class CoreOptions:
 
     mode: str = "sequential"  # --insertion-mode
     slot_top_p: float = 0.7  # --slot-top-p; sequential decoding ignores it
-    # --max-insertion-steps (0: max_steps_a x source length + max_steps_b). A sentence it stops before the model does
-    # is warned about, not refused: no cap is wrong for every sentence
+    # --max-insertion-steps (0: length_cap's a x source length + b). A sentence it stops before the model does is
+    # warned about, not refused: no cap is wrong for every sentence
     max_steps: int = 0
-    # set by the task, no flag: the step and output-length cap a x source length + b (insertion_lm: 0 x + its
-    # --max-output-words)
-    max_steps_a: float = 2.0
-    max_steps_b: int = 10
+    # set by the task, no flag: (a, b), the step and output-length cap a x source length + b (insertion_lm: (0, its
+    # --max-output-words))
+    length_cap: Tuple[float, int] = (2.0, 10)
     use_cache: bool = True  # off: --no-insertion-cache
     sampling: Sampling = field(default_factory=Sampling)
     # fairseq's --retain-iter-history: each hypothesis keeps every partial output ("history")

@@ -41,7 +41,7 @@ partial sequence every step with the full offset matrix (for checking and timing
 Batches are rectangular: in parallel mode a sentence that inserts fewer tokens than the
 widest one in a step gets *holes* (padding that no query attends to).
 
-Without a source (task ``insertion_lm``: ``conditional=False``) the caps are ``max_steps_b`` steps and
+Without a source (task ``insertion_lm``: ``conditional=False``) the caps are ``length_cap``'s b steps and
 words whatever the source holds, and with ``keywords_from_source`` each sentence's source tokens
 (its keywords, ``</s>`` and padding removed) are its constrained start.
 
@@ -170,7 +170,7 @@ class InsertionGenerator:
         decoder = model.decoder
         # caps: steps (--max-insertion-steps, default a * source length + b) and output length
         # (the same a * source length + b words, and the model's --max-target-positions)
-        auto = (src_lengths.float() * o.max_steps_a + o.max_steps_b).long()
+        auto = (src_lengths.float() * o.length_cap[0] + o.length_cap[1]).long()
         cap = torch.full_like(auto, o.max_steps) if o.max_steps > 0 else auto
         max_len = (auto + 2).clamp(max=decoder.max_target_positions)  # [B], with <s> and </s>
         # --min-length-ratio: at least ratio x source words (without </s>) before q(stop) is heard

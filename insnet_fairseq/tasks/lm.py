@@ -297,7 +297,7 @@ class InsertionLMTask(InsertionTask):
         if getattr(args, "iter_decode_with_external_reranker", False):
             raise ValueError("--iter-decode-with-external-reranker (an autoregressive judge of translation candidates) "
                              "applies to --task insertion_translation, not insertion_lm")
-        options = self.decoding_options(args, models, max_steps_a=0.0, max_steps_b=self.cfg.max_output_words,
+        options = self.decoding_options(args, models, length_cap=(0.0, self.cfg.max_output_words),
                                         conditional=False,
                                         keywords_from_source=not self.cfg.no_keywords,
                                         blank_id=self.dictionary.bos() if self.cfg.infill else None)

@@ -40,13 +40,13 @@ def test_1000_words_decode_sequentially_and_in_parallel(caplog):
     src, src_lengths, _ = random_batch(d, [4], src_len=8, seed=0)
     sample = {"id": torch.arange(1), "net_input": {"src_tokens": src, "src_lengths": src_lengths}}
     for mode in ("sequential", "parallel"):
-        gen = InsertionGenerator(d, DecodingOptions(mode=mode, slot_top_p=0.9, max_steps=WORDS, max_steps_a=0, max_steps_b=WORDS))
+        gen = InsertionGenerator(d, DecodingOptions(mode=mode, slot_top_p=0.9, max_steps=WORDS, length_cap=(0, WORDS)))
         hyp = gen.generate([model], sample)[0][0]
         assert len(hyp["tokens"]) == WORDS + 1  # 1000 words and </s>: the output cap
         assert hyp["steps"] == WORDS if mode == "sequential" else hyp["steps"] < WORDS / 4
     # past the model's limit (1022 words with <s> and </s>) the output is cut, with a warning
     caplog.clear()
-    gen = InsertionGenerator(d, DecodingOptions(mode="parallel", slot_top_p=0.9, max_steps=5000, max_steps_a=0, max_steps_b=5000))
+    gen = InsertionGenerator(d, DecodingOptions(mode="parallel", slot_top_p=0.9, max_steps=5000, length_cap=(0, 5000)))
     with caplog.at_level(logging.WARNING):
         hyp = gen.generate([model], sample)[0][0]
     assert len(hyp["tokens"]) == 1022 + 1

@@ -97,7 +97,7 @@ def test_keywords_kept_in_order_on_100_random_sets(mode, sampling, skip_repeats)
     sets = [torch.randint(d.nspecial, len(d), (int(torch.randint(1, 5, (1,), generator=g)),), generator=g).tolist()
             for _ in range(100)]
     torch.manual_seed(0)
-    gen = InsertionGenerator(d, DecodingOptions(mode=mode, max_steps=5, max_steps_a=0.0, max_steps_b=30, sampling=sampling,
+    gen = InsertionGenerator(d, DecodingOptions(mode=mode, max_steps=5, length_cap=(0.0, 30), sampling=sampling,
                              sampling_topk=3, retain_history=True, skip_repeats=skip_repeats, conditional=False,
                              keywords_from_source=True))
     hyps = gen.generate([model], keyword_batch(d, sets))
