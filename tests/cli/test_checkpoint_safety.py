@@ -170,7 +170,9 @@ def kinds(small_data, lm_data):
     }
 
 
-@pytest.mark.parametrize("kind", ["insnet", "indigo", "insnet_lm_infill", "ar", "levt", "inst", "ar_lm"])
+# InsNet's in the fast tier; the other systems' in the slow one (make test-all)
+@pytest.mark.parametrize("kind", ["insnet", *(pytest.param(k, marks=pytest.mark.slow)
+                                              for k in ("indigo", "insnet_lm_infill", "ar", "levt", "inst", "ar_lm"))])
 def test_every_kind_of_checkpoint_loads_weights_only(small_data, lm_data, kind, tmp_path):
     """Two updates with optimizer state and an interval checkpoint, then its average, its decoding-only copy (and,
     for InsNet, stored decoding settings): every file loads through the package's loader and resumes training

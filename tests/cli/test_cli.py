@@ -234,6 +234,7 @@ def test_lagged_dinic_trains_sequentially_first_then_on_promoted_layerings(small
         assert 1.0 <= float(r["layers"]) < float(r["wpb"]) / float(r["bsz"]), r
 
 
+@pytest.mark.slow
 def test_late_words_add_a_layer_in_training_only(small_data, tmp_path):
     """--late-words: the same uniform-layered updates log more layers per sentence with it (last-layer words
     moved to a new layer), and the loss stays finite."""
@@ -248,6 +249,7 @@ def test_late_words_add_a_layer_in_training_only(small_data, tmp_path):
     assert all(b > a for a, b in zip(plain, late)), (plain, late)
 
 
+@pytest.mark.slow
 def test_dinic_layerings_survive_a_resume(small_data, tmp_path):
     flags = ["--dinic-tau", "1.0", "--insertion-order", "binary", "--save-interval-updates", "3"]
     first = run(train_cmd(small_data, str(tmp_path / "ckpt"), "--max-update", "3", *flags))
@@ -261,6 +263,7 @@ def test_dinic_layerings_survive_a_resume(small_data, tmp_path):
     assert f"restored the layerings of {seen} training sentences" in resumed.stdout + resumed.stderr
 
 
+@pytest.mark.slow
 def test_bad_layerization_flags_are_refused(small_data, tmp_path):
     out = run(train_cmd(small_data, str(tmp_path / "c"), "--max-update", "1", "--layerization", "uniform",
                         "--dinic-tau", "2"))
@@ -287,6 +290,7 @@ def free_port() -> int:
 SHIFT_INVARIANT = "decoder.heads.position_proj.bias"
 
 
+@pytest.mark.slow
 def test_two_workers_equal_one_worker_with_twice_the_batch(small_data, tmp_path):
     """fairseq's distributed engine on CPU (gloo): 2 workers, spawned by fairseq or by torchrun,
     train exactly as 1 worker accumulating their 2 batches (--update-freq 2), InsNet-Dinic

@@ -1,10 +1,12 @@
 """benchmarks/constraint_phrases.py on a tiny trained model: fairseq-interactive --constraints keeps every phrase
 contiguous and whole words, in order, in every mode (its exit status and table)."""
+import pytest
 import os
 
 from benchmarks import constraint_phrases
 
 
+@pytest.mark.slow
 def test_constraint_check_passes_through_fairseq_interactive(small_data, tiny_checkpoint, capsys):
     work = os.path.join(os.path.dirname(os.path.dirname(small_data)), "work", "small")  # prepare_bitext's BPE text
     rc = constraint_phrases.main(["--path", tiny_checkpoint, "--data", small_data, "--lines", "60",

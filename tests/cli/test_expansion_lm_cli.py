@@ -12,6 +12,7 @@ def corpus(tmp_path):
     return write_dependency_corpus(tmp_path, SENTENCES * 3)
 
 
+@pytest.mark.slow
 def test_train_and_generate_from_the_command_line(corpus, tmp_path):
     save = str(tmp_path / "ckpt")
     out = run([os.path.join(BIN, "fairseq-train"), corpus, "--user-dir", "insnet_fairseq", "--task", "expansion_lm",
@@ -31,6 +32,7 @@ def test_train_and_generate_from_the_command_line(corpus, tmp_path):
     assert not any("[" in h.split("\t")[-1] for h in hyps)  # no placeholder in an output
 
 
+@pytest.mark.slow
 def test_autoregressive_lm_samples_from_nothing(corpus, tmp_path):
     """fairseq's language_modeling continues each test sentence; unconditional_language_modeling (the same model)
     starts from </s> alone. Trained on numpy 2 thanks to fairseq_fixes.numpy_compat."""

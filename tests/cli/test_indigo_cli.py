@@ -1,10 +1,12 @@
 """InDIGO from the command line: --arch indigo_small trains with insnet_loss through fairseq-train and decodes through
 fairseq-generate; searched adaptive orders; the refused combinations. (The model: tests/unit/test_indigo.py.)"""
+import pytest
 import json
 
 from conftest import generate_cmd, run, train_cmd
 
 
+@pytest.mark.slow
 def test_fairseq_train_and_generate_indigo(small_data, tmp_path):
     """--arch indigo_small trains with insnet_loss through fairseq-train (random order) and decodes every
     test sentence through fairseq-generate; layered training is refused."""

@@ -1,6 +1,7 @@
 """recipes/inference_checkpoint.py: a decoding-only copy decodes what its training checkpoint decodes (fp32, token for
 token), is smaller, keeps the stored decoding settings and tied weights; --half stores the weights rounded to fp16;
 a missing or foreign file is refused in one line."""
+import pytest
 import os
 import shutil
 import sys
@@ -25,6 +26,7 @@ def load(path):
     return torch.load(path, map_location="cpu")
 
 
+@pytest.mark.slow
 def test_decoding_copy_decodes_the_same_and_keeps_tied_weights(small_data, tiny_checkpoint, ar_checkpoint, tmp_path):
     for ckpt in (tiny_checkpoint, ar_checkpoint):
         full, small, half = load(ckpt), str(tmp_path / "small.pt"), str(tmp_path / "half.pt")

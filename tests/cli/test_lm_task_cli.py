@@ -78,6 +78,7 @@ def test_interactive_lines_are_keywords(lm_data, lm_checkpoint):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow
 def test_infilling_from_the_command_line(lm_data, lm_checkpoint, tmp_path):
     """Text infilling: prepare_infill.py's templates, fairseq-generate --infill, scored by
     evaluate_infill.py (every output keeps its template), interactive templates, and a bad template word."""

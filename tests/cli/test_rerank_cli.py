@@ -1,9 +1,11 @@
 """fairseq-generate with an autoregressive judge of InsNet's candidates (--iter-decode-with-external-reranker,
 decoding/rerank.py): one output per test sentence with a judge, a channel model and an InsNet judge; misuse is a
 one-line error naming the flag. (The judge's scores and choices: tests/unit/test_rerank.py.)"""
+import pytest
 from conftest import generate_cmd, run
 
 
+@pytest.mark.slow
 def test_fairseq_generate_with_a_judge(small_data, tiny_checkpoint, ar_checkpoint):
     """--path INSNET.pt:AR.pt --iter-decode-with-external-reranker: one output per test sentence; the AR checkpoint
     without the flag is a one-line error that names the flag."""

@@ -4,6 +4,8 @@ import os
 import shutil
 import sys
 
+import pytest
+
 from conftest import ROOT, generate_cmd, run  # noqa: F401  (fixtures small_data, tiny_checkpoint, ar_checkpoint)
 
 
@@ -16,6 +18,7 @@ def hypotheses(out):
     return sorted(line for line in out.stdout.splitlines() if line.startswith("H-"))
 
 
+@pytest.mark.slow
 def test_stored_settings_are_the_defaults_and_a_given_flag_wins(small_data, tiny_checkpoint, tmp_path):
     ckpt = str(tmp_path / "model.pt")
     shutil.copy(tiny_checkpoint, ckpt)

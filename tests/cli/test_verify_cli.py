@@ -1,9 +1,11 @@
 """fairseq-generate with InsNet drafts verified by an autoregressive model (--insertion-verify, decoding/verify.py):
 the output is what the autoregressive checkpoint alone prints at beam 1. (The verification itself:
 tests/unit/test_verify.py.)"""
+import pytest
 from conftest import generate_cmd, run
 
 
+@pytest.mark.slow
 def test_fairseq_generate_with_verification_outputs_the_ar_models_greedy_output(small_data, tiny_checkpoint,
                                                                                  ar_checkpoint):
     """--path INSNET.pt:AR.pt --insertion-verify: fairseq-generate prints, for every test sentence, what

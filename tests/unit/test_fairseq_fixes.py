@@ -70,6 +70,7 @@ print("done training", flush=True)
 """
 
 
+@pytest.mark.slow
 def test_training_that_stops_mid_epoch_exits_cleanly(tmp_path):
     """fairseq's prefetch thread (--data-buffer-size) inside torch at interpreter exit aborts the process
     ("terminate called without an active exception", SIGABRT) after a successful run; with the fix it is
