@@ -15,6 +15,7 @@ Model protocol used by the criterion and the generator:
 * ``forward_encoder`` / ``decoder.encode_source`` / ``decoder.context`` for step-wise decoding.
 """
 import logging
+import os
 from typing import Dict, Optional
 
 import torch
@@ -30,6 +31,8 @@ from fairseq.models.transformer import Embedding, TransformerEncoder, Transforme
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
 from torch import Tensor, nn
 
+from insnet_fairseq import checkpoint_safety
+from insnet_fairseq.errors import CheckpointError
 from insnet_fairseq.geometry.gaps import gap_targets
 from insnet_fairseq.geometry.layers import encoding_order, sequential_layers
 from insnet_fairseq.geometry.masks import causal_mask, slot_query_geometry
@@ -352,8 +355,15 @@ class InsNetModel(FairseqEncoderDecoderModel):
         ``insertion_mode="parallel"``); returns an :class:`insnet_fairseq.decoding.hub.InsNetHubInterface`, whose
         ``translate(lines)`` gives one output per line, in order, whatever the lines hold. The checkpoint's task
         builds it (``hub_interface``)."""
-        x = hub_utils.from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
-                                      archive_map=cls.hub_models(), **kwargs)
+        try:
+            x = hub_utils.from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path,
+                                          archive_map=cls.hub_models(), **kwargs)
+        except Exception as e:  # a checkpoint weights-only loading refused: one message naming the file and class
+            path = os.path.join(model_name_or_path, checkpoint_file)
+            refused = checkpoint_safety.refusal(path, e) if os.path.isfile(path) else ""
+            if refused:
+                raise CheckpointError(refused) from e
+            raise
         return x["task"].hub_interface(x["args"], x["models"])
 
 
