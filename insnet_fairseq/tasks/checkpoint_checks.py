@@ -395,18 +395,6 @@ class CheckedCheckpoints:
         return {**super().state_dict(), FINGERPRINT_KEY: task_fingerprints(self)}
 
 
-class CheckedCheckpoints:
-    """What the package's tasks (``InsertionTask``, ``ExpansionLMTask``) inherit first: constructing one installs the
-    checks, and its ``state_dict`` (fairseq saves it as the checkpoint's ``task_state``) records its dictionaries."""
-
-    def __init__(self, *args, **kwargs):
-        install()
-        super().__init__(*args, **kwargs)
-
-    def state_dict(self):
-        return {**super().state_dict(), FINGERPRINT_KEY: task_fingerprints(self)}
-
-
 def load_model_ensemble_and_task(filenames, arg_overrides=None, task=None, **kwargs):
     """fairseq's ``checkpoint_utils.load_model_ensemble_and_task`` with the checks: what the package's scripts
     (``recipes/``, ``benchmarks/``, ``experiments/``) load checkpoints with. Returns (models, cfg, task)."""
