@@ -78,6 +78,18 @@ def test_truncated_dictionary(small_data, tiny_checkpoint, tmp_path):
     assert "size mismatch" not in str(e.value)
 
 
+def test_fingerprint_at_the_top_level_is_still_read(small_data, tiny_checkpoint, tmp_path):
+    """Checkpoints saved before the task's state_dict held the fingerprint kept it at the top level."""
+    state = torch.load(tiny_checkpoint, map_location="cpu")
+    state["dictionaries"] = state["task_state"].pop("dictionaries")
+    old = tmp_path / "top_level.pt"
+    torch.save(state, old)
+    assert len(load(old, small_data)[0]) == 1
+    with pytest.raises(CheckpointError) as e:
+        load(old, altered_data(small_data, tmp_path / "bin", "reordered"))
+    assert f"checkpoint {old} was trained with other dictionaries" in str(e.value) and "different order" in str(e.value)
+
+
 def test_older_checkpoint_without_fingerprint(small_data, tiny_checkpoint, tmp_path):
     state = torch.load(tiny_checkpoint, map_location="cpu")
     del state["task_state"]["dictionaries"]
