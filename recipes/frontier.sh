@@ -134,6 +134,11 @@ dinic_run() {  # SAVE BASE_RUN [flags]: from BASE_RUN's checkpoint at BASE_UPDAT
 }
 
 train() {
+  if [[ " ${runs[*]} " == *" dinic "* && " ${runs[*]} " != *" l2r_kd "* && ! -f "$ck/dinic/done" \
+        && ! -f "$ck/dinic/checkpoint_last.pt" && ! -f "$ck/l2r_kd_at_${base_updates}.pt" ]] \
+     && ! compgen -G "$ck/l2r_kd/checkpoint_*_${base_updates}.pt" >/dev/null; then
+    echo "frontier.sh: dinic starts from l2r_kd's update $base_updates, which does not exist: add l2r_kd to RUNS" >&2; exit 2
+  fi
   [ -f "$kd/train.en-de.de.bin" ] || { echo "frontier.sh: $kd missing: run the teacher stage first" >&2; exit 2; }
   [ "$base_updates" -lt "$updates" ] && [ $((base_updates % 250)) = 0 ] \
     || { echo "frontier.sh: BASE_UPDATES must be a multiple of 250 below UPDATES" >&2; exit 2; }
