@@ -113,8 +113,7 @@ def _difference(saved, now):
 def saved_fingerprints(state) -> dict:
     """{role: fingerprint} a checkpoint records: in its ``task_state`` (the task's ``state_dict`` hook), or, in a
     checkpoint saved before that hook held it, at the top level; {} for a checkpoint of a fairseq task."""
-    task_state = state.get("task_state") or {}
-    return (task_state.get(FINGERPRINT_KEY) if hasattr(task_state, "get") else None) or state.get(FINGERPRINT_KEY) or {}
+    return (state.get("task_state") or {}).get(FINGERPRINT_KEY) or state.get(FINGERPRINT_KEY) or {}
 
 
 def check_dictionaries(path, state, task):
