@@ -39,14 +39,18 @@
 #              parallel_fixed   --layerization uniform --insertion-order binary: one fixed trajectory per sentence, the
 #                               exact middles (not sampled)
 #              parallel_noskip  --gap-skip 0: every open gap takes a word in every layer
+#              parallel_l2r     l2r_kd's checkpoint at BASE_UPDATES, then UPDATES - BASE_UPDATES updates of parallel's
+#                               objective at dinic's fixed lr 5e-4, as InsNet-Dinic is trained (the l2r model's
+#                               position and termination heads dropped, the end-of-slot head new)
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
 #            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.3 0.4 0.5 0.6 0.75), is
 #            stored with its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone
 #            decodes; likewise InsNet parallel's --end-of-slot, the best on valid of END_OF_SLOT (0.3 0.4 0.5 0.6 0.7);
-#            the same for each variant; then each variant against InsNet-Dinic on valid, CK/valid_variants.{csv,txt}
-#            (what decides whether a variant's flag becomes InsNet-Dinic's training)
+#            the same for each variant; then each variant against the system it varies on valid,
+#            CK/valid_variants.{csv,txt} (InsNet-Dinic's) and CK/valid_parallel_variants.{csv,txt} (InsNet parallel's)
+#            (what decides whether a variant's flag becomes its system's training)
 #   test     benchmarks/frontier.py on the test set, on the CPU -> OUT.{csv,png} (results/frontier_multi30k_cpu), its
 #            printed table CK/test.txt
 #   gpu      (not in the default list) the test stage's systems but the variants' and the no-skip-repeats rows, on a
@@ -83,12 +87,13 @@ declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--la
   [dinic_untied]="--untied-slot-queries" [dinic_enc6]=""
   [dinic_decay]="$decay" [dinic_decay_hi]="--lr 1e-3 $decay"  # beside dinic's
   [parallel_hard]="--gap-temperature 0" [parallel_fixed]="--layerization uniform --insertion-order binary"
-  [parallel_noskip]="--gap-skip 0")  # beside parallel's
+  [parallel_noskip]="--gap-skip 0" [parallel_l2r]="")  # beside parallel's
 declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
   [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder"
   [dinic_decay]="lr decayed" [dinic_decay_hi]="lr 1e-3 decayed"
-  [parallel_hard]="hard middles" [parallel_fixed]="fixed trajectories" [parallel_noskip]="no waiting gaps")  # its row
+  [parallel_hard]="hard middles" [parallel_fixed]="fixed trajectories" [parallel_noskip]="no waiting gaps"
+  [parallel_l2r]="from l2r")  # its row
 read -r -a runs <<<"${RUNS:-ar_kd l2r_kd dinic parallel}"
 for r in "${runs[@]}"; do
   case $r in ar_kd|l2r_kd|dinic|parallel) ;; *) echo "frontier.sh: unknown run '$r' in RUNS (ar_kd l2r_kd dinic parallel)" >&2; exit 2;; esac
@@ -115,8 +120,8 @@ train_run() {  # KIND SAVE UPDATES [flags]: resumes from SAVE/checkpoint_last.pt
   touch "$save/done"
 }
 
-dinic_run() {  # SAVE BASE_RUN [flags]: from BASE_RUN's checkpoint at BASE_UPDATES, once it exists (a resumed run: from
-  # its own)
+from_base_run() {  # SAVE BASE_RUN [flags]: UPDATES - BASE_UPDATES updates at the fixed lr 5e-4, from BASE_RUN's
+  # checkpoint at BASE_UPDATES, once it exists (a resumed run: from its own)
   local save=$1 run=$2 from=$ck/$2/checkpoint_*_${base_updates}.pt base=$ck/$2_at_${base_updates}.pt start=(); shift 2
   if [ ! -f "$save/done" ] && [ ! -f "$save/checkpoint_last.pt" ]; then
     until [ -f "$base" ]; do  # the base run keeps its last 4 checkpoints only: the base is copied while it exists
@@ -128,9 +133,13 @@ dinic_run() {  # SAVE BASE_RUN [flags]: from BASE_RUN's checkpoint at BASE_UPDAT
     done
     start=(--finetune-from-model "$base")
   fi
-  SCHEDULER=fixed LR=5e-4 train_run insnet "$save" $((updates - base_updates)) \
-    --insertion-order anchored --slot-query-stream --dinic-tau="${TAU:-3}" --dinic-lagged --dinic-lagged-warm \
-    "${start[@]}" "$@"
+  SCHEDULER=fixed LR=5e-4 train_run insnet "$save" $((updates - base_updates)) "${start[@]}" "$@"
+}
+
+dinic_run() {  # SAVE BASE_RUN [flags]: InsNet-Dinic's fine-tuning from BASE_RUN
+  local save=$1 run=$2; shift 2
+  from_base_run "$save" "$run" --insertion-order anchored --slot-query-stream --dinic-tau="${TAU:-3}" --dinic-lagged \
+    --dinic-lagged-warm "$@"
 }
 
 train() {
@@ -160,12 +169,14 @@ train() {
 variants_stage() {
   [ ${#variants[@]} = 0 ] && { echo "frontier.sh: no VARIANTS, variants stage skipped"; return; }
   [ -f "$kd/train.en-de.de.bin" ] || { echo "frontier.sh: $kd missing: run the teacher stage first" >&2; exit 2; }
-  echo "frontier.sh: training ${variants[*]} from l2r_kd's update $base_updates (a variant of its own shape: from its" \
-       "own l2r base's), $threads thread(s) each"
+  echo "frontier.sh: training ${variants[*]}, $threads thread(s) each (InsNet-Dinic's and parallel_l2r from l2r_kd's" \
+       "update $base_updates, or their own l2r base's; the other parallel_* from scratch)"
   local pids=() v
   for v in "${variants[@]}"; do
     # shellcheck disable=SC2086
-    if [[ $v == parallel_* ]]; then  # from scratch, as parallel
+    if [ "$v" = parallel_l2r ]; then  # from l2r_kd's update BASE_UPDATES, as dinic
+      from_base_run "$ck/$v" l2r_kd $parallel_flags & pids+=($!)
+    elif [[ $v == parallel_* ]]; then  # from scratch, as parallel
       train_run insnet "$ck/$v" "$updates" $parallel_flags ${variant_flags[$v]} & pids+=($!)
     elif [ -n "${variant_shape[$v]:-}" ]; then  # its own l2r base, then InsNet-Dinic from it
       { train_run insnet "$ck/l2r_kd_${v#dinic_}" "$base_updates" ${variant_shape[$v]}
@@ -240,14 +251,21 @@ choose() {
   [ ${#variants[@]} = 0 ] || variants_on_valid
 }
 
-variants_on_valid() {  # each variant against dinic on valid, each with its stored stop check -> CK/valid_variants.*
-  local names=("InsNet-Dinic 1 candidate") v
-  for v in "${variants[@]}"; do names+=("InsNet-Dinic 1 candidate, ${variant_name[$v]}"); done
-  awk -F'\t' 'NR == FNR { keep[$0] = 1; next } ($1 in keep)' <(printf '%s\n' "${names[@]}") "$ck/test.tsv" \
-    >"$ck/valid_variants.tsv"
-  python benchmarks/frontier.py --data "$data" --systems "$ck/valid_variants.tsv" --subset valid \
-    --raw-ref "$raw/valid.de" --baseline "InsNet-Dinic 1 candidate" --threads "$threads" --score-only \
-    --out "$ck/valid_variants" | tee "$ck/valid_variants.txt"
+variants_on_valid() {  # each variant against the system it varies on valid, each with its stored setting ->
+  # CK/valid_variants.* (InsNet-Dinic's), CK/valid_parallel_variants.* (InsNet parallel's)
+  local system out v names
+  for system in "InsNet-Dinic" "InsNet parallel"; do
+    out=$ck/valid_variants; [ "$system" = "InsNet-Dinic" ] || out=$ck/valid_parallel_variants
+    names=("$system 1 candidate")
+    for v in "${variants[@]}"; do
+      [ "$(system_of "$v")" = "$system" ] && names+=("$system 1 candidate, ${variant_name[$v]}")
+    done
+    [ ${#names[@]} -gt 1 ] || continue
+    awk -F'\t' 'NR == FNR { keep[$0] = 1; next } ($1 in keep)' <(printf '%s\n' "${names[@]}") "$ck/test.tsv" >"$out.tsv"
+    python benchmarks/frontier.py --data "$data" --systems "$out.tsv" --subset valid \
+      --raw-ref "$raw/valid.de" --baseline "$system 1 candidate" --threads "$threads" --score-only \
+      --out "$out" | tee "$out.txt"
+  done
 }
 
 store_default() {  # CKPT RUN: its parallel decoding's setting chosen on valid, stored with CKPT as its default:

@@ -73,12 +73,24 @@ class InsNetDecoder(FairseqDecoder):
         """A checkpoint without the slot query stream (e.g. ``--finetune-from-model`` of an l2r model
         into a ``--slot-query-stream`` one) starts the stream's parameters from their initial values; one
         without untied query layers (``--untied-slot-queries``) starts them as copies of the tokens' layers, so
-        that the model computes what the checkpoint's did."""
+        that the model computes what the checkpoint's did. A checkpoint of the position objective (the paper's,
+        e.g. an l2r model) fine-tuned into ``--slot-objective gap`` drops its position and termination heads, which
+        a gap model does not have, and starts the end-of-slot head from its initial values."""
         if self.context.slot_query is not None and f"{name}.context.slot_query" not in state_dict:
             new = {f"{name}.context.slot_query": self.context.slot_query}
             new.update({f"{name}.heads.query_norm.{k}": v for k, v in self.heads.query_norm.state_dict().items()})
             logger.info(f"the checkpoint has no slot query stream: {', '.join(new)} start from their initial values")
             state_dict.update({k: v.detach().clone() for k, v in new.items()})
+        heads = f"{name}.heads"
+        if self.heads.objective == "gap" and f"{heads}.done_proj.weight" not in state_dict \
+                and f"{heads}.position_proj.weight" in state_dict:  # a position-objective checkpoint, e.g. l2r
+            dropped = [k for k in state_dict if k.startswith((f"{heads}.position_proj.", f"{heads}.termination_proj."))]
+            for k in dropped:
+                del state_dict[k]
+            state_dict.update({f"{heads}.done_proj.{k}": v.detach().clone()
+                               for k, v in self.heads.done_proj.state_dict().items()})
+            logger.info(f"the checkpoint has the position objective: its position and termination heads are dropped, "
+                        f"the end-of-slot head {heads}.done_proj starts from its initial values")
         if self.context.query_layers is not None and not any(k.startswith(f"{name}.context.query_layers.")
                                                               for k in state_dict):
             logger.info("the checkpoint has no untied slot query layers: they start as copies of the tokens' layers")

@@ -4,7 +4,8 @@ import os
 import shutil
 import sys
 
-from conftest import GAP, ROOT, generate_cmd, run, train_cmd  # noqa: F401  (fixtures small_data, gap_checkpoint)
+# fixtures of conftest: small_data, gap_checkpoint, tiny_checkpoint
+from conftest import GAP, ROOT, generate_cmd, run, train_cmd  # noqa: F401
 
 
 def hypotheses(out):
@@ -32,3 +33,15 @@ def test_a_gap_model_refuses_the_query_stream_and_beam_in_one_line(small_data, g
     assert out.returncode != 0 and "drop --slot-query-stream" in out.stderr and "Traceback" not in out.stderr
     out = run(generate_cmd(small_data, gap_checkpoint, "--insertion-beam", "2"), timeout=600)
     assert out.returncode != 0 and "drop --insertion-beam" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_gap_model_fine_tunes_from_an_l2r_checkpoint(small_data, tiny_checkpoint, tmp_path):
+    """--finetune-from-model of the paper's objective's checkpoint (l2r) into a gap model: it trains, says which heads
+    it dropped and which it started anew, and decodes with --insertion-mode parallel."""
+    save = str(tmp_path / "ft")
+    out = run(train_cmd(small_data, save, *GAP, "--max-update", "2", "--finetune-from-model", tiny_checkpoint),
+              timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "position and termination heads are dropped" in out.stdout + out.stderr
+    assert len(hypotheses(run(generate_cmd(small_data, os.path.join(save, "checkpoint_last.pt"),
+                                           "--insertion-mode", "parallel"), timeout=600))) > 0

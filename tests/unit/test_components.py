@@ -181,6 +181,30 @@ def test_slot_query_model_loads_a_checkpoint_without_the_stream():
         query.load_state_dict(sd)
 
 
+def test_gap_model_loads_a_checkpoint_of_the_position_objective():
+    """--finetune-from-model of an l2r (position objective) checkpoint into --slot-objective gap: every parameter
+    the two models share is loaded, the position and termination heads are dropped, the end-of-slot head keeps its
+    initial values; a checkpoint missing anything else is still refused."""
+    from conftest import build_tiny_model
+
+    plain, _ = build_tiny_model(seed=1)
+    gap, _ = build_tiny_model(seed=2, slot_objective="gap")
+    start = {k: v.detach().clone() for k, v in gap.decoder.heads.done_proj.state_dict().items()}
+    gap.load_state_dict(plain.state_dict())
+    loaded = gap.state_dict()
+    shared = [k for k in plain.state_dict() if k in loaded]
+    assert len(shared) == len(loaded) - 2  # all but done_proj's weight and bias
+    for k in shared:
+        assert torch.equal(plain.state_dict()[k], loaded[k]), k
+    assert not any("position_proj" in k or "termination_proj" in k for k in loaded)
+    for k, v in gap.decoder.heads.done_proj.state_dict().items():
+        assert torch.equal(v, start[k]), k
+    with pytest.raises(RuntimeError):
+        sd = plain.state_dict()
+        del sd["decoder.heads.f_left.weight"]
+        gap.load_state_dict(sd)
+
+
 def test_untied_query_layers_start_as_the_tokens_layers_and_are_the_ones_the_stream_runs():
     """--untied-slot-queries: fine-tuning a checkpoint with a tied stream copies each tokens' layer into its query
     layer (W_qkv: its query third), so the model computes exactly the tied model's log-probabilities; once the
