@@ -182,14 +182,15 @@ def _naive_layered(model, src_tokens, src_lengths, target, layers: List[List[int
 
 
 @torch.no_grad()
-def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: float = 1.0):
+def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: float = 1.0, foreign=None):
     """The end-of-slot objective by its definition, one sentence and one layer end at a time.
 
     ``layers`` [B, n] by position. After layer l (l = 0 .. the last layer) the context is every token of layers <= l,
     encoded from scratch in the layering's order (naive attention, loop-built offsets). Each slot, between context
     tokens at final positions a < b, is scored by ``e = slot_repr(h_a, h_b, h_last)``; it is done when b = a + 1,
     else it misses y[a + 1 .. b - 1], each weighted exp(-|i - (a + b) / 2| / T) (T = 0: the nearest words equally),
-    normalised over the gap. Returns (slot_token, slot_done, done logits in the order of
+    normalised over the gap; ``foreign`` [B, n] bool (optional): words never missing (a gap of foreign words only is
+    done). Returns (slot_token, slot_done, done logits in the order of
     :func:`insnet_fairseq.geometry.gaps.gap_targets`) summed over the batch: slot_token = -sum w log p(y_i | e),
     slot_done = the binary cross-entropy of q(done | e).
     """
@@ -215,10 +216,10 @@ def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: 
                     e = heads.slot_repr(h[ordr.index(a)], h[ordr.index(z)], h[c])
                     done = heads.done_logit(e)
                     done_logits.append(float(done))
-                    done_nll += float(F.binary_cross_entropy_with_logits(done, torch.tensor(float(z == a + 1))))
-                    if z == a + 1:
+                    missing = [i for i in range(a + 1, z) if foreign is None or not bool(foreign[b, i])]
+                    done_nll += float(F.binary_cross_entropy_with_logits(done, torch.tensor(float(not missing))))
+                    if not missing:
                         continue
-                    missing = list(range(a + 1, z))
                     dist = [abs(i - (a + z) / 2) for i in missing]
                     if temperature > 0:
                         w = [math.exp(-d / temperature) for d in dist]

@@ -39,7 +39,7 @@ def context_neighbours(in_ctx: Tensor):
 
 
 def sample_layers(lengths: Tensor, n: int, generator: Optional[torch.Generator] = None, spread: float = 1.0,
-                  skip: float = 0.0) -> Tensor:
+                  skip: float = 0.0, start: Optional[Tensor] = None) -> Tensor:
     """A layered trajectory drawn gap by gap: layer ``l + 1`` inserts into each open gap ``(a, b)`` of the context
     after layer ``l`` one word ``i``, drawn with probability proportional to ``exp(-|i - (a + b) / 2| / spread)``, or,
     with probability ``skip``, no word (the gap waits a layer); a draw where every gap of a sentence waits makes it no
@@ -50,7 +50,9 @@ def sample_layers(lengths: Tensor, n: int, generator: Optional[torch.Generator] 
     CPU), so equal seeds give equal layerings.
 
     lengths [B] (``<s>`` and ``</s>`` included), n >= max(lengths) -> layers [B, n] by position: 0 for ``<s>`` and
-    ``</s>``, 1.. for words, ``PAD_LAYER`` for padding.
+    ``</s>``, 1.. for words, ``PAD_LAYER`` for padding. ``start`` [B, n] (optional): a layering begun elsewhere (a
+    decoded canvas, :func:`insnet_fairseq.geometry.alignment.merge_canvas`), -1 where a word is still to be laid out;
+    its layers are kept and the drawn ones follow its last.
 
     Example: len 7 (words 1..5), spread 0 -> [0, 2, 3, 1, 2, 3, 0]: the middle 3, then 1 and 4, then 2 and 5.
     """
@@ -59,9 +61,13 @@ def sample_layers(lengths: Tensor, n: int, generator: Optional[torch.Generator] 
     pos = positions(B, n, device)
     last = (lengths - 1).unsqueeze(1)  # [B, 1]
     pad = pos > last
-    layers = torch.zeros(B, n, dtype=torch.long, device=device).masked_fill(pad, PAD_LAYER)
-    placed = (pos == 0) | (pos >= last)  # <s>, </s> (layer 0) and padding
-    count = torch.zeros(B, 1, dtype=torch.long, device=device)  # layers each sentence has so far
+    if start is None:
+        layers = torch.zeros(B, n, dtype=torch.long, device=device).masked_fill(pad, PAD_LAYER)
+        placed = (pos == 0) | (pos >= last)  # <s>, </s> (layer 0) and padding
+    else:
+        layers = start.masked_fill(pad, PAD_LAYER)
+        placed = layers.ge(0)
+    count = layers.masked_fill(pad, 0).clamp_min(0).max(1, keepdim=True).values  # [B, 1] layers so far
     draws = 0
     while not bool(placed.all()):
         draws += 1
@@ -128,8 +134,11 @@ def gap_weights(distance: Tensor, gap: Tensor, temperature: float) -> Tensor:
     return w / torch.zeros(G, device=distance.device).scatter_add(0, gap, w)[gap]
 
 
-def gap_targets(layers: Tensor, lengths: Tensor) -> GapTargets:
+def gap_targets(layers: Tensor, lengths: Tensor, foreign: Optional[Tensor] = None) -> GapTargets:
     """The end-of-slot objective's slots and targets for layerings ``layers`` [B, n] (by position; ``lengths`` [B]).
+    ``foreign`` [B, n] bool (optional): canvas words the reference lacks (on-policy trajectories,
+    :mod:`insnet_fairseq.geometry.alignment`): in the context from their layer on, never a missing word, so a slot
+    whose gap holds only foreign words not yet inserted is done.
 
     For every layer end l = 0 .. m (m: the sentence's last layer; the context after m is the whole sentence, whose
     slots are all done) and every slot of that context: its neighbours, whether its gap is empty, and the words it
@@ -154,12 +163,15 @@ def gap_targets(layers: Tensor, lengths: Tensor) -> GapTargets:
     index = is_slot.flatten().long().cumsum(0).sub(1).view(B, L, n)  # slot number of (b, l, a)
     row, end, left_pos = is_slot.nonzero(as_tuple=True)
     missing = real & ~in_ctx & live.unsqueeze(2)  # [B, L, n] words not yet in the context
+    if foreign is not None:
+        missing = missing & ~foreign.unsqueeze(1)
     p_row, p_end, p_word = missing.nonzero(as_tuple=True)
     p_left, p_right = left[p_row, p_end, p_word], right[p_row, p_end, p_word]
     slot = index[p_row, p_end, p_left]
     right_pos = slot_right[row, end, left_pos]
+    done = torch.ones_like(row, dtype=torch.bool).index_fill(0, slot, False)  # no word missing
     return GapTargets(
-        row=row, end=end, left=left_pos, right=right_pos, done=right_pos.eq(left_pos + 1),
+        row=row, end=end, left=left_pos, right=right_pos, done=done,
         slot=slot, word=p_word, distance=(p_word.float() - (p_left + p_right).float() / 2).abs(),
         context_last=in_ctx.sum(2) - 1,
     )

@@ -207,13 +207,16 @@ class InsNetDecoder(FairseqDecoder):
             out["states"] = (h, kv, rank, tokens, lengths, source_kv, source_pad)
         return out
 
-    def forward_gaps(self, target: Tensor, layers: Tensor, encoder_out: Dict) -> Dict[str, Dict[str, Tensor]]:
+    def forward_gaps(self, target: Tensor, layers: Tensor, encoder_out: Dict,
+                     foreign: Optional[Tensor] = None) -> Dict[str, Dict[str, Tensor]]:
         """One pass over whole layered trajectories, scored by the end-of-slot objective (``--slot-objective gap``).
 
         Args:
             target: [B, n] ``<s> y </s>`` in final-position order, right-padded.
             layers: [B, n] the layering, by position (:mod:`insnet_fairseq.geometry.layers`); its encoding order
                 (:func:`~insnet_fairseq.geometry.layers.encoding_order`) is the pass's insertion order.
+            foreign: [B, n] bool or None: words of a decoded canvas the reference lacks (``--on-policy``), never
+                missing from a gap and not counted as target words.
 
         After every layer l the context holds the tokens of layers <= l, a prefix of that order, so each of its
         slots is scored from states of this one pass: ``e = LN(concat(f_l(h_left), f_r(h_right)) + h_g)``, h_g the
@@ -226,7 +229,7 @@ class InsNetDecoder(FairseqDecoder):
         """
         order = encoding_order(layers)
         h, _, _, _, lengths, _, _ = self.encode_trajectory(target, order, encoder_out)
-        t = gap_targets(layers, lengths)
+        t = gap_targets(layers, lengths, foreign)
         step_of = order.argsort(1)  # [B, n] final position -> step
         glob = t.context_last[t.row, t.end]  # [S] the step of each slot's global vector
         e = self.heads.slot_repr(h[t.row, step_of[t.row, t.left]], h[t.row, step_of[t.row, t.right]],
@@ -237,7 +240,8 @@ class InsNetDecoder(FairseqDecoder):
             "done_logits": self.heads.done_logit(e), "done": t.done,
             "token_logits": self.heads.token_logits(e[open_slots]),
             "pair_slot": open_row[t.slot], "pair_target": target[t.row[t.slot], t.word],
-            "distance": t.distance, "words": (lengths - 2).clamp_min(0).sum(),
+            "distance": t.distance,
+            "words": (lengths - 2 - (0 if foreign is None else foreign.sum(1))).clamp_min(0).sum(),
         }}
 
     def max_positions(self):
@@ -342,15 +346,16 @@ class InsNetModel(FairseqEncoderDecoderModel):
         return cls(args, encoder, decoder)
 
     def forward(self, src_tokens, src_lengths, target, order, context=None, return_states=False, layers=None,
-                **kwargs):
+                foreign=None, **kwargs):
         """Named loss terms of whole trajectories in one pass (:meth:`InsNetDecoder.forward`); a model trained with
         ``--slot-objective gap`` scores the layering ``layers`` [B, n] (None: ``order`` one word a layer) by its
-        slots' gap targets (:meth:`InsNetDecoder.forward_gaps`)."""
+        slots' gap targets (:meth:`InsNetDecoder.forward_gaps`; ``foreign``: an on-policy canvas's words the
+        reference lacks)."""
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
         if getattr(self.decoder.heads, "objective", "position") == "gap":
             if layers is None:
                 layers = sequential_layers(order, target.ne(self.decoder.padding_idx).sum(1))
-            return self.decoder.forward_gaps(target, layers, encoder_out)
+            return self.decoder.forward_gaps(target, layers, encoder_out, foreign)
         if return_states:  # InsNetDecoder only (InDIGO trains sequentially, without --dinic-lagged)
             return self.decoder(target, order, encoder_out, context, return_states=True)
         return self.decoder(target, order, encoder_out, context)

@@ -18,11 +18,14 @@ from fairseq.dataclass import ChoiceEnum
 from omegaconf import II
 from fairseq.tasks.translation import TranslationConfig, TranslationTask
 
+from insnet_fairseq.decoding.core_options import CoreOptions
+from insnet_fairseq.decoding.gaps import is_gap_model
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.hub import InsNetHubInterface
 from insnet_fairseq.decoding.inputs import check_bpe_files, screen_lines
 from insnet_fairseq.data import preprocessing
 from insnet_fairseq.decoding.options import DecodingFlags, DecodingOptions, check_unreadable_source, stored_decoding
+from insnet_fairseq.decoding.step import InsertionSteps
 from insnet_fairseq.errors import DataError, FlagError
 from insnet_fairseq.fairseq_fixes.interactive import running as interactive_running
 from insnet_fairseq.geometry.gaps import sample_layers
@@ -33,6 +36,7 @@ from insnet_fairseq.geometry.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES
 from insnet_fairseq.tasks.checkpoint_checks import CheckedCheckpoints
 from insnet_fairseq.tasks.cli_errors import use_one_line_errors
 from insnet_fairseq.training.layerization import LAYERIZATIONS, layerize, promotions_from_states, token_logprobs_by_step
+from insnet_fairseq.training.on_policy import on_policy_trajectories
 from insnet_fairseq.training.searched_order import search_orders
 
 logger = logging.getLogger(__name__)
@@ -84,6 +88,16 @@ class InsertionConfig(TranslationConfig, DecodingFlags):
     gap_skip: float = field(
         default=0.1, metadata={"help": "--layerization sampled: the probability that an open gap takes no word in a "
                                "layer, so that training sees gaps that lag behind the others"},
+    )
+    on_policy: float = field(
+        default=0.0, metadata={"help": "--layerization sampled, --slot-objective gap: the probability that a training "
+                               "sentence's trajectory begins with the model's own parallel decoding, "
+                               "--on-policy-steps steps at most (no gradient), its canvas's targets recomputed "
+                               "against the reference and its wrong words kept as words no gap misses (0: off)"},
+    )
+    on_policy_steps: int = field(
+        default=4, metadata={"help": "--on-policy: a chosen sentence is decoded for k steps, k drawn uniformly from "
+                             "1 .. this many (fewer where every slot is done sooner)"},
     )
     dinic_tau: Optional[float] = field(
         default=None,
@@ -181,6 +195,13 @@ class InsertionTask(CheckedCheckpoints, TranslationTask):
             raise ValueError(f"--trajectory-spread must be >= 0, got {cfg.trajectory_spread}")
         if not 0.0 <= cfg.gap_skip < 1.0:
             raise ValueError(f"--gap-skip must be in [0, 1), got {cfg.gap_skip}")
+        if not 0.0 <= cfg.on_policy <= 1.0:
+            raise ValueError(f"--on-policy must be in [0, 1], got {cfg.on_policy}")
+        if cfg.on_policy > 0 and mode != "sampled":
+            raise ValueError(f"--on-policy begins sampled trajectories with the model's own decoding: use it with "
+                             f"--layerization sampled (and --slot-objective gap), not --layerization {mode}")
+        if cfg.on_policy_steps < 1:
+            raise ValueError(f"--on-policy-steps must be >= 1, got {cfg.on_policy_steps}")
         if cfg.anchor_depth < 0:
             raise ValueError(f"--anchor-depth must be >= 0, got {cfg.anchor_depth}")
         if cfg.searched_order_beam < 0:
@@ -210,6 +231,7 @@ class InsertionTask(CheckedCheckpoints, TranslationTask):
                            "anchored, binary or random")
         self.layerization, self.dinic_tau = mode, tau
         self.layer_stores = {}  # split -> [sentences, width] the last layering of each sentence (-1: none)
+        self.rollout_steps = None  # --on-policy: the decoding core's step its rollouts take (made on first use)
         self.decode_tally = [0, 0, 0, 0]  # sentences, insertion steps, output words, verification passes so far
         # raw-text decoding (fairseq-interactive, the hub interface): lines refused by the input
         # screening ({sample id: reason}) and the sample ids of the next batch (fairseq_fixes/interactive.py)
@@ -261,8 +283,13 @@ class InsertionTask(CheckedCheckpoints, TranslationTask):
                                     sample.get("levels"))
         elif self.layerization == "sampled":  # afresh for every training batch; validation's the same each time
             seed = self.cfg.seed if update_num is None else self.cfg.seed * 1_000_003 + int(update_num) + 1
-            layers = sample_layers(lengths, target.size(1), torch.Generator().manual_seed(seed),
-                                   self.cfg.trajectory_spread, self.cfg.gap_skip)
+            generator = torch.Generator().manual_seed(seed)
+            if self.cfg.on_policy > 0 and update_num is not None:  # training batches only: validation stays comparable
+                target, layers, net_input["foreign"] = self.on_policy_batch(sample, model, generator)
+                net_input["target"] = target
+            else:
+                layers = sample_layers(lengths, target.size(1), generator, self.cfg.trajectory_spread,
+                                       self.cfg.gap_skip)
         else:
             split = "valid" if update_num is None else "train"
             stored, known = self._stored_layers(split, sample["id"], lengths, target.size(1))
@@ -295,6 +322,25 @@ class InsertionTask(CheckedCheckpoints, TranslationTask):
             net_input["layers"] = layers  # --slot-objective gap scores the layering's slots itself
         sample["layers"] = num_layers(layers)
         return lagged
+
+    def on_policy_batch(self, sample, model, generator):
+        """--on-policy: the batch's trajectories, each sentence's begun with probability P by the model's own parallel
+        decoding (:func:`insnet_fairseq.training.on_policy.on_policy_trajectories`): (target, layers, foreign)."""
+        if not is_gap_model(getattr(model, "decoder", None)):
+            raise ValueError("--on-policy recomputes end-of-slot targets: train it with --slot-objective gap")
+        if self.rollout_steps is None:
+            self.rollout_steps = InsertionSteps(self.tgt_dict, CoreOptions(mode="parallel"))
+        ni = sample["net_input"]
+        B, device = ni["target"].size(0), ni["target"].device
+        chosen = (torch.rand(B, generator=generator) < self.cfg.on_policy).to(device)
+        k = torch.randint(1, self.cfg.on_policy_steps + 1, (B,), generator=generator).to(device)
+        lengths = ni["target"].ne(self.tgt_dict.pad()).sum(1)
+        # canvases short enough that the reference and every canvas word fit the decoder's positions
+        a, b = CoreOptions().length_cap
+        cap = (ni["src_lengths"].float() * a + b).long() + 2
+        max_len = torch.minimum(cap, model.decoder.max_target_positions - lengths + 2).clamp_min(2)
+        return on_policy_trajectories(model, self.rollout_steps, ni["src_tokens"], ni["src_lengths"], ni["target"],
+                                      chosen, k, max_len, generator, self.cfg.trajectory_spread, self.cfg.gap_skip)
 
     def promote_lagged(self, sample, model, layers, net_output):
         """--dinic-lagged: one promotion round of the training batch's ``layers`` [B, n] from its training

@@ -45,3 +45,15 @@ def test_a_gap_model_fine_tunes_from_an_l2r_checkpoint(small_data, tiny_checkpoi
     assert "position and termination heads are dropped" in out.stdout + out.stderr
     assert len(hypotheses(run(generate_cmd(small_data, os.path.join(save, "checkpoint_last.pt"),
                                            "--insertion-mode", "parallel"), timeout=600))) > 0
+
+
+def test_on_policy_training_runs_and_is_refused_without_sampled_trajectories(small_data, tmp_path):
+    """--on-policy 1: every training sentence begins with the model's own decoding; the run trains and its
+    validation (offline trajectories) runs. Without --layerization sampled it is refused in one line."""
+    out = run(train_cmd(small_data, str(tmp_path / "op"), *GAP, "--on-policy", "1", "--on-policy-steps", "2",
+                        "--max-update", "3"), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert '"train_slot_token_nll"' in out.stdout
+    out = run(train_cmd(small_data, str(tmp_path / "no"), "--slot-objective", "gap", "--on-policy", "0.5",
+                        "--max-update", "1"), timeout=600)
+    assert out.returncode != 0 and "use it with --layerization sampled" in out.stderr and "Traceback" not in out.stderr

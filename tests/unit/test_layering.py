@@ -12,8 +12,8 @@ function. The layers, bottom up:
 1. ``modules``: the context encoder's building blocks (attention, slot heads, the offset kernel);
 2. ``models``: the registered fairseq models built from them;
 3. ``decoding`` (generators, reranking, the hub interface), ``training`` (the model passes that make training
-   trajectories: Dinic layerings, searched orders) and ``reference`` (the naive procedures the tests compare
-   the models with);
+   trajectories: Dinic layerings, searched orders, on-policy rollouts) and ``reference`` (the naive procedures the
+   tests compare the models with);
 4. ``tasks`` (the registered tasks and criteria, the model/checkpoint checks, the one-line errors of the package's
    tasks) and ``fairseq_fixes`` (fixes of named bugs of the pinned fairseq, installed on import: the
    fairseq-interactive one screens inputs as decoding does, and nothing below imports them);
