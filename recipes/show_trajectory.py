@@ -9,13 +9,16 @@ Raw text in: Moses tokenisation and BPE as in the recipes. ``--keywords`` starts
 target words (constrained generation: they are kept, in order). ``--explain`` also prints, under each
 partial output, the termination head's q(stop) and the most probable slots, each with its mass and its
 best word (and that word's probability): why the model stopped, and what it would have inserted.
-``--stop-check-prob P`` decodes with that flag.
+``--stop-check-prob P`` decodes with that flag. For a ``--slot-objective gap`` model (InsNet parallel) ``--explain``
+prints every slot instead, left to right: its q(done), its best word and that word's probability, "*" where decoding
+fills it (below --end-of-slot, as many as the length cap leaves room for).
 """
 import argparse
 
 import torch
 
 import insnet_fairseq  # noqa: F401  (registers the tasks and models)
+from insnet_fairseq.decoding.gaps import is_gap_model, open_slots, slot_done_logits
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions, stored_decoding
 from insnet_fairseq.decoding.output import Output
@@ -37,11 +40,16 @@ class ExplainingGenerator(InsertionGenerator):
         if source_pad is not None and not bool(source_pad.any()):  # as the decoding reads it
             source_pad = None
         self.source = (model.decoder, source_kv, source_pad)  # one sentence: no row leaves the batch before the end
+        a, b = self.options.core.length_cap  # the output length cap, as decode() sets it
+        cap = int(sample["net_input"]["src_lengths"][0]) * a + b + 2
+        self.max_len = min(int(cap), model.decoder.max_target_positions)
         return source_kv, source_pad
 
     @torch.no_grad()
     def explain(self, state) -> str:
         decoder, source_kv, source_pad = self.source
+        if is_gap_model(decoder):
+            return self.explain_gaps(decoder, state, source_kv, source_pad)
         q_stop = torch.sigmoid(self.steps.termination_logit(decoder, state))[0].item()
         self.q_stops.append(q_stop)
         pos_lprobs, open_slots, words, word_lprobs = self.steps.best_words(decoder, state, source_kv, source_pad)
@@ -51,6 +59,23 @@ class ExplainingGenerator(InsertionGenerator):
         cells = [f"{d[left[i]]} _ {d[right[i]]}: {mass[i]:.2f} -> {d[words[i]]} {word_lprobs[i].exp():.2f}"
                  for i in mass.argsort(descending=True)[: self.top].tolist()]
         return f"q(stop) {q_stop:.2f} | " + " | ".join(cells)
+
+
+    def explain_gaps(self, decoder, state, source_kv, source_pad) -> str:
+        """A ``--slot-objective gap`` model: every slot, left to right, with its q(done) and its best word (and that
+        word's probability); "*" marks the slots that decoding fills (q(done) below --end-of-slot, as many as the
+        length cap leaves room for)."""
+        slots, done_logits = slot_done_logits(decoder, state)
+        every = torch.isfinite(done_logits)  # [1, K] the slots that exist
+        room = (self.max_len - state.lengths).clamp_min(0)
+        filled = open_slots(done_logits, self.options.core.end_of_slot, room)[every]
+        logits = self.steps.token_logits(decoder, state, slots, every, source_kv, source_pad)
+        words, lprobs = self.steps.choose_tokens(logits)
+        left, right = state.neighbour_tokens(every)
+        q = torch.sigmoid(done_logits[every])
+        d = self.tgt_dict
+        return " | ".join(f"{d[left[i]]} _ {d[right[i]]}: done {q[i]:.2f}{'*' if filled[i] else ''} -> "
+                          f"{d[words[i]]} {lprobs[i].exp():.2f}" for i in range(len(q)))
 
 
 class NotingOutput(Output):

@@ -977,3 +977,42 @@ def test_show_trajectory_explains_every_state_with_the_generators_own_numbers(mo
         assert q_end > 0.5 or at_cap  # it stopped because q(stop) said so, or at a cap
         stopped += q_end > 0.5
     assert stopped > 0 and longest >= 3  # some sentence stopped on its own, some took several steps
+
+
+def test_show_trajectory_explains_a_gap_models_slots():
+    """recipes/show_trajectory.py --explain on a --slot-objective gap model: one note per partial output, every slot
+    of it left to right with q(done), "*" exactly where decoding fills (q(done) < --end-of-slot, within the length
+    cap: the canvases here reach it); the words the next
+    state gained are the starred slots' best words; decoding unchanged by the notes."""
+    import re
+
+    from recipes.show_trajectory import ExplainingGenerator
+
+    model, d = build_tiny_model(seed=6, vocab=30, slot_objective="gap")
+    model.decoder.heads.done_proj.bias.data.fill_(-1.0)  # slots open for a few steps
+    src, src_lengths, _ = random_batch(d, [4] * 4, seed=3)
+    kw = dict(mode="parallel", retain_history=True, end_of_slot=0.5)
+    longest = 0
+    for b in range(4):
+        keep = src[b].ne(d.pad())
+        one = sample_of(src[b : b + 1, keep], src_lengths[b : b + 1])
+        gen = ExplainingGenerator(d, DecodingOptions(**kw))
+        hypo = gen.generate([model], one)[0][0]
+        assert hypo["tokens"].tolist() == InsertionGenerator(d, DecodingOptions(**kw)).generate([model], one)[0][0][
+            "tokens"].tolist()
+        history = [h["tokens"].tolist() for h in hypo["history"]]
+        assert len(gen.notes) == len(history)
+        longest = max(longest, len(history))
+        for k, note in enumerate(gen.notes):
+            cells = re.findall(r"done ([0-9.]+)(\*?) -> (\S+) ", note)
+            assert len(cells) == len(history[k])  # every slot: one more than the words, </s> counted among them
+            assert all(float(q) < 0.505 for q, star, _ in cells if star)  # filled: below --end-of-slot
+            filled = [w for _, star, w in cells if star]
+            if k + 1 < len(history):
+                gained = list(history[k + 1])
+                for t in history[k]:
+                    gained.remove(t)
+                assert sorted(d[t] for t in gained) == sorted(filled)
+            else:
+                assert not filled  # the last state: every slot done
+    assert longest >= 3  # several steps
