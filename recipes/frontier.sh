@@ -45,6 +45,8 @@
 #              parallel_l2r_onpolicy  parallel_l2r with --on-policy 0.5: half the training sentences begin with the
 #                               model's own parallel decoding, 1-4 steps (training/on_policy.py)
 #              parallel_l2r_hard  parallel_l2r with --gap-temperature 0 (hard middles)
+#              parallel_onpolicy  parallel continued from its update BASE_UPDATES (weights, optimizer, lr schedule,
+#                               place in the data) with --on-policy 0.5: the model decodes something by then
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
@@ -91,14 +93,14 @@ declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--la
   [dinic_decay]="$decay" [dinic_decay_hi]="--lr 1e-3 $decay"  # beside dinic's
   [parallel_hard]="--gap-temperature 0" [parallel_fixed]="--layerization uniform --insertion-order binary"
   [parallel_noskip]="--gap-skip 0" [parallel_l2r]="" [parallel_l2r_onpolicy]="--on-policy 0.5"
-  [parallel_l2r_hard]="--gap-temperature 0")  # beside parallel's
+  [parallel_l2r_hard]="--gap-temperature 0" [parallel_onpolicy]="--on-policy 0.5")  # beside parallel's
 declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
   [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder"
   [dinic_decay]="lr decayed" [dinic_decay_hi]="lr 1e-3 decayed"
   [parallel_hard]="hard middles" [parallel_fixed]="fixed trajectories" [parallel_noskip]="no waiting gaps"
   [parallel_l2r]="from l2r" [parallel_l2r_onpolicy]="from l2r, on-policy"
-  [parallel_l2r_hard]="from l2r, hard middles")  # its row
+  [parallel_l2r_hard]="from l2r, hard middles" [parallel_onpolicy]="on-policy")  # its row
 read -r -a runs <<<"${RUNS:-ar_kd l2r_kd dinic parallel}"
 for r in "${runs[@]}"; do
   case $r in ar_kd|l2r_kd|dinic|parallel) ;; *) echo "frontier.sh: unknown run '$r' in RUNS (ar_kd l2r_kd dinic parallel)" >&2; exit 2;; esac
@@ -125,20 +127,36 @@ train_run() {  # KIND SAVE UPDATES [flags]: resumes from SAVE/checkpoint_last.pt
   touch "$save/done"
 }
 
+base_checkpoint() {  # RUN: CK/RUN_at_BASE_UPDATES.pt, RUN's checkpoint at BASE_UPDATES, once it exists
+  local run=$1 from=$ck/$1/checkpoint_*_${base_updates}.pt base=$ck/$1_at_${base_updates}.pt
+  until [ -f "$base" ]; do  # the base run keeps its last 4 checkpoints only: the base is copied while it exists
+    if compgen -G "$from" >/dev/null; then cp "$(compgen -G "$from" | head -1)" "$base.$$" && mv "$base.$$" "$base"
+    elif [ -f "$(dirname "$from")/done" ]; then
+      echo "frontier.sh: $base missing and $run no longer keeps its update $base_updates: train $run again to" \
+           "that update (recipes/train.sh insnet, UPDATES=$base_updates) and copy its checkpoint there" >&2; exit 2
+    else sleep 30; fi
+  done
+  echo "$base"
+}
+
 from_base_run() {  # SAVE BASE_RUN [flags]: UPDATES - BASE_UPDATES updates at the fixed lr 5e-4, from BASE_RUN's
-  # checkpoint at BASE_UPDATES, once it exists (a resumed run: from its own)
-  local save=$1 run=$2 from=$ck/$2/checkpoint_*_${base_updates}.pt base=$ck/$2_at_${base_updates}.pt start=(); shift 2
+  # weights at BASE_UPDATES (a resumed run: from its own checkpoint)
+  local save=$1 run=$2 start=() base; shift 2
   if [ ! -f "$save/done" ] && [ ! -f "$save/checkpoint_last.pt" ]; then
-    until [ -f "$base" ]; do  # the base run keeps its last 4 checkpoints only: the base is copied while it exists
-      if compgen -G "$from" >/dev/null; then cp "$(compgen -G "$from" | head -1)" "$base.$$" && mv "$base.$$" "$base"
-      elif [ -f "$(dirname "$from")/done" ]; then
-        echo "frontier.sh: $base missing and $run no longer keeps its update $base_updates: train $run again to" \
-             "that update (recipes/train.sh insnet, UPDATES=$base_updates) and copy its checkpoint there" >&2; exit 2
-      else sleep 30; fi
-    done
+    base=$(base_checkpoint "$run") || exit 2
     start=(--finetune-from-model "$base")
   fi
   SCHEDULER=fixed LR=5e-4 train_run insnet "$save" $((updates - base_updates)) "${start[@]}" "$@"
+}
+
+continued_run() {  # SAVE BASE_RUN [flags]: BASE_RUN continued from its state at BASE_UPDATES (weights, optimizer, lr
+  # schedule, place in the data) to UPDATES, with flags added: the two runs differ only in those flags from there
+  local save=$1 run=$2 start=() base; shift 2
+  if [ ! -f "$save/done" ] && [ ! -f "$save/checkpoint_last.pt" ]; then
+    base=$(base_checkpoint "$run") || exit 2
+    start=(--restore-file "$base")
+  fi
+  train_run insnet "$save" "$updates" "${start[@]}" "$@"
 }
 
 dinic_run() {  # SAVE BASE_RUN [flags]: InsNet-Dinic's fine-tuning from BASE_RUN
@@ -181,6 +199,8 @@ variants_stage() {
     # shellcheck disable=SC2086
     if [[ $v == parallel_l2r* ]]; then  # from l2r_kd's update BASE_UPDATES, as dinic
       from_base_run "$ck/$v" l2r_kd $parallel_flags ${variant_flags[$v]} & pids+=($!)
+    elif [ "$v" = parallel_onpolicy ]; then  # parallel from its update BASE_UPDATES on, with the flag
+      continued_run "$ck/$v" parallel $parallel_flags ${variant_flags[$v]} & pids+=($!)
     elif [[ $v == parallel_* ]]; then  # from scratch, as parallel
       train_run insnet "$ck/$v" "$updates" $parallel_flags ${variant_flags[$v]} & pids+=($!)
     elif [ -n "${variant_shape[$v]:-}" ]; then  # its own l2r base, then InsNet-Dinic from it
