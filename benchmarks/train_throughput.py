@@ -31,6 +31,12 @@ system the benchmarks time).
 ``F.linear`` (MKL's products; :func:`~insnet_fairseq.modules.packed_linear.set_packed`), and prints each model's
 speed-up and the like-with-like ratio both ways.
 
+``--on-policy P --on-policy-checkpoint CKPT`` adds two systems, both InsNet parallel with the weights of CKPT (a
+trained ``--slot-objective gap`` checkpoint of this size, so that the rollouts write what training's would): "InsNet
+parallel, CKPT" as without the flag, and "InsNet parallel, on-policy" whose sentences each begin, with probability P,
+with the model's own parallel decoding of 1-4 steps (``--on-policy P``, :mod:`insnet_fairseq.training.on_policy`), the
+rollout timed with the step. Their ratio is what on-policy contexts cost an update.
+
 ``--offset-kernels`` adds the same two InsNet models with the dense offset term that the kernel replaced: "InsNet,
 gather" (every query against all 2S - 1 offsets, gathered) and "InsNet l2r, view" (the l2r order's S + 1 offsets
 skewed into place by a view, :meth:`~insnet_fairseq.modules.attention.OffsetSelfAttention.left_to_right_bias`).
@@ -47,7 +53,11 @@ from fairseq.data import Dictionary
 from fairseq.models.transformer import TransformerModel
 
 import insnet_fairseq  # noqa: F401  (registers the tasks and models)
+from insnet_fairseq import checkpoint_safety
+from insnet_fairseq.decoding.core_options import CoreOptions
+from insnet_fairseq.decoding.step import InsertionSteps
 from insnet_fairseq.geometry.gaps import sample_layers
+from insnet_fairseq.training.on_policy import on_policy_trajectories
 from insnet_fairseq.tasks.criterion import gap_losses, term_losses
 from insnet_fairseq.tasks.token_loss import smoothed_nll
 from insnet_fairseq.modules import offset_scores
@@ -68,6 +78,8 @@ L2R = "insnet-l2r"  # InsNet trained in the l2r order (the default --insertion-o
 GATHER = "insnet-gather"  # --offset-kernels: InsNet (random orders) with the dense gather instead of the C++ kernel
 L2R_VIEW = "insnet-l2r-view"  # --offset-kernels: InsNet l2r with the skewed view instead of the C++ kernel
 PARALLEL = "insnet-parallel"  # InsNet parallel: the end-of-slot objective on sampled trajectories
+TRAINED = "insnet-parallel-trained"  # --on-policy-checkpoint: InsNet parallel with that checkpoint's weights
+ON_POLICY = "insnet-parallel-on-policy"  # ... the same, with --on-policy P
 AR_FUSED = "ar-fused"  # the AR model with InsNet's token loss (smoothed_nll): the like-with-like baseline
 STOCK = ", F.linear"  # --linear-kernels: a model's name with this suffix is the same model on F.linear's products
 
@@ -79,9 +91,13 @@ class Task(InsertionTranslationTask):
         self.src_dict = self.tgt_dict = d
 
 
-def build(kind, d):
+def build(kind, d, checkpoint=None):
     if kind.endswith(STOCK):
         return set_packed(build(kind[: -len(STOCK)], d), False)
+    if kind in (TRAINED, ON_POLICY):
+        model = build(PARALLEL, d)
+        model.load_state_dict(checkpoint_safety.load(checkpoint)["model"])
+        return model
     torch.manual_seed(0)
     args = argparse.Namespace(**SIZE)
     if kind in ("ar", AR_FUSED):
@@ -143,7 +159,7 @@ def synthetic_batches(d, length, max_tokens, count):
     return out
 
 
-def step_fn(kind, model, batch, d, eps):
+def step_fn(kind, model, batch, d, eps, on_policy=0.0):
     kind = kind[: -len(STOCK)] if kind.endswith(STOCK) else kind
     ni = batch["net_input"]
     tgt = batch["target"]
@@ -158,9 +174,20 @@ def step_fn(kind, model, batch, d, eps):
         real = tgt.ne(d.pad())  # [B, T]
         return smoothed_nll(out[real], tgt[real], eps)[0]
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
-    if kind == PARALLEL:  # the task's defaults: --trajectory-spread 1, --gap-skip 0.1, --gap-temperature 1
+    if kind in (PARALLEL, TRAINED):  # the task's defaults: --trajectory-spread 1, --gap-skip 0.1, --gap-temperature 1
         layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0), 1.0, 0.1)
         out = model(ni["src_tokens"], ni["src_lengths"], target, None, layers=layers)
+        return sum(v[0] for v in gap_losses(out["gap"], eps).values())
+    if kind == ON_POLICY:  # the task's --on-policy P --on-policy-steps 4, the rollout included
+        g, pick = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)  # g: the layers, as above
+        B = target.size(0)
+        chosen, k = torch.rand(B, generator=pick) < on_policy, torch.randint(1, 5, (B,), generator=pick)
+        max_len = torch.minimum(ni["src_lengths"] * 2 + 12,
+                                model.decoder.max_target_positions - target.ne(d.pad()).sum(1) + 2)
+        target, layers, foreign = on_policy_trajectories(model, InsertionSteps(d, CoreOptions(mode="parallel")),
+                                                         ni["src_tokens"], ni["src_lengths"], target, chosen, k,
+                                                         max_len, g, 1.0, 0.1)
+        out = model(ni["src_tokens"], ni["src_lengths"], target, None, layers=layers, foreign=foreign)
         return sum(v[0] for v in gap_losses(out["gap"], eps).values())
     policy = "l2r" if kind in (L2R, L2R_VIEW) else "random"
     order = make_order(policy, target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0))
@@ -170,12 +197,12 @@ def step_fn(kind, model, batch, d, eps):
     return sum(v[0] for v in terms.values())
 
 
-def time_steps(kind, model, opt, batches, d, eps):
+def time_steps(kind, model, opt, batches, d, eps, on_policy=0.0):
     model.train()
     t0 = time.perf_counter()
     for batch in batches:
         opt.zero_grad()
-        step_fn(kind, model, batch, d, eps).backward()
+        step_fn(kind, model, batch, d, eps, on_policy).backward()
         opt.step()
     return time.perf_counter() - t0
 
@@ -198,12 +225,17 @@ def main():
     p.add_argument("--offset-kernels", action="store_true",
                    help="also time both InsNet models with the dense offset term the C++ kernel replaced (the gather; "
                         "the l2r order's skewed view)")
+    p.add_argument("--on-policy", type=float, default=0.0,
+                   help="with --on-policy-checkpoint: also time InsNet parallel with --on-policy P against it without")
+    p.add_argument("--on-policy-checkpoint", help="a trained InsNet parallel checkpoint of this size (--on-policy)")
     p.add_argument("--linear-kernels", action="store_true",
                    help="also time AR, AR with InsNet's token loss and both InsNet models on F.linear's products")
     p.add_argument("--flush-denormal", action="store_true",
                    help="torch.set_flush_denormal(True): denormal floats (an untrained model's tiny probabilities) "
                         "computed as zero, a diagnostic of how much of a difference they make")
     args = p.parse_args()
+    if (args.on_policy > 0) != bool(args.on_policy_checkpoint):
+        sys.exit("--on-policy P and --on-policy-checkpoint CKPT go together")
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     if args.flush_denormal and not torch.set_flush_denormal(True):
         sys.exit("--flush-denormal: this CPU does not support flushing denormals")
@@ -227,17 +259,18 @@ def main():
         mean_len = ntok / sum(b["target"].size(0) for b in batches)
         kinds = ("ar", AR_FUSED, "insnet") + (("naive",) if mean_len <= args.naive_max_length else ())
         kinds += (L2R, PARALLEL) + ((NO_OFFSETS,) if args.without_offset_term else ())
+        kinds += (TRAINED, ON_POLICY) if args.on_policy > 0 else ()
         kinds += (GATHER, L2R_VIEW) if args.offset_kernels else ()
         kinds += tuple(k + STOCK for k in ("ar", AR_FUSED, "insnet", L2R)) if args.linear_kernels else ()
-        models = {k: build(k, d) for k in kinds}
+        models = {k: build(k, d, args.on_policy_checkpoint) for k in kinds}
         opts = {k: torch.optim.Adam(m.parameters(), lr=1e-4) for k, m in models.items()}
         # warm-up
         for k in models:
-            time_steps(k, models[k], opts[k], batches[:1], d, args.label_smoothing)
+            time_steps(k, models[k], opts[k], batches[:1], d, args.label_smoothing, args.on_policy)
         times = {k: [] for k in models}
         for _ in range(args.rounds):
             for k in models:
-                times[k].append(time_steps(k, models[k], opts[k], batches, d, args.label_smoothing))
+                times[k].append(time_steps(k, models[k], opts[k], batches, d, args.label_smoothing, args.on_policy))
         tps = {k: ntok / statistics.median(v) for k, v in times.items()}
         rows.append((setting, mean_len, tps))
         naive = (f"naive re-encoding {tps['naive']:6.0f} tok/s  |  " if "naive" in tps else "naive not timed  |  ")
@@ -247,7 +280,10 @@ def main():
             f"InsNet/AR {tps['insnet'] / tps[AR_FUSED]:.2f}x") + (
             f"  InsNet without offset term/AR {tps[NO_OFFSETS] / tps['ar']:.2f}x" if NO_OFFSETS in tps else "") + (
             f"  InsNet gather/AR {tps[GATHER] / tps['ar']:.2f}x  InsNet l2r view/AR {tps[L2R_VIEW] / tps['ar']:.2f}x"
-            if GATHER in tps else "")
+            if GATHER in tps else "") + (
+            f"  InsNet parallel from the checkpoint {tps[TRAINED]:.0f} tok/s, on-policy {args.on_policy} "
+            f"{tps[ON_POLICY]:.0f} tok/s: on-policy/without {tps[ON_POLICY] / tps[TRAINED]:.2f}x, "
+            f"/InsNet l2r {tps[ON_POLICY] / tps[L2R]:.2f}x" if ON_POLICY in tps else "")
         print(f"{setting:9s} mean target len {mean_len:5.1f}: AR {tps['ar']:7.0f} tok/s  InsNet {tps['insnet']:7.0f} tok/s  "
               f"{naive}InsNet/AR {tps['insnet'] / tps['ar']:.2f}x" +
               (f"  InsNet/naive {tps['insnet'] / tps['naive']:.1f}x" if "naive" in tps else "") + plain, flush=True)

@@ -202,3 +202,33 @@ def test_train_throughput_parallel_step_is_the_gap_objective():
         out = model(batch["net_input"]["src_tokens"], batch["net_input"]["src_lengths"], target, None, layers=layers)
         expected = sum(v[0] for v in gap_losses(out["gap"], 0.1).values())
         torch.testing.assert_close(tt.step_fn(tt.PARALLEL, model, batch, d, 0.1), expected)
+
+
+def test_on_policy_throughput_times_the_checkpoints_model_with_and_without_its_rollouts(tmp_path):
+    """--on-policy P --on-policy-checkpoint CKPT: both systems carry the checkpoint's weights; at P = 0 the on-policy
+    step is InsNet parallel's exactly (the same loss and gradients), so what the timing separates is the rollouts
+    and the longer trajectories they leave; at P = 1 the step trains on the rollouts' words."""
+    from benchmarks import train_throughput as tt
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for w in "abcdefgh":
+        d.add_symbol(w)
+    torch.manual_seed(5)
+    ckpt = tmp_path / "gap.pt"
+    source = tt.build(tt.PARALLEL, d)
+    for p in source.parameters():
+        p.data.add_(torch.randn_like(p) * 0.01)  # weights other than build()'s own
+    source.decoder.heads.done_proj.bias.data.fill_(-3.0)  # slots open: the rollouts write words
+    torch.save({"model": source.state_dict()}, ckpt)
+    batch = tt.synthetic_batches(d, 6, 24, 1)[0]
+    models = {k: tt.build(k, d, str(ckpt)).train() for k in (tt.TRAINED, tt.ON_POLICY)}
+    for m in models.values():
+        for k, v in m.state_dict().items():
+            assert torch.equal(v, source.state_dict()[k]), k
+    assert_same_training_step(tt, models, batch, d, grad_atol=1e-6)  # on_policy 0.0: no sentence rolled out
+    with torch.no_grad():
+        torch.manual_seed(1)
+        rolled = tt.step_fn(tt.ON_POLICY, models[tt.ON_POLICY], batch, d, 0.1, on_policy=1.0)
+        torch.manual_seed(1)
+        assert not torch.allclose(rolled, tt.step_fn(tt.TRAINED, models[tt.TRAINED], batch, d, 0.1))
