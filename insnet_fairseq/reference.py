@@ -190,7 +190,8 @@ def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: 
     tokens at final positions a < b, is scored by ``e = slot_repr(h_a, h_b, h_last)``; it is done when b = a + 1,
     else it misses y[a + 1 .. b - 1], each weighted exp(-|i - (a + b) / 2| / T) (T = 0: the nearest words equally),
     normalised over the gap; ``foreign`` [B, n] bool (optional): words never missing (a gap of foreign words only is
-    done). Returns (slot_token, slot_done, done logits in the order of
+    done). With the slot query stream each slot's query reads the re-encoded context at the offsets of a word
+    inserted in it. Returns (slot_token, slot_done, done logits in the order of
     :func:`insnet_fairseq.geometry.gaps.gap_targets`) summed over the batch: slot_token = -sum w log p(y_i | e),
     slot_done = the binary cross-entropy of q(done | e).
     """
@@ -210,11 +211,17 @@ def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: 
                 c = sum(1 for x in lay if x <= l) - 1  # last step of the context
                 off = torch.tensor(naive_offsets(ordr[: c + 1])).unsqueeze(0)
                 x = torch.tensor(toks[: c + 1]).unsqueeze(0)
-                h = decoder.context(x, off, causal_mask(c + 1, x.device), source_kv, source_pad)[0][0]
+                h, kv = decoder.context(x, off, causal_mask(c + 1, x.device), source_kv, source_pad)
+                h = h[0]
                 ctx = sorted(ordr[: c + 1])
                 for a, z in zip(ctx[:-1], ctx[1:]):
                     e = heads.slot_repr(h[ordr.index(a)], h[ordr.index(z)], h[c])
-                    done = heads.done_logit(e)
+                    q = None
+                    if decoder.context.slot_query is not None:  # the query of a word inserted between a and z
+                        q_off = torch.tensor(naive_offsets(ordr[: c + 1] + [a + 0.5])[-1][: c + 1]).view(1, 1, c + 1)
+                        seen = torch.zeros(1, 1, c + 1, dtype=torch.bool)
+                        q = decoder.context.query_stream(q_off, seen, kv, source_kv, source_pad)[0, 0]
+                    done = heads.done_logit(e, q)
                     done_logits.append(float(done))
                     missing = [i for i in range(a + 1, z) if foreign is None or not bool(foreign[b, i])]
                     done_nll += float(F.binary_cross_entropy_with_logits(done, torch.tensor(float(not missing))))
@@ -225,7 +232,7 @@ def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: 
                         w = [math.exp(-d / temperature) for d in dist]
                     else:
                         w = [1.0 if d == min(dist) else 0.0 for d in dist]
-                    lp = torch.log_softmax(heads.token_logits(e), -1)
+                    lp = torch.log_softmax(heads.token_logits(e, q), -1)
                     token_nll -= sum(wi / sum(w) * float(lp[int(target[b, i])]) for wi, i in zip(w, missing))
     return token_nll, done_nll, done_logits
 

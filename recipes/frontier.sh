@@ -44,6 +44,8 @@
 #                               position and termination heads dropped, the end-of-slot head new)
 #              parallel_l2r_onpolicy  parallel_l2r with --on-policy 0.5: half the training sentences begin with the
 #                               model's own parallel decoding, 1-4 steps (training/on_policy.py)
+#              parallel_l2r_query  parallel_l2r with --slot-query-stream: every slot of every layer end gets a query
+#                               that reads its context (the l2r model has none: they start from their initial values)
 #              parallel_onpolicy  parallel continued from its update BASE_UPDATES (weights, optimizer, lr schedule,
 #                               place in the data) with --on-policy 0.5: the model decodes something by then
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
@@ -92,14 +94,14 @@ declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--la
   [dinic_decay]="$decay" [dinic_decay_hi]="--lr 1e-3 $decay"  # beside dinic's
   [parallel_hard]="--gap-temperature 0" [parallel_fixed]="--layerization uniform --insertion-order binary"
   [parallel_noskip]="--gap-skip 0" [parallel_l2r]="" [parallel_l2r_onpolicy]="--on-policy 0.5"
-  [parallel_onpolicy]="--on-policy 0.5")  # beside parallel's
+  [parallel_onpolicy]="--on-policy 0.5" [parallel_l2r_query]="--slot-query-stream")  # beside parallel's
 declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
   [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder"
   [dinic_decay]="lr decayed" [dinic_decay_hi]="lr 1e-3 decayed"
   [parallel_hard]="hard middles" [parallel_fixed]="fixed trajectories" [parallel_noskip]="no waiting gaps"
   [parallel_l2r]="from l2r" [parallel_l2r_onpolicy]="from l2r, on-policy"
-  [parallel_onpolicy]="on-policy")  # its row
+  [parallel_onpolicy]="on-policy" [parallel_l2r_query]="from l2r, slot query stream")  # its row
 read -r -a runs <<<"${RUNS:-ar_kd l2r_kd dinic parallel}"
 for r in "${runs[@]}"; do
   case $r in ar_kd|l2r_kd|dinic|parallel) ;; *) echo "frontier.sh: unknown run '$r' in RUNS (ar_kd l2r_kd dinic parallel)" >&2; exit 2;; esac

@@ -65,7 +65,7 @@ class ExplainingGenerator(InsertionGenerator):
         """A ``--slot-objective gap`` model: every slot, left to right, with its q(done) and its best word (and that
         word's probability); "*" marks the slots that decoding fills (q(done) below --end-of-slot, as many as the
         length cap leaves room for)."""
-        slots, done_logits = slot_done_logits(decoder, state)
+        slots, done_logits = slot_done_logits(decoder, state, source_kv, source_pad)
         every = torch.isfinite(done_logits)  # [1, K] the slots that exist
         room = (self.max_len - state.lengths).clamp_min(0)
         filled = open_slots(done_logits, self.options.core.end_of_slot, room)[every]

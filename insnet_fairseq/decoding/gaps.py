@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from insnet_fairseq.decoding.state import DecoderState
+from insnet_fairseq.decoding.step import InsertionSteps
 
 logger = logging.getLogger(__name__)
 
@@ -24,10 +25,12 @@ def is_gap_model(decoder) -> bool:
     return getattr(getattr(decoder, "heads", None), "objective", None) == "gap"
 
 
-def slot_done_logits(decoder, state: DecoderState):
+def slot_done_logits(decoder, state: DecoderState, source_kv=None, source_pad=None):
     """Every slot's end-of-slot logit: ((left, right) [B, K] steps of each slot's neighbours, logits [B, K] float),
     K = S - 1; slots beyond a sentence's length, and closed slots (inside a constraint phrase, outside an infilling
-    template's blanks: ``state.open_right``), get +inf (done)."""
+    template's blanks: ``state.open_right``), get +inf (done). With the slot query stream every slot's query is the
+    one the pass that made ``state`` computed (fused decoding), or is computed here from the cache and the source's
+    ``source_kv``, ``source_pad``."""
     h = state.hidden
     K = h.size(1) - 1
     by_pos = state.sequence_order()  # [B, S]
@@ -36,7 +39,14 @@ def slot_done_logits(decoder, state: DecoderState):
     if state.open_right is not None:
         exists = exists & state.open_right.gather(1, left)  # [B, K] the left token's slot is open
     a, b = state.parts
-    logits = decoder.heads.step_done_logits(a, b, state.last_hidden, left, right)  # [B, K]
+    z = None
+    if decoder.context.slot_query is not None:
+        z = state.slot_queries
+        if z is None:  # slot k's query, at the offsets its word will have (InsertionSteps.query_geometry)
+            slot_of = torch.arange(K, device=h.device).unsqueeze(0).expand(h.size(0), K)
+            offsets, blocked = InsertionSteps.query_geometry(state.positions, state.real, slot_of)
+            z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, K, D]
+    logits = decoder.heads.step_done_logits(a, b, state.last_hidden, left, right, z)  # [B, K]
     return (left, right), logits.masked_fill(~exists, float("inf"))
 
 
@@ -63,7 +73,7 @@ def decode_gaps(steps, output, decoder, sample, state: DecoderState, rows, owner
     hyps: List[Optional[dict]] = [None] * len(owner)
     output.record(history, state, rows.ids)
     while True:
-        slots, done_logits = slot_done_logits(decoder, state)
+        slots, done_logits = slot_done_logits(decoder, state, rows.source_kv, rows.source_pad)
         room = (rows.max_len - state.lengths).clamp_min(0)
         chosen = open_slots(done_logits, o.end_of_slot, room, o.mode == "sequential")  # [B, K]
         done = ~chosen.any(1)

@@ -228,21 +228,43 @@ class InsNetDecoder(FairseqDecoder):
             centre: :func:`~insnet_fairseq.geometry.gaps.gap_weights`); words: the batch's target words (0-dim).
         """
         order = encoding_order(layers)
-        h, _, _, _, lengths, _, _ = self.encode_trajectory(target, order, encoder_out)
+        h, kv, rank, _, lengths, source_kv, source_pad = self.encode_trajectory(target, order, encoder_out)
         t = gap_targets(layers, lengths, foreign)
         step_of = order.argsort(1)  # [B, n] final position -> step
         glob = t.context_last[t.row, t.end]  # [S] the step of each slot's global vector
-        e = self.heads.slot_repr(h[t.row, step_of[t.row, t.left]], h[t.row, step_of[t.row, t.right]],
-                                 h[t.row, glob])  # [S, D]
+        left_step = step_of[t.row, t.left]
+        e = self.heads.slot_repr(h[t.row, left_step], h[t.row, step_of[t.row, t.right]], h[t.row, glob])  # [S, D]
+        z = None
+        if self.context.slot_query is not None:  # --slot-query-stream: a query at every slot of every layer end
+            z = self.gap_slot_queries(rank, t.row, glob, left_step, kv, source_kv, source_pad)  # [S, D]
         open_slots = ~t.done
         open_row = open_slots.long().cumsum(0) - 1  # [S] row of an open slot among the open ones
         return {"gap": {
-            "done_logits": self.heads.done_logit(e), "done": t.done,
-            "token_logits": self.heads.token_logits(e[open_slots]),
+            "done_logits": self.heads.done_logit(e, z), "done": t.done,
+            "token_logits": self.heads.token_logits(e[open_slots], None if z is None else z[open_slots]),
             "pair_slot": open_row[t.slot], "pair_target": target[t.row[t.slot], t.word],
             "distance": t.distance,
             "words": (lengths - 2 - (0 if foreign is None else foreign.sum(1))).clamp_min(0).sum(),
         }}
+
+    def gap_slot_queries(self, rank: Tensor, row: Tensor, ctx: Tensor, left_step: Tensor, kv, source_kv,
+                         source_pad) -> Tensor:
+        """The slot query of each of S slots (``--slot-query-stream`` with ``--slot-objective gap``): it reads its
+        context, the tokens of steps <= ``ctx`` [S], at the offsets a word inserted there would see, right of the
+        token of step ``left_step`` [S]; ``row`` [S] its sentence, ``rank`` [B, n, n] the pass's rank matrix, ``kv``
+        its keys/values. The slots of a sentence are batched as its queries. -> z [S, D]."""
+        B, n = rank.shape[:2]
+        counts = torch.bincount(row, minlength=B)
+        Q = int(counts.max()) if row.numel() else 0
+        within = torch.arange(row.numel(), device=row.device) - (counts.cumsum(0) - counts)[row]  # [S]
+        context_rank = rank[row, ctx]  # [S, n] where each token is, or would go, in the slot's context
+        p = context_rank.gather(1, left_step.unsqueeze(1)) + 1  # [S, 1] the word's rank once inserted
+        offsets = torch.zeros(B, Q, n, dtype=torch.long, device=rank.device)
+        offsets[row, within] = (context_rank - p + (context_rank >= p).long()).clamp(-(n - 1), n - 1)
+        blocked = torch.ones(B, Q, n, dtype=torch.bool, device=rank.device)
+        blocked[:, :, 0] = False  # a padding query reads <s> (its output is never used)
+        blocked[row, within] = torch.arange(n, device=rank.device).unsqueeze(0) > ctx.unsqueeze(1)
+        return self.context.query_stream(offsets, blocked, kv, source_kv, source_pad)[row, within]
 
     def max_positions(self):
         return self.max_target_positions - 1  # <s> is prepended to fairseq's target
@@ -309,9 +331,6 @@ class InsNetModel(FairseqEncoderDecoderModel):
     def check_ablation_flags(args):
         if getattr(args, "untied_slot_queries", False) and not args.slot_query_stream:
             raise ValueError("--untied-slot-queries needs --slot-query-stream (the stream whose layers it unties)")
-        if args.slot_objective == "gap" and args.slot_query_stream:
-            raise ValueError("--slot-objective gap scores slots by the paper's slot representation: drop "
-                             "--slot-query-stream")
         if args.offset_clip < 0:
             raise ValueError(f"--offset-clip must be >= 0 (0: no clipping; 1: InsNet-truncated), got {args.offset_clip}")
 

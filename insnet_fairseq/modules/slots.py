@@ -79,16 +79,23 @@ class SlotHeads(nn.Module):
         """[..., D] -> [...]."""
         return self.position_proj(e).squeeze(-1)
 
-    def done_logit(self, e: Tensor) -> Tensor:
-        """Logit of end-of-slot, the slot's gap is complete (``--slot-objective gap``): [..., D] -> [...]."""
+    def done_logit(self, e: Tensor, z: Tensor = None) -> Tensor:
+        """Logit of end-of-slot, the slot's gap is complete (``--slot-objective gap``): [..., D] -> [...]. With the
+        slot query stream, read from ``LayerNorm(e + z)`` as the token head is (z [..., D], the slots' queries)."""
+        if self.query_norm is not None:
+            if z is None:
+                raise ValueError("this model has a slot query stream (--slot-query-stream): pass the slot queries")
+            e = self.query_norm(e + z)
         return self.done_proj(e).squeeze(-1)
 
-    def step_done_logits(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor) -> Tensor:
+    def step_done_logits(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor,
+                         z: Tensor = None) -> Tensor:
         """Decoding: the end-of-slot logits of one step's slots, from the tokens' :meth:`parts` ``a`` [B, S, Dl],
         ``b`` [B, S, Dr], the global vectors ``g`` [B, D] and the slots' neighbours ``left``, ``right`` [B, K]
-        -> float [B, K] (the slots materialised, as :meth:`step_position_logits`)."""
+        (and their queries z [B, K, D] with the stream) -> float [B, K] (the slots materialised, as
+        :meth:`step_position_logits`)."""
         e = self.slot_repr_from_parts(gather_steps(a, left), gather_steps(b, right), g.unsqueeze(1))  # [B, K, D]
-        return self.done_logit(e).float()
+        return self.done_logit(e, z).float()
 
     def termination_logit(self, h_global: Tensor) -> Tensor:
         """Logit of q(stop | h_t): [..., D] -> [...]."""

@@ -63,7 +63,7 @@ def _roll_out(model, steps, src_tokens, src_lengths, k, max_len, threshold) -> C
     finished = []  # (ids, tokens left to right, their steps)
     t = 0
     while True:
-        slots, done_logits = slot_done_logits(decoder, state)
+        slots, done_logits = slot_done_logits(decoder, state, source_kv, source_pad)
         chosen = open_slots(done_logits, threshold, (max_len - state.lengths).clamp_min(0))  # [B, K]
         stop = ~chosen.any(1) | (state.steps >= k)
         if bool(stop.any()):

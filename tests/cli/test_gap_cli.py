@@ -28,9 +28,14 @@ def test_a_gap_model_trains_decodes_and_stores_its_threshold(small_data, gap_che
     assert generate(ckpt) == generate(gap_checkpoint, "--end-of-slot", "0.9")
 
 
-def test_a_gap_model_refuses_the_query_stream_and_beam_in_one_line(small_data, gap_checkpoint, tmp_path):
-    out = run(train_cmd(small_data, str(tmp_path), *GAP, "--slot-query-stream", "--max-update", "1"), timeout=600)
-    assert out.returncode != 0 and "drop --slot-query-stream" in out.stderr and "Traceback" not in out.stderr
+def test_a_gap_model_with_the_query_stream_trains_and_decodes_and_beam_is_refused_in_one_line(small_data,
+                                                                                              gap_checkpoint, tmp_path):
+    out = run(train_cmd(small_data, str(tmp_path), *GAP, "--slot-query-stream", "--max-update", "2"), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    ckpt = os.path.join(str(tmp_path), "checkpoint_last.pt")
+    cached = hypotheses(run(generate_cmd(small_data, ckpt, "--insertion-mode", "parallel"), timeout=600))
+    assert len(cached) > 0 and cached == hypotheses(run(generate_cmd(
+        small_data, ckpt, "--insertion-mode", "parallel", "--no-insertion-cache"), timeout=600))
     out = run(generate_cmd(small_data, gap_checkpoint, "--insertion-beam", "2"), timeout=600)
     assert out.returncode != 0 and "drop --insertion-beam" in out.stderr and "Traceback" not in out.stderr
 

@@ -108,10 +108,13 @@ def test_gap_targets_equal_a_naive_listing(seed):
     assert t.context_last.shape[0] == len(lengths)
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.0, 3.0])
-@pytest.mark.parametrize("pre_norm", [True, False])
-def test_one_pass_gap_loss_equals_reencoding_every_layer_end(temperature, pre_norm):
-    model, d = build_tiny_model(seed=1, slot_objective="gap", decoder_normalize_before=pre_norm)
+@pytest.mark.parametrize("temperature,pre_norm,stream", [(1.0, True, False), (0.0, True, False), (3.0, True, False),
+                                                          (1.0, False, False), (0.0, False, False), (3.0, False, False),
+                                                          (1.0, True, True), (0.0, False, True)])
+def test_one_pass_gap_loss_equals_reencoding_every_layer_end(temperature, pre_norm, stream):
+    """With the slot query stream too: every slot's query against one re-encoded from its context."""
+    model, d = build_tiny_model(seed=1, slot_objective="gap", decoder_normalize_before=pre_norm,
+                                slot_query_stream=stream)
     lengths = [9, 3, 12, 6, 2]  # padded batch; the last sentence is empty
     src, src_lengths, target = random_batch(d, lengths, seed=2)
     layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(3), 1.0, 0.2)
@@ -140,11 +143,13 @@ def test_a_sequential_layering_is_the_default_trajectory():
     torch.testing.assert_close(a["done_logits"], b["done_logits"])
 
 
-@pytest.mark.parametrize("use_cache", [True, False])
-def test_decoding_along_a_gold_layering_gives_the_one_pass_probabilities(use_cache):
+@pytest.mark.parametrize("use_cache,stream,fused", [(True, False, False), (False, False, False),
+                                                     (True, True, False), (False, True, False), (True, True, True)])
+def test_decoding_along_a_gold_layering_gives_the_one_pass_probabilities(use_cache, stream, fused):
     """The generator's states along a gold layering (each layer's words inserted into their slots) score every slot
-    as model.forward does: end-of-slot logits of every slot, and the token log-probabilities of every open slot."""
-    model, d = build_tiny_model(seed=4, slot_objective="gap")
+    as model.forward does: end-of-slot logits of every slot, and the token log-probabilities of every open slot.
+    With the slot query stream: its queries computed at the step, or by the pass that made the state (fused)."""
+    model, d = build_tiny_model(seed=4, slot_objective="gap", slot_query_stream=stream)
     src, src_lengths, target = random_batch(d, [11], seed=5)
     L = 11
     layers = sample_layers(torch.tensor([L]), L, torch.Generator().manual_seed(1), 1.0, 0.2)
@@ -152,14 +157,16 @@ def test_decoding_along_a_gold_layering_gives_the_one_pass_probabilities(use_cac
         out = model(src, src_lengths, target, None, layers=layers)["gap"]
         t = gap_targets(layers, torch.tensor([L]))
         token_lp = torch.log_softmax(out["token_logits"], -1)
-        gen = InsertionGenerator(d, DecodingOptions.for_mode("parallel", use_cache=use_cache))
+        gen = InsertionGenerator(d, DecodingOptions.for_mode("parallel", use_cache=use_cache,
+                                                             fuse_slot_queries="on" if fused else "off"))
         source_kv, source_pad = model.decoder.encode_source(model.forward_encoder(src, src_lengths))
         state = gen.steps.initial_state(model.decoder, 1, src.device, source_kv, source_pad, capacity=L)
+        assert (state.slot_queries is not None) == fused
         row = layers[0].tolist()
         open_row = (~t.done).long().cumsum(0) - 1
         for end in range(max(row) + 1):
             here = t.end.eq(end)
-            slots, logits = slot_done_logits(model.decoder, state)
+            slots, logits = slot_done_logits(model.decoder, state, source_kv, source_pad)
             torch.testing.assert_close(logits[0], out["done_logits"][here], atol=ATOL, rtol=0)
             if end == max(row):
                 assert bool(t.done[here].all())
@@ -210,9 +217,9 @@ def test_open_slots():
         [[True, False, False], [False, False, True]]
 
 
-@pytest.mark.parametrize("mode", ["parallel", "sequential"])
-def test_cached_uncached_and_batched_outputs_are_identical(mode):
-    model, d = build_tiny_model(seed=6, vocab=30, slot_objective="gap")
+@pytest.mark.parametrize("mode,stream", [("parallel", False), ("sequential", False), ("parallel", True)])
+def test_cached_uncached_and_batched_outputs_are_identical(mode, stream):
+    model, d = build_tiny_model(seed=6, vocab=30, slot_objective="gap", slot_query_stream=stream)
     model.decoder.heads.done_proj.bias.data.fill_(-1.0)  # a few steps before the slots close
     B = 64
     src, src_lengths, _ = random_batch(d, [4] * B, seed=3)
