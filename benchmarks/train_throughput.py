@@ -4,7 +4,8 @@ autoregressive ``transformer`` of the same size vs InsNet with naive per-prefix 
 on the same batches, measured side by side in one run (rounds interleave the models).
 "InsNet" trains on random insertion orders; "InsNet l2r" on the ``l2r`` order, the default ``--insertion-order``;
 "InsNet parallel" (``--slot-objective gap --layerization sampled``) on a layered trajectory drawn afresh for every
-batch, the draw timed with the step (its training has no layering pass, so its first epoch costs what the others do).
+batch, the draw timed with the step ("InsNet parallel with the slot query stream": the same with a query at every slot
+of every layer end) (its training has no layering pass, so its first epoch costs what the others do).
 Both score their offset term as training does on the CPU, by the C++ kernel of the unblocked pairs
 (:mod:`insnet_fairseq.modules.offset_scores`).
 
@@ -78,6 +79,7 @@ L2R = "insnet-l2r"  # InsNet trained in the l2r order (the default --insertion-o
 GATHER = "insnet-gather"  # --offset-kernels: InsNet (random orders) with the dense gather instead of the C++ kernel
 L2R_VIEW = "insnet-l2r-view"  # --offset-kernels: InsNet l2r with the skewed view instead of the C++ kernel
 PARALLEL = "insnet-parallel"  # InsNet parallel: the end-of-slot objective on sampled trajectories
+PARALLEL_QUERY = "insnet-parallel-query"  # InsNet parallel with --slot-query-stream: a query at every slot
 TRAINED = "insnet-parallel-trained"  # --on-policy-checkpoint: InsNet parallel with that checkpoint's weights
 ON_POLICY = "insnet-parallel-on-policy"  # ... the same, with --on-policy P
 AR_FUSED = "ar-fused"  # the AR model with InsNet's token loss (smoothed_nll): the like-with-like baseline
@@ -103,8 +105,9 @@ def build(kind, d, checkpoint=None):
     if kind in ("ar", AR_FUSED):
         TransformerModel.add_args(argparse.ArgumentParser())
         return pack_linears(TransformerModel.build_model(args, Task(d)))
-    if kind == PARALLEL:
+    if kind in (PARALLEL, PARALLEL_QUERY):
         args.slot_objective = "gap"
+        args.slot_query_stream = kind == PARALLEL_QUERY
     model = InsNetModel.build_model(args, Task(d))
     if kind in (GATHER, L2R_VIEW):
         for m in model.modules():
@@ -174,7 +177,7 @@ def step_fn(kind, model, batch, d, eps, on_policy=0.0):
         real = tgt.ne(d.pad())  # [B, T]
         return smoothed_nll(out[real], tgt[real], eps)[0]
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
-    if kind in (PARALLEL, TRAINED):  # the task's defaults: --trajectory-spread 1, --gap-skip 0.1, --gap-temperature 1
+    if kind in (PARALLEL, PARALLEL_QUERY, TRAINED):  # the task's defaults: --trajectory-spread 1, --gap-skip 0.1, --gap-temperature 1
         layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0), 1.0, 0.1)
         out = model(ni["src_tokens"], ni["src_lengths"], target, None, layers=layers)
         return sum(v[0] for v in gap_losses(out["gap"], eps).values())
@@ -258,7 +261,7 @@ def main():
         ntok = sum(int(b["target"].ne(d.pad()).sum()) for b in batches)
         mean_len = ntok / sum(b["target"].size(0) for b in batches)
         kinds = ("ar", AR_FUSED, "insnet") + (("naive",) if mean_len <= args.naive_max_length else ())
-        kinds += (L2R, PARALLEL) + ((NO_OFFSETS,) if args.without_offset_term else ())
+        kinds += (L2R, PARALLEL, PARALLEL_QUERY) + ((NO_OFFSETS,) if args.without_offset_term else ())
         kinds += (TRAINED, ON_POLICY) if args.on_policy > 0 else ()
         kinds += (GATHER, L2R_VIEW) if args.offset_kernels else ()
         kinds += tuple(k + STOCK for k in ("ar", AR_FUSED, "insnet", L2R)) if args.linear_kernels else ()
@@ -275,7 +278,8 @@ def main():
         rows.append((setting, mean_len, tps))
         naive = (f"naive re-encoding {tps['naive']:6.0f} tok/s  |  " if "naive" in tps else "naive not timed  |  ")
         plain = f"  InsNet l2r/AR {tps[L2R] / tps['ar']:.2f}x  InsNet parallel {tps[PARALLEL]:.0f} tok/s, " \
-            f"/InsNet l2r {tps[PARALLEL] / tps[L2R]:.2f}x, /AR {tps[PARALLEL] / tps['ar']:.2f}x" + (
+            f"/InsNet l2r {tps[PARALLEL] / tps[L2R]:.2f}x, /AR {tps[PARALLEL] / tps['ar']:.2f}x  InsNet parallel with " \
+            f"the slot query stream {tps[PARALLEL_QUERY]:.0f} tok/s, /InsNet l2r {tps[PARALLEL_QUERY] / tps[L2R]:.2f}x" + (
             f"  like with like (same token loss): InsNet l2r/AR {tps[L2R] / tps[AR_FUSED]:.2f}x, "
             f"InsNet/AR {tps['insnet'] / tps[AR_FUSED]:.2f}x") + (
             f"  InsNet without offset term/AR {tps[NO_OFFSETS] / tps['ar']:.2f}x" if NO_OFFSETS in tps else "") + (
