@@ -160,11 +160,13 @@ def test_one_pass_loss_of_an_on_policy_trajectory_equals_reencoding_every_layer_
     assert int(out["words"]) == int(target.ne(d.pad()).sum()) - 2 * target.size(0)  # the reference's words only
 
 
-def test_the_rollout_is_parallel_decoding_and_its_own_reference_gives_its_own_trajectory():
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_rollout_is_parallel_decoding_and_its_own_reference_gives_its_own_trajectory(stream):
     """Rolled out to the end, the canvases are fairseq-generate's --insertion-mode parallel outputs (batch and
     cache as there); with those outputs as references, the trajectories are the decodings' own: no foreign word, no
-    word left to lay out, the layers the decoding steps. Rolled out one step, every canvas word has layer 1."""
-    model, d = build_tiny_model(seed=6, vocab=30, slot_objective="gap")
+    word left to lay out, the layers the decoding steps. Rolled out one step, every canvas word has layer 1. With
+    the slot query stream as without."""
+    model, d = build_tiny_model(seed=6, vocab=30, slot_objective="gap", slot_query_stream=stream)
     model.decoder.heads.done_proj.bias.data.fill_(-1.0)
     B = 16
     src, src_lengths, _ = random_batch(d, [4, 6, 3, 7] * 4, seed=3)
