@@ -18,7 +18,7 @@ import argparse
 import torch
 
 import insnet_fairseq  # noqa: F401  (registers the tasks and models)
-from insnet_fairseq.decoding.gaps import is_gap_model, open_slots, slot_done_logits
+from insnet_fairseq.decoding.gaps import is_gap_model, open_slots, slot_done_logits, with_slot_queries
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions, stored_decoding
 from insnet_fairseq.decoding.output import Output
@@ -65,7 +65,8 @@ class ExplainingGenerator(InsertionGenerator):
         """A ``--slot-objective gap`` model: every slot, left to right, with its q(done) and its best word (and that
         word's probability); "*" marks the slots that decoding fills (q(done) below --end-of-slot, as many as the
         length cap leaves room for)."""
-        slots, done_logits = slot_done_logits(decoder, state, source_kv, source_pad)
+        state = with_slot_queries(decoder, state, source_kv, source_pad)  # for both heads
+        slots, done_logits = slot_done_logits(decoder, state)
         every = torch.isfinite(done_logits)  # [1, K] the slots that exist
         room = (self.max_len - state.lengths).clamp_min(0)
         filled = open_slots(done_logits, self.options.core.end_of_slot, room)[every]

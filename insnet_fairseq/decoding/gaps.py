@@ -7,6 +7,7 @@ all in one step, encoded left to right as training's layers are. A sentence stop
 the pass that encoded its last words, or at its step or length cap, with a warning. This is the objective's own rule:
 no position distribution, no q(stop), no stop check and no repeat rule.
 """
+import dataclasses
 import logging
 import math
 from typing import List, Optional
@@ -39,15 +40,23 @@ def slot_done_logits(decoder, state: DecoderState, source_kv=None, source_pad=No
     if state.open_right is not None:
         exists = exists & state.open_right.gather(1, left)  # [B, K] the left token's slot is open
     a, b = state.parts
-    z = None
-    if decoder.context.slot_query is not None:
-        z = state.slot_queries
-        if z is None:  # slot k's query, at the offsets its word will have (InsertionSteps.query_geometry)
-            slot_of = torch.arange(K, device=h.device).unsqueeze(0).expand(h.size(0), K)
-            offsets, blocked = InsertionSteps.query_geometry(state.positions, state.real, slot_of)
-            z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, K, D]
+    z = with_slot_queries(decoder, state, source_kv, source_pad).slot_queries  # [B, K, D] or None
     logits = decoder.heads.step_done_logits(a, b, state.last_hidden, left, right, z)  # [B, K]
     return (left, right), logits.masked_fill(~exists, float("inf"))
+
+
+def with_slot_queries(decoder, state: DecoderState, source_kv, source_pad) -> DecoderState:
+    """``state`` with every slot's query (``--slot-query-stream``; slot k's at the offsets its word will have,
+    :meth:`~insnet_fairseq.decoding.step.InsertionSteps.query_geometry`), read from the cache and the source's
+    ``source_kv``, ``source_pad``; ``state`` itself where the pass that made it computed them (fused decoding) or the
+    model has no stream. Both heads of a step then read the same queries."""
+    if decoder.context.slot_query is None or state.slot_queries is not None:
+        return state
+    B, S = state.positions.shape
+    slot_of = torch.arange(S - 1, device=state.positions.device).unsqueeze(0).expand(B, S - 1)
+    offsets, blocked = InsertionSteps.query_geometry(state.positions, state.real, slot_of)
+    z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, S - 1, D]
+    return dataclasses.replace(state, slot_queries=z)
 
 
 def open_slots(done_logits: Tensor, threshold: float, room: Tensor, one_per_row: bool = False) -> Tensor:
@@ -73,7 +82,8 @@ def decode_gaps(steps, output, decoder, sample, state: DecoderState, rows, owner
     hyps: List[Optional[dict]] = [None] * len(owner)
     output.record(history, state, rows.ids)
     while True:
-        slots, done_logits = slot_done_logits(decoder, state, rows.source_kv, rows.source_pad)
+        state = with_slot_queries(decoder, state, rows.source_kv, rows.source_pad)  # for both heads
+        slots, done_logits = slot_done_logits(decoder, state)
         room = (rows.max_len - state.lengths).clamp_min(0)
         chosen = open_slots(done_logits, o.end_of_slot, room, o.mode == "sequential")  # [B, K]
         done = ~chosen.any(1)

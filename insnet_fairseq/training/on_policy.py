@@ -19,7 +19,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from insnet_fairseq.decoding.gaps import open_slots, slot_done_logits
+from insnet_fairseq.decoding.gaps import open_slots, slot_done_logits, with_slot_queries
 from insnet_fairseq.decoding.step import InsertionSteps
 from insnet_fairseq.geometry.alignment import lcs_match, merge_canvas
 from insnet_fairseq.geometry.gaps import sample_layers
@@ -63,7 +63,8 @@ def _roll_out(model, steps, src_tokens, src_lengths, k, max_len, threshold) -> C
     finished = []  # (ids, tokens left to right, their steps)
     t = 0
     while True:
-        slots, done_logits = slot_done_logits(decoder, state, source_kv, source_pad)
+        state = with_slot_queries(decoder, state, source_kv, source_pad)  # for both heads
+        slots, done_logits = slot_done_logits(decoder, state)
         chosen = open_slots(done_logits, threshold, (max_len - state.lengths).clamp_min(0))  # [B, K]
         stop = ~chosen.any(1) | (state.steps >= k)
         if bool(stop.any()):
