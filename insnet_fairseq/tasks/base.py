@@ -323,6 +323,10 @@ class InsertionTask(CheckedCheckpoints, TranslationTask):
         sample["layers"] = num_layers(layers)
         return lagged
 
+    def length_cap(self):
+        """(a, b): decoding's output-length cap, a x source length + b words (CoreOptions.length_cap)."""
+        return CoreOptions().length_cap
+
     def on_policy_batch(self, sample, model, generator):
         """--on-policy: the batch's trajectories, each sentence's begun with probability P by the model's own parallel
         decoding (:func:`insnet_fairseq.training.on_policy.on_policy_trajectories`): (target, layers, foreign)."""
@@ -335,8 +339,9 @@ class InsertionTask(CheckedCheckpoints, TranslationTask):
         chosen = (torch.rand(B, generator=generator) < self.cfg.on_policy).to(device)
         k = torch.randint(1, self.cfg.on_policy_steps + 1, (B,), generator=generator).to(device)
         lengths = ni["target"].ne(self.tgt_dict.pad()).sum(1)
-        # canvases short enough that the reference and every canvas word fit the decoder's positions
-        a, b = CoreOptions().length_cap
+        # canvases within decoding's length cap, and short enough that the reference and every canvas word fit the
+        # decoder's positions
+        a, b = self.length_cap()
         cap = (ni["src_lengths"].float() * a + b).long() + 2
         max_len = torch.minimum(cap, model.decoder.max_target_positions - lengths + 2).clamp_min(2)
         return on_policy_trajectories(model, self.rollout_steps, ni["src_tokens"], ni["src_lengths"], ni["target"],

@@ -155,6 +155,10 @@ class InsertionLMTask(InsertionTask):
     has_keywords = True
     insertion_task = "lm"  # the InsNet models it builds (models/task_fit.py)
 
+    def length_cap(self):
+        """An LM's output is at most --max-output-words words, whatever its keywords."""
+        return 0.0, self.cfg.max_output_words
+
     @classmethod
     def setup_task(cls, cfg: InsertionLMConfig, **kwargs):
         paths = data_paths(cfg.data, "insertion_lm",
@@ -297,7 +301,7 @@ class InsertionLMTask(InsertionTask):
         if getattr(args, "iter_decode_with_external_reranker", False):
             raise ValueError("--iter-decode-with-external-reranker (an autoregressive judge of translation candidates) "
                              "applies to --task insertion_translation, not insertion_lm")
-        options = self.decoding_options(args, models, length_cap=(0.0, self.cfg.max_output_words),
+        options = self.decoding_options(args, models, length_cap=self.length_cap(),
                                         conditional=False,
                                         keywords_from_source=not self.cfg.no_keywords,
                                         blank_id=self.dictionary.bos() if self.cfg.infill else None)
