@@ -296,7 +296,8 @@ class InsNetModel(FairseqEncoderDecoderModel):
         parser.add_argument(
             "--slot-query-stream", action="store_true",
             help="predict each word also from a query stream that sits at its slot and reads its whole "
-            "context with offsets relative to the slot (XLNet-style two-stream attention)",
+            "context with offsets relative to the slot (XLNet-style two-stream attention); with --slot-objective "
+            "gap, a query at every slot of every layer end, read by the token and end-of-slot heads",
         )
         parser.add_argument(
             "--untied-slot-queries", action="store_true",
