@@ -98,12 +98,19 @@ def decode_gaps(steps, output, decoder, sample, state: DecoderState, rows, owner
                 return hyps
             state, rows = state.select(keep), rows.select(keep)
             slots, done_logits, chosen = (slots[0][keep], slots[1][keep]), done_logits[keep], chosen[keep]
-        picks = steps.picks_of(chosen)
-        logits = steps.token_logits(decoder, state, slots, chosen, rows.source_kv, rows.source_pad, picks)  # [N, V]
-        tokens, lprobs = steps.choose_tokens(logits)
-        scores = lprobs + torch.nn.functional.logsigmoid(-picks.take(done_logits))
-        state = steps.insert(decoder, state, chosen, tokens, scores, rows.source_kv, rows.source_pad, picks)
+        state = fill_slots(steps, decoder, state, slots, done_logits, chosen, rows)
         output.record(history, state, rows.ids)
+
+
+def fill_slots(steps, decoder, state: DecoderState, slots, done_logits: Tensor, chosen: Tensor, rows) -> DecoderState:
+    """One step: the ``chosen`` slots (bool [B, K]; ``slots``, ``done_logits`` from :func:`slot_done_logits`) each take
+    their best word, inserted and encoded by ``steps`` (:class:`~insnet_fairseq.decoding.step.InsertionSteps`) with
+    the source of ``rows``; a word's score is log p(word) + log q(not done). Returns the next state."""
+    picks = steps.picks_of(chosen)
+    logits = steps.token_logits(decoder, state, slots, chosen, rows.source_kv, rows.source_pad, picks)  # [N, V]
+    tokens, lprobs = steps.choose_tokens(logits)
+    scores = lprobs + torch.nn.functional.logsigmoid(-picks.take(done_logits))
+    return steps.insert(decoder, state, chosen, tokens, scores, rows.source_kv, rows.source_pad, picks)
 
 
 def warn_capped(sample, state: DecoderState, capped: Tensor, rows, owner: List[int]) -> None:

@@ -19,12 +19,14 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from insnet_fairseq.decoding.gaps import open_slots, slot_done_logits, with_slot_queries
+from insnet_fairseq.decoding.gaps import fill_slots, open_slots, slot_done_logits, with_slot_queries
+from insnet_fairseq.decoding.greedy import Rows
+from insnet_fairseq.decoding.core_options import CoreOptions
 from insnet_fairseq.decoding.step import InsertionSteps
 from insnet_fairseq.geometry.alignment import lcs_match, merge_canvas
 from insnet_fairseq.geometry.gaps import sample_layers
 
-THRESHOLD = 0.5  # q(done) below which a rollout's slot takes a word: --end-of-slot's default
+THRESHOLD = CoreOptions().end_of_slot  # q(done) below which a rollout's slot takes a word: --end-of-slot's default
 
 
 @dataclass(frozen=True)
@@ -58,30 +60,25 @@ def _roll_out(model, steps, src_tokens, src_lengths, k, max_len, threshold) -> C
     B, device = src_tokens.size(0), src_tokens.device
     source_kv, source_pad = decoder.encode_source(model.forward_encoder(src_tokens, src_lengths))
     state = steps.initial_state(decoder, B, device, source_kv, source_pad, capacity=int(max_len.max()))
-    ids = torch.arange(B, device=device)
+    rows = Rows(torch.arange(B, device=device), k, max_len, None, source_kv, source_pad)  # cap: k steps
     column_step = torch.zeros(2, dtype=torch.long, device=device)  # the step of each state column
     finished = []  # (ids, tokens left to right, their steps)
     t = 0
     while True:
-        state = with_slot_queries(decoder, state, source_kv, source_pad)  # for both heads
+        state = with_slot_queries(decoder, state, rows.source_kv, rows.source_pad)  # for both heads
         slots, done_logits = slot_done_logits(decoder, state)
-        chosen = open_slots(done_logits, threshold, (max_len - state.lengths).clamp_min(0))  # [B, K]
-        stop = ~chosen.any(1) | (state.steps >= k)
+        chosen = open_slots(done_logits, threshold, (rows.max_len - state.lengths).clamp_min(0))  # [B, K]
+        stop = ~chosen.any(1) | (state.steps >= rows.cap)
         if bool(stop.any()):
             seq = state.sequence_order()[stop]  # [b, S]
-            finished.append((ids[stop], state.tokens[stop].gather(1, seq), column_step[seq]))
+            finished.append((rows.ids[stop], state.tokens[stop].gather(1, seq), column_step[seq]))
             keep = (~stop).nonzero().view(-1)
             if len(keep) == 0:
                 break
-            state, ids, k, max_len = state.select(keep), ids[keep], k[keep], max_len[keep]
-            source_kv = [(kk[keep], vv[keep]) for kk, vv in source_kv]
-            source_pad = None if source_pad is None else source_pad[keep]
-            slots, chosen = (slots[0][keep], slots[1][keep]), chosen[keep]
-        picks = steps.picks_of(chosen)
-        logits = steps.token_logits(decoder, state, slots, chosen, source_kv, source_pad, picks)
-        tokens, lprobs = steps.choose_tokens(logits)
+            state, rows = state.select(keep), rows.select(keep)
+            slots, done_logits, chosen = (slots[0][keep], slots[1][keep]), done_logits[keep], chosen[keep]
         before = state.tokens.size(1)
-        state = steps.insert(decoder, state, chosen, tokens, lprobs, source_kv, source_pad, picks)
+        state = fill_slots(steps, decoder, state, slots, done_logits, chosen, rows)
         t += 1
         column_step = torch.cat([column_step, column_step.new_full((state.tokens.size(1) - before,), t)])
     C = max(tok.size(1) for _, tok, _ in finished)
