@@ -7,19 +7,22 @@
 #
 #   teacher  recipes/distill.py: the AR teacher (recipes/train.sh ar, TEACHER_UPDATES (2000) updates) and its beam-5
 #            translation of the training set, DATA-KD_SUFFIX (data-bin/multi30k_en_de-distill)
-#   train    on that corpus, UPDATES (2000) updates each, THREADS (1) per run, the runs of RUNS (all four) at once
-#            (dinic from l2r_kd's update BASE_UPDATES on: alone, it waits for l2r_kd's checkpoint there):
+#   train    on that corpus, UPDATES (1500) updates each, THREADS (1) per run, the runs of RUNS (all four) at once
+#            (dinic and parallel from l2r_kd's update BASE_UPDATES on: alone, they wait for l2r_kd's checkpoint there):
 #              ar_kd    fairseq's transformer (recipes/train.sh ar)
 #              l2r_kd   InsNet, left-to-right order (decoded sequentially)
 #              dinic    InsNet-Dinic: l2r_kd's checkpoint at BASE_UPDATES (1000), then UPDATES - BASE_UPDATES updates of
 #                       Dinic fine-tuning (anchored order, slot query stream, --dinic-tau TAU (3) --dinic-lagged
 #                       --dinic-lagged-warm, fixed lr 5e-4), so its total is UPDATES as well
-#              parallel InsNet parallel, the product's parallel model: the end-of-slot objective on sampled layered
-#                       trajectories (--slot-objective gap --layerization sampled), trained from scratch
+#              parallel InsNet parallel, the product's parallel model: l2r_kd's checkpoint at BASE_UPDATES, then
+#                       UPDATES - BASE_UPDATES updates of the end-of-slot objective on sampled layered trajectories with
+#                       the slot query stream (--slot-objective gap --layerization sampled --slot-query-stream) at
+#                       dinic's fixed lr 5e-4 (the l2r model's position and termination heads dropped, the end-of-slot
+#                       head and the slot queries new)
 #            Every run keeps its last 4 checkpoints of those saved every 250 updates (recipes/train.sh KEEP_INTERVAL).
 #            dinic starts from a copy of l2r_kd's checkpoint, CK/l2r_kd_at_BASE_UPDATES.pt, which the variants share.
-#   variants the runs named in VARIANTS (none by default; all at once), each measured against dinic, none made its
-#            training: dinic's training plus one flag that learns what a decoding rule patches:
+#   variants the runs named in VARIANTS (none by default; all at once), each measured against the system it varies:
+#            dinic's training plus one flag that learns what a decoding rule patches:
 #              dinic_repeat  --repeat-penalty 1: the unlikelihood term against a word equal to its slot's neighbour
 #                            (what --skip-repeats patches)
 #              dinic_late    --late-words 0.5: last-layer words moved to a layer of their own, so q(stop) sees
@@ -39,15 +42,12 @@
 #              parallel_fixed   --layerization uniform --insertion-order binary: one fixed trajectory per sentence, the
 #                               exact middles (not sampled)
 #              parallel_noskip  --gap-skip 0: every open gap takes a word in every layer
-#              parallel_l2r     l2r_kd's checkpoint at BASE_UPDATES, then UPDATES - BASE_UPDATES updates of parallel's
-#                               objective at dinic's fixed lr 5e-4, as InsNet-Dinic is trained (the l2r model's
-#                               position and termination heads dropped, the end-of-slot head new)
-#              parallel_l2r_onpolicy  parallel_l2r with --on-policy 0.5: half the training sentences begin with the
-#                               model's own parallel decoding, 1-4 steps (training/on_policy.py)
-#              parallel_l2r_query  parallel_l2r with --slot-query-stream: every slot of every layer end gets a query
-#                               that reads its context (the l2r model has none: they start from their initial values)
-#              parallel_onpolicy  parallel continued from its update BASE_UPDATES (weights, optimizer, lr schedule,
-#                               place in the data) with --on-policy 0.5: the model decodes something by then
+#              parallel_onpolicy  --on-policy 0.5: half the training sentences begin with the model's own parallel
+#                               decoding, 1-4 steps (training/on_policy.py)
+#              parallel_linear  no --slot-query-stream: the paper's slot representation, linear in the states beside
+#                               the slot and the sentence's state
+#              parallel_linear_onpolicy  parallel_linear with --on-policy 0.5
+#              parallel_linear_scratch  parallel_linear trained from scratch for UPDATES updates (no l2r start)
 #   choose   the checkpoint rule, one for every system: checkpoint_last.pt or the average of what the run kept,
 #            whichever gives the higher valid sacreBLEU summed over the runs (benchmarks/frontier.py
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
@@ -78,30 +78,32 @@
 # checkpoints/NAME-KD_SUFFIX-teacher, and its corpus: e.g. KD_SUFFIX=distill-long TEACHER_UPDATES=4000
 # TEACHER_ARGS="--dropout 0.3" CK=checkpoints/frontier_long), MULTI30K_DIR
 # (the raw corpus: {valid,test}.de are the references), RUNS (ar_kd l2r_kd dinic parallel: the train stage's, e.g.
-# RUNS="ar_kd parallel" first on 2 cores), VARIANTS (none), GPU_OUT, GPU_SENTENCES.
+# RUNS="ar_kd l2r_kd" first on 2 cores), VARIANTS (none), GPU_OUT, GPU_SENTENCES.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${DATA:-data-bin/multi30k_en_de}; name=$(basename "$data"); suffix=${KD_SUFFIX:-distill}; kd=$data-$suffix
 ck=${CK:-checkpoints/frontier}; out=${OUT:-results/frontier_multi30k_cpu}
-updates=${UPDATES:-2000}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:-1}
+updates=${UPDATES:-1500}; base_updates=${BASE_UPDATES:-1000}; threads=${THREADS:-1}
 raw=${MULTI30K_DIR:-../shared/data/multi30k}; [ -f "$raw/test.de" ] || raw=work/$name/raw
 stages=("$@"); [ ${#stages[@]} = 0 ] && stages=(teacher train variants choose test)
 decay="--lr-scheduler polynomial_decay --end-learning-rate 0 --total-num-update $((updates - base_updates))"  # to 0
-parallel_flags="--slot-objective gap --layerization sampled"  # InsNet parallel (the run parallel)
+parallel_flags="--slot-objective gap --layerization sampled"  # InsNet parallel's objective
+stream=--slot-query-stream  # and its slot representation
 declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--late-words 0.5"
   [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3"
   [dinic_untied]="--untied-slot-queries" [dinic_enc6]=""
   [dinic_decay]="$decay" [dinic_decay_hi]="--lr 1e-3 $decay"  # beside dinic's
-  [parallel_hard]="--gap-temperature 0" [parallel_fixed]="--layerization uniform --insertion-order binary"
-  [parallel_noskip]="--gap-skip 0" [parallel_l2r]="" [parallel_l2r_onpolicy]="--on-policy 0.5"
-  [parallel_onpolicy]="--on-policy 0.5" [parallel_l2r_query]="--slot-query-stream")  # beside parallel's
+  [parallel_hard]="$stream --gap-temperature 0" [parallel_fixed]="$stream --layerization uniform --insertion-order binary"
+  [parallel_noskip]="$stream --gap-skip 0" [parallel_onpolicy]="$stream --on-policy 0.5"
+  [parallel_linear]="" [parallel_linear_onpolicy]="--on-policy 0.5" [parallel_linear_scratch]="")  # beside $parallel_flags
 declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
   [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder"
   [dinic_decay]="lr decayed" [dinic_decay_hi]="lr 1e-3 decayed"
   [parallel_hard]="hard middles" [parallel_fixed]="fixed trajectories" [parallel_noskip]="no waiting gaps"
-  [parallel_l2r]="from l2r" [parallel_l2r_onpolicy]="from l2r, on-policy"
-  [parallel_onpolicy]="on-policy" [parallel_l2r_query]="from l2r, slot query stream")  # its row
+  [parallel_onpolicy]="on-policy" [parallel_linear]="paper's slot representation"
+  [parallel_linear_onpolicy]="paper's slot representation, on-policy"
+  [parallel_linear_scratch]="paper's slot representation, from scratch")  # its row
 read -r -a runs <<<"${RUNS:-ar_kd l2r_kd dinic parallel}"
 for r in "${runs[@]}"; do
   case $r in ar_kd|l2r_kd|dinic|parallel) ;; *) echo "frontier.sh: unknown run '$r' in RUNS (ar_kd l2r_kd dinic parallel)" >&2; exit 2;; esac
@@ -150,16 +152,6 @@ from_base_run() {  # SAVE BASE_RUN [flags]: UPDATES - BASE_UPDATES updates at th
   SCHEDULER=fixed LR=5e-4 train_run insnet "$save" $((updates - base_updates)) "${start[@]}" "$@"
 }
 
-continued_run() {  # SAVE BASE_RUN [flags]: BASE_RUN continued from its state at BASE_UPDATES (weights, optimizer, lr
-  # schedule, place in the data) to UPDATES, with flags added: the two runs differ only in those flags from there
-  local save=$1 run=$2 start=() base; shift 2
-  if [ ! -f "$save/done" ] && [ ! -f "$save/checkpoint_last.pt" ]; then
-    base=$(base_checkpoint "$run") || exit 2
-    start=(--restore-file "$base")
-  fi
-  train_run insnet "$save" "$updates" "${start[@]}" "$@"
-}
-
 dinic_run() {  # SAVE BASE_RUN [flags]: InsNet-Dinic's fine-tuning from BASE_RUN
   local save=$1 run=$2; shift 2
   from_base_run "$save" "$run" --insertion-order anchored --slot-query-stream --dinic-tau="${TAU:-3}" --dinic-lagged \
@@ -167,16 +159,19 @@ dinic_run() {  # SAVE BASE_RUN [flags]: InsNet-Dinic's fine-tuning from BASE_RUN
 }
 
 train() {
-  if [[ " ${runs[*]} " == *" dinic "* && " ${runs[*]} " != *" l2r_kd "* && ! -f "$ck/dinic/done" \
-        && ! -f "$ck/dinic/checkpoint_last.pt" && ! -f "$ck/l2r_kd_at_${base_updates}.pt" ]] \
-     && ! compgen -G "$ck/l2r_kd/checkpoint_*_${base_updates}.pt" >/dev/null; then
-    echo "frontier.sh: dinic starts from l2r_kd's update $base_updates, which does not exist: add l2r_kd to RUNS" >&2; exit 2
-  fi
+  local r
+  for r in dinic parallel; do
+    if [[ " ${runs[*]} " == *" $r "* && " ${runs[*]} " != *" l2r_kd "* && ! -f "$ck/$r/done" \
+          && ! -f "$ck/$r/checkpoint_last.pt" && ! -f "$ck/l2r_kd_at_${base_updates}.pt" ]] \
+       && ! compgen -G "$ck/l2r_kd/checkpoint_*_${base_updates}.pt" >/dev/null; then
+      echo "frontier.sh: $r starts from l2r_kd's update $base_updates, which does not exist: add l2r_kd to RUNS" >&2; exit 2
+    fi
+  done
   [ -f "$kd/train.en-de.de.bin" ] || { echo "frontier.sh: $kd missing: run the teacher stage first" >&2; exit 2; }
   [ "$base_updates" -lt "$updates" ] && [ $((base_updates % 250)) = 0 ] \
     || { echo "frontier.sh: BASE_UPDATES must be a multiple of 250 below UPDATES" >&2; exit 2; }
-  local pids=() r
-  echo "frontier.sh: training ${runs[*]} (dinic from l2r_kd's update $base_updates; $updates updates each, $threads" \
+  local pids=()
+  echo "frontier.sh: training ${runs[*]} (dinic and parallel from l2r_kd's update $base_updates; $updates updates each, $threads" \
        "thread(s) each; logs in logs/$(basename "$ck")/)"
   for r in "${runs[@]}"; do
     # shellcheck disable=SC2086
@@ -184,7 +179,7 @@ train() {
       ar_kd) train_run ar "$ck/ar_kd" "$updates" & pids+=($!);;
       l2r_kd) train_run insnet "$ck/l2r_kd" "$updates" & pids+=($!);;
       dinic) dinic_run "$ck/dinic" l2r_kd & pids+=($!);;
-      parallel) train_run insnet "$ck/parallel" "$updates" $parallel_flags & pids+=($!);;
+      parallel) from_base_run "$ck/parallel" l2r_kd $parallel_flags $stream & pids+=($!);;
     esac
   done
   wait "${pids[@]}"
@@ -193,17 +188,15 @@ train() {
 variants_stage() {
   [ ${#variants[@]} = 0 ] && { echo "frontier.sh: no VARIANTS, variants stage skipped"; return; }
   [ -f "$kd/train.en-de.de.bin" ] || { echo "frontier.sh: $kd missing: run the teacher stage first" >&2; exit 2; }
-  echo "frontier.sh: training ${variants[*]}, $threads thread(s) each (InsNet-Dinic's and parallel_l2r from l2r_kd's" \
-       "update $base_updates, or their own l2r base's; the other parallel_* from scratch)"
+  echo "frontier.sh: training ${variants[*]}, $threads thread(s) each (from l2r_kd's update $base_updates, or their own" \
+       "l2r base's; parallel_linear_scratch from scratch)"
   local pids=() v
   for v in "${variants[@]}"; do
     # shellcheck disable=SC2086
-    if [[ $v == parallel_l2r* ]]; then  # from l2r_kd's update BASE_UPDATES, as dinic
+    if [ "$v" = parallel_linear_scratch ]; then  # from scratch, all UPDATES updates on the default schedule
+      train_run insnet "$ck/$v" "$updates" $parallel_flags & pids+=($!)
+    elif [[ $v == parallel_* ]]; then  # from l2r_kd's update BASE_UPDATES, as parallel
       from_base_run "$ck/$v" l2r_kd $parallel_flags ${variant_flags[$v]} & pids+=($!)
-    elif [ "$v" = parallel_onpolicy ]; then  # parallel from its update BASE_UPDATES on, with the flag
-      continued_run "$ck/$v" parallel $parallel_flags ${variant_flags[$v]} & pids+=($!)
-    elif [[ $v == parallel_* ]]; then  # from scratch, as parallel
-      train_run insnet "$ck/$v" "$updates" $parallel_flags ${variant_flags[$v]} & pids+=($!)
     elif [ -n "${variant_shape[$v]:-}" ]; then  # its own l2r base, then InsNet-Dinic from it
       { train_run insnet "$ck/l2r_kd_${v#dinic_}" "$base_updates" ${variant_shape[$v]}
         dinic_run "$ck/$v" "l2r_kd_${v#dinic_}" ${variant_shape[$v]} ${variant_flags[$v]}; } & pids+=($!)
