@@ -127,8 +127,9 @@ infill-baseline-multi30k: infill-multi30k
 distill-%: install
 	PATH=$(BIN):$$PATH $(BIN)/python recipes/distill.py $*
 
-# The main job: prepare Multi30k, train InsNet parallel (insnet_small, the end-of-slot objective) and the
-# autoregressive transformer at once for DEMO_UPDATES updates each (one thread each; on the GPU when there is one),
+# The main job: prepare Multi30k, train InsNet parallel (insnet_small: l2r, then the end-of-slot objective with the
+# slot query stream, as the frontier) and the autoregressive transformer at once for DEMO_UPDATES updates each (one
+# thread each; on the GPU when there is one),
 # score the test set the same way for both (AR greedy, InsNet parallel: sacreBLEU, its paired-bootstrap interval
 # against AR, decoder passes per token, ms/sentence at batch 1 and 64: benchmarks/frontier.py), show one trajectory.
 DEMO_UPDATES ?= 1000

@@ -710,8 +710,9 @@ def test_frontier_recipe_refuses_bad_stages_variants_and_untrained_runs_by_name(
     assert code == 2 and "unknown variant 'dinic_zigzag'" in err
     code, _, err = run("train", RUNS="ar_kd zigzag")
     assert code == 2 and "unknown run 'zigzag' in RUNS" in err
-    code, _, err = run("train", RUNS="dinic")  # alone, before l2r_kd has the update it starts from
-    assert code == 2 and "dinic starts from l2r_kd's update 1000, which does not exist: add l2r_kd to RUNS" in err
+    for r in ("dinic", "parallel"):  # alone, before l2r_kd has the update they start from
+        code, _, err = run("train", RUNS=r)
+        assert code == 2 and f"{r} starts from l2r_kd's update 1000, which does not exist: add l2r_kd to RUNS" in err
     for variants in ({}, {"VARIANTS": ""}):
         code, out, _ = run("variants", **variants)
         assert code == 0 and "no VARIANTS, variants stage skipped" in out
