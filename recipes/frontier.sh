@@ -53,8 +53,8 @@
 #            --subset valid on the default decoding of each); the systems file of the test stage is written with it.
 #            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.3 0.4 0.5 0.6 0.75), is
 #            stored with its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone
-#            decodes; likewise InsNet parallel's --end-of-slot, the best on valid of END_OF_SLOT (0.3 0.4 0.5 0.6 0.7);
-#            the same for each variant; then each variant against the system it varies on valid,
+#            decodes; likewise InsNet parallel's --end-of-slot, the best on valid of END_OF_SLOT
+#            (0.3 0.4 0.5 0.6 0.7 0.8 0.9); the same for each variant; then each variant against the system it varies on valid,
 #            CK/valid_variants.{csv,txt} (InsNet-Dinic's) and CK/valid_parallel_variants.{csv,txt} (InsNet parallel's)
 #            (what decides whether a variant's flag becomes its system's training)
 #   test     benchmarks/frontier.py on the test set, on the CPU -> OUT.{csv,png} (results/frontier_multi30k_cpu), its
@@ -289,7 +289,7 @@ variants_on_valid() {  # each variant against the system it varies on valid, eac
 
 store_default() {  # CKPT RUN: its parallel decoding's setting chosen on valid, stored with CKPT as its default:
   # InsNet parallel's --end-of-slot (of END_OF_SLOT), InsNet-Dinic's --stop-check-prob (of STOP_CHECKS)
-  if [[ $2 == parallel* ]]; then store_choice "$1" "$2" --end-of-slot "${END_OF_SLOT:-0.3 0.4 0.5 0.6 0.7}"
+  if [[ $2 == parallel* ]]; then store_choice "$1" "$2" --end-of-slot "${END_OF_SLOT:-0.3 0.4 0.5 0.6 0.7 0.8 0.9}"
   else store_choice "$1" "$2" --stop-check-prob "${STOP_CHECKS:-0.3 0.4 0.5 0.6 0.75}"; fi
 }
 
