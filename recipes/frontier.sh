@@ -66,7 +66,8 @@
 #            scores with the fp32 files'), loaded into fp32
 #
 # Systems: AR+KD greedy (the baseline), AR+KD beam 5, InsNet l2r+KD sequential, InsNet parallel 1 candidate
-# (--insertion-mode parallel and nothing else: its stored --end-of-slot), InsNet-Dinic 1 candidate with the
+# (--insertion-mode parallel and nothing else: its stored --end-of-slot), the same with every slot re-scored at every
+# step (--reopen-done-slots: a slot that said done is not shut), InsNet-Dinic 1 candidate with the
 # default flags (--insertion-mode parallel only: on the CPU slot queries fused at batch 1, two passes a step at 64; on
 # a GPU fused), the same with the slot queries always fused (--fuse-slot-queries), never fused (--no-fuse-slot-queries:
 # the same outputs) and without skip repeats, InsNet-Dinic 8 candidates + MBR (stop check 0.6, a sentence stops once 6
@@ -229,6 +230,8 @@ systems_file() {  # RULE FILE: the frontier's systems, with checkpoints by RULE
     printf 'AR+KD beam 5\t%s\t--beam 5\n' "$ar"
     printf 'InsNet l2r+KD sequential\t%s\t%s --insertion-mode sequential\n' "$l2r" "$ins"
     printf 'InsNet parallel 1 candidate\t%s\t%s --insertion-mode parallel\n' "$parallel" "$ins"
+    printf 'InsNet parallel 1 candidate, every slot re-scored\t%s\t%s --insertion-mode parallel --reopen-done-slots\n' \
+      "$parallel" "$ins"
     printf 'InsNet-Dinic 1 candidate\t%s\t%s --insertion-mode parallel\n' "$dinic" "$ins"
     printf 'InsNet-Dinic 1 candidate, always fused\t%s\t%s --insertion-mode parallel --fuse-slot-queries\n' "$dinic" "$ins"
     printf 'InsNet-Dinic 1 candidate, two passes\t%s\t%s --insertion-mode parallel --no-fuse-slot-queries\n' "$dinic" "$ins"
@@ -256,7 +259,8 @@ choose() {
   done
   for rule in last avg; do
     systems_file $rule "$ck/valid_$rule.tsv"
-    grep -v -e "beam 5" -e "MBR" -e "no skip" -e "fused" -e "two passes" "$ck/valid_$rule.tsv" >"$ck/valid_$rule.default.tsv"
+    grep -v -e "beam 5" -e "MBR" -e "no skip" -e "fused" -e "two passes" -e "re-scored" "$ck/valid_$rule.tsv" \
+      >"$ck/valid_$rule.default.tsv"
     python benchmarks/frontier.py --data "$data" --systems "$ck/valid_$rule.default.tsv" --subset valid \
       --raw-ref "$raw/valid.de" --baseline "AR+KD greedy" --threads "$threads" --score-only \
       --out "$ck/valid_$rule" | tee "$ck/valid_$rule.txt"

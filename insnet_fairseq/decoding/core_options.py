@@ -66,6 +66,7 @@ class CoreOptions:
     # --end-of-slot, models trained with --slot-objective gap (decoding/gaps.py); the position, stop and repeat rules
     # above do not apply to such a model
     end_of_slot: float = 0.5
+    reopen_done_slots: bool = False  # --reopen-done-slots
     beam: int = 1  # --insertion-beam, ranked with fairseq's --lenpen
     lenpen: float = 1.0
 

@@ -26,12 +26,13 @@ def is_gap_model(decoder) -> bool:
     return getattr(getattr(decoder, "heads", None), "objective", None) == "gap"
 
 
-def slot_done_logits(decoder, state: DecoderState, source_kv=None, source_pad=None):
+def slot_done_logits(decoder, state: DecoderState, source_kv=None, source_pad=None, shut: Optional[Tensor] = None):
     """Every slot's end-of-slot logit: ((left, right) [B, K] steps of each slot's neighbours, logits [B, K] float),
-    K = S - 1; slots beyond a sentence's length, and closed slots (inside a constraint phrase, outside an infilling
-    template's blanks: ``state.open_right``), get +inf (done). With the slot query stream every slot's query is the
-    one the pass that made ``state`` computed (fused decoding), or is computed here from the cache and the source's
-    ``source_kv``, ``source_pad``."""
+    K = S - 1; slots beyond a sentence's length, closed slots (inside a constraint phrase, outside an infilling
+    template's blanks: ``state.open_right``) and the slots right of the ``shut`` columns (bool [B, S]: done for good,
+    :class:`Shut`) get +inf (done). With the slot query stream every live slot's query is the one the pass that made
+    ``state`` computed (fused decoding), or is computed here from the cache and the source's ``source_kv``,
+    ``source_pad``."""
     h = state.hidden
     K = h.size(1) - 1
     by_pos = state.sequence_order()  # [B, S]
@@ -39,24 +40,74 @@ def slot_done_logits(decoder, state: DecoderState, source_kv=None, source_pad=No
     exists = torch.arange(K, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
     if state.open_right is not None:
         exists = exists & state.open_right.gather(1, left)  # [B, K] the left token's slot is open
+    if shut is not None:
+        exists = exists & ~shut.gather(1, left)
     a, b = state.parts
-    z = with_slot_queries(decoder, state, source_kv, source_pad).slot_queries  # [B, K, D] or None
+    z = with_slot_queries(decoder, state, source_kv, source_pad, shut).slot_queries  # [B, K, D] or None
     logits = decoder.heads.step_done_logits(a, b, state.last_hidden, left, right, z)  # [B, K]
     return (left, right), logits.masked_fill(~exists, float("inf"))
 
 
-def with_slot_queries(decoder, state: DecoderState, source_kv, source_pad) -> DecoderState:
+def with_slot_queries(decoder, state: DecoderState, source_kv, source_pad,
+                      shut: Optional[Tensor] = None) -> DecoderState:
     """``state`` with every slot's query (``--slot-query-stream``; slot k's at the offsets its word will have,
     :meth:`~insnet_fairseq.decoding.step.InsertionSteps.query_geometry`), read from the cache and the source's
-    ``source_kv``, ``source_pad``; ``state`` itself where the pass that made it computed them (fused decoding) or the
-    model has no stream. Both heads of a step then read the same queries."""
+    ``source_kv``, ``source_pad``; only the live slots' (zeros at the others) where ``shut`` (bool [B, S]) says which
+    slots are done for good (:meth:`~insnet_fairseq.decoding.step.InsertionSteps.live_slots`); ``state`` itself where
+    the pass that made it computed them (fused decoding) or the model has no stream. Both heads of a step then read the
+    same queries."""
     if decoder.context.slot_query is None or state.slot_queries is not None:
         return state
     B, S = state.positions.shape
+    live = None
     slot_of = torch.arange(S - 1, device=state.positions.device).unsqueeze(0).expand(B, S - 1)
+    if shut is not None:
+        live = InsertionSteps.live_slots(state.positions, state.real, shut)
+        slot_of, z_real = InsertionSteps.packed_live(live)
     offsets, blocked = InsertionSteps.query_geometry(state.positions, state.real, slot_of)
-    z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, S - 1, D]
+    z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, G, D]
+    if live is not None:
+        z = InsertionSteps.at_slots(z, live, z_real)  # [B, S - 1, D]
     return dataclasses.replace(state, slot_queries=z)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shut:
+    """The slots of a decoding that said done: ``cols`` bool [B, S], the slot right of each state column (None: no slot
+    is shut, every slot is scored at every step, ``--reopen-done-slots``). The objective's targets never reopen a done
+    gap: a gap whose words are all there is done at every later layer of every trajectory. So a slot whose q(done)
+    reached ``--end-of-slot`` keeps its two neighbours, is never scored again, and no step computes its query.
+
+    Example: "<s> a </s>" (columns <s>, </s>, a) where the slot right of "a" said done: cols [F, F, T]; a step that
+    fills the slot left of "a" with "b" adds column [F]: [F, F, T, F].
+    """
+
+    cols: Optional[Tensor]
+
+    @staticmethod
+    def start(state: DecoderState, reopen: bool) -> "Shut":
+        """No slot shut yet, for the columns of ``state`` (``reopen``: every slot stays scored)."""
+        return Shut(None if reopen else torch.zeros_like(state.real))
+
+    def close(self, slots, done_logits: Tensor, threshold: float) -> "Shut":
+        """Shut the slots whose q(done) reached ``threshold``: ``slots`` (left [B, K], right) and ``done_logits``
+        [B, K] from :func:`slot_done_logits` (+inf where a slot does not exist: the column left of it, </s> or a hole,
+        opens no slot anyway)."""
+        if self.cols is None:
+            return self
+        done = done_logits >= math.log(threshold / (1 - threshold))  # [B, K]
+        return Shut(self.cols | torch.zeros_like(self.cols).scatter_(1, slots[0], done))
+
+    def select(self, keep: Tensor) -> "Shut":
+        """The rows ``keep`` (LongTensor)."""
+        return self if self.cols is None else Shut(self.cols[keep])
+
+    def grown(self, state: DecoderState) -> "Shut":
+        """The same slots, for ``state``'s columns (its new tokens' slots are live)."""
+        if self.cols is None:
+            return self
+        B, S = self.cols.shape
+        return Shut(torch.cat([self.cols, self.cols.new_zeros(B, state.tokens.size(1) - S)], 1))
 
 
 def open_slots(done_logits: Tensor, threshold: float, room: Tensor, one_per_row: bool = False) -> Tensor:
@@ -81,9 +132,10 @@ def decode_gaps(steps, output, decoder, sample, state: DecoderState, rows, owner
     history = {i: [] for i in range(len(owner))}
     hyps: List[Optional[dict]] = [None] * len(owner)
     output.record(history, state, rows.ids)
+    shut = Shut.start(state, o.reopen_done_slots)
     while True:
-        state = with_slot_queries(decoder, state, rows.source_kv, rows.source_pad)  # for both heads
-        slots, done_logits = slot_done_logits(decoder, state)
+        state = with_slot_queries(decoder, state, rows.source_kv, rows.source_pad, shut.cols)  # for both heads
+        slots, done_logits = slot_done_logits(decoder, state, shut=shut.cols)
         room = (rows.max_len - state.lengths).clamp_min(0)
         chosen = open_slots(done_logits, o.end_of_slot, room, o.mode == "sequential")  # [B, K]
         done = ~chosen.any(1)
@@ -96,21 +148,25 @@ def decode_gaps(steps, output, decoder, sample, state: DecoderState, rows, owner
             keep = (~stop).nonzero().view(-1)
             if len(keep) == 0:
                 return hyps
-            state, rows = state.select(keep), rows.select(keep)
+            state, rows, shut = state.select(keep), rows.select(keep), shut.select(keep)
             slots, done_logits, chosen = (slots[0][keep], slots[1][keep]), done_logits[keep], chosen[keep]
-        state = fill_slots(steps, decoder, state, slots, done_logits, chosen, rows)
+        shut = shut.close(slots, done_logits, o.end_of_slot)
+        state = fill_slots(steps, decoder, state, slots, done_logits, chosen, rows, shut.cols)
+        shut = shut.grown(state)
         output.record(history, state, rows.ids)
 
 
-def fill_slots(steps, decoder, state: DecoderState, slots, done_logits: Tensor, chosen: Tensor, rows) -> DecoderState:
+def fill_slots(steps, decoder, state: DecoderState, slots, done_logits: Tensor, chosen: Tensor, rows,
+               shut: Optional[Tensor] = None) -> DecoderState:
     """One step: the ``chosen`` slots (bool [B, K]; ``slots``, ``done_logits`` from :func:`slot_done_logits`) each take
     their best word, inserted and encoded by ``steps`` (:class:`~insnet_fairseq.decoding.step.InsertionSteps`) with
-    the source of ``rows``; a word's score is log p(word) + log q(not done). Returns the next state."""
+    the source of ``rows``; a word's score is log p(word) + log q(not done). ``shut``: :attr:`Shut.cols` (a fused
+    pass computes the next step's queries at the live slots only). Returns the next state."""
     picks = steps.picks_of(chosen)
     logits = steps.token_logits(decoder, state, slots, chosen, rows.source_kv, rows.source_pad, picks)  # [N, V]
     tokens, lprobs = steps.choose_tokens(logits)
     scores = lprobs + torch.nn.functional.logsigmoid(-picks.take(done_logits))
-    return steps.insert(decoder, state, chosen, tokens, scores, rows.source_kv, rows.source_pad, picks)
+    return steps.insert(decoder, state, chosen, tokens, scores, rows.source_kv, rows.source_pad, picks, shut=shut)
 
 
 def warn_capped(sample, state: DecoderState, capped: Tensor, rows, owner: List[int]) -> None:

@@ -156,6 +156,7 @@ class DecodingOptions:
             stop_check_top_p=cfg.stop_check_top_p,
             min_length_ratio=cfg.min_length_ratio,
             end_of_slot=cfg.end_of_slot,
+            reopen_done_slots=cfg.reopen_done_slots,
             candidates=cfg.insertion_candidates,
             candidates_finish=cfg.insertion_candidates_finish,
             candidates_mbr=cfg.insertion_candidates_mbr,
@@ -228,7 +229,7 @@ class DecodingFlags(FairseqDataclass):
     skip_repeats: Optional[bool] = field(
         default=None,
         metadata={"help": "do not insert a token equal to a neighbour of its slot (the slot stays open): removes "
-                  "the duplicated words of parallel decoding (default in parallel mode; --no-skip-repeats: off)"},
+                  "the duplicated words of parallel decoding"},
     )
     no_skip_repeats: bool = field(
         default=False, metadata={"help": "parallel decoding without --skip-repeats (on by default there)"}
@@ -246,14 +247,17 @@ class DecodingFlags(FairseqDataclass):
         default=None,
         metadata={"help": "a sentence that the termination head stops gets one more step, inserting the best words of "
                   "the open slots that have at least this probability and repeat neither neighbour (the stop head "
-                  "of a layered model stops with words missing); 0: off (default: 0.75 in parallel mode, 0 in "
-                  "sequential)"},
+                  "of a layered model stops with words missing); 0: off"},
     )
     end_of_slot: Optional[float] = field(
         default=None,
         metadata={"help": "models trained with --slot-objective gap: fill every slot whose end-of-slot probability is "
-                  "below this with its best word; a sentence stops when no slot is below it (default 0.5, or the "
-                  "value stored with the model)"},
+                  "below this with its best word; a sentence stops when no slot is below it"},
+    )
+    reopen_done_slots: bool = field(
+        default=False,
+        metadata={"help": "models trained with --slot-objective gap: score every slot at every step (default: a slot "
+                  "that said end-of-slot is done for good, as in training, and its query is not computed again)"},
     )
     stop_check_top_p: float = field(
         default=0.9,
@@ -293,16 +297,14 @@ class DecodingFlags(FairseqDataclass):
         default="l2r",
         metadata={"help": "with --iter-decode-with-external-reranker and an InsNet judge (--path INSNET.pt:JUDGE.pt, "
                   "JUDGE an insnet_* checkpoint): the trajectory it scores each candidate along: l2r, or the "
-                  "InsNet-uniform layering of the anchored or binary order (a layered model, e.g. the parallel model "
-                  "itself, judged along the levels it was trained on, with --anchor-depth)"},
+                  "InsNet-uniform layering of the anchored or binary order (with --anchor-depth)"},
     )
     insertion_verify: bool = field(
         default=False,
         metadata={"help": "InsNet drafts verified by an autoregressive model, passed last (--path INSNET.pt:AR.pt): "
                   "each draft is accepted up to the first word that is not the AR model's greedy word, which is "
-                  "taken instead, and InsNet drafts again after it (blockwise parallel / speculative decoding); the "
-                  "output is the AR model's greedy output (at --verify-tolerance 0); steps count drafting steps and "
-                  "verification passes"},
+                  "taken instead, and InsNet drafts again after it; the output is the AR model's greedy output (at "
+                  "--verify-tolerance 0)"},
     )
     verify_tolerance: float = field(
         default=0.0,
@@ -313,15 +315,14 @@ class DecodingFlags(FairseqDataclass):
         default=1,
         metadata={"help": "beam search over sequential insertions (--insertion-mode sequential): each hypothesis "
                   "extends its B best slots x B best words, or stops; finished hypotheses ranked by log-probability "
-                  "(termination, slots, words) / (steps + 1) ** --lenpen; all B are output (--nbest). 1: greedy. "
-                  "fairseq's --beam is not read (its default, 5, would change every decoding)"},
+                  "(termination, slots, words) / (steps + 1) ** --lenpen; all B are output (--nbest). 1: greedy "
+                  "(fairseq's --beam is not read)"},
     )
     fuse_slot_queries: bool = field(
         default=False,
         metadata={"help": "--slot-query-stream models: each cached decoding step computes the next step's slot queries "
-                  "(every slot's) in its own pass: one decoder pass per step instead of two, the same outputs "
-                  "(faster at batch 1 and on a GPU, slower at large batches on a CPU: every slot's query is computed). "
-                  "Default: fused on a GPU, and on a CPU while one row is decoded (batch 1, one candidate)"},
+                  "in its own pass: one decoder pass per step instead of two, the same outputs. Default: fused on a "
+                  "GPU, and on a CPU at batch 1"},
     )
     no_fuse_slot_queries: bool = field(
         default=False, metadata={"help": "--slot-query-stream models: two passes per step at any batch size"}

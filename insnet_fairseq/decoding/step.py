@@ -170,6 +170,42 @@ class InsertionSteps:
         return torch.arange(S - 1, device=positions.device).unsqueeze(0).expand(B, S - 1)
 
     @staticmethod
+    def live_slots(positions: Tensor, real: Tensor, shut: Tensor) -> Tensor:
+        """The slots a step still scores: bool [B, K = S - 1], slot k (between the tokens of ranks k and k + 1) where it
+        exists and its left token's column is not ``shut`` (bool [B, S]: the slot right of that token said done).
+
+        Example: "<s> a </s>" (positions [0, 2, 1]) with ``shut`` [F, F, T] (the slot right of "a" is done) and one
+        hole column of padding -> [T, F, F]: slot 0 is live, slot 1 is shut, slot 2 does not exist.
+        """
+        B, S = positions.shape
+        exists = torch.arange(S - 1, device=positions.device).unsqueeze(0) < (real.sum(1) - 1).unsqueeze(1)
+        return exists & ~shut.gather(1, positions.argsort(1)[:, :-1])
+
+    @staticmethod
+    def at_slots(z: Tensor, live: Tensor, z_real: Tensor) -> Tensor:
+        """The queries of the ``live`` slots (bool [B, K]), packed left to right as :func:`compact` packs them (z [B, G,
+        D], ``z_real`` bool [B, G]), on the grid of every slot: [B, K, D], zeros at the other slots (whose heads'
+        outputs no step reads)."""
+        out = z.new_zeros(*live.shape, z.size(2))
+        if live.size(0) == 1:  # one row: its live slots are the first columns of z (a batch-1 step costs its op calls)
+            cols = live[0].nonzero().view(-1)
+            return out.index_copy_(1, cols, z[:, : cols.numel()])
+        return out.masked_scatter_(live.unsqueeze(2), z[z_real])
+
+    @staticmethod
+    def packed_live(live: Tensor) -> Tuple[Tensor, Tensor]:
+        """:func:`compact` of ``live`` (bool [B, K]) with at least one column (a row with no live slot reads slot 0,
+        whose query no step uses): (slot_of [B, G], real bool [B, G])."""
+        if live.size(0) == 1:  # one row: its live slots by one nonzero, no sort
+            slot_of = live[0].nonzero().view(1, -1)
+            real = torch.ones_like(slot_of, dtype=torch.bool)
+        else:
+            slot_of, real, _ = compact(live)
+        if slot_of.size(1) == 0:
+            slot_of, real = live.new_zeros(live.size(0), 1, dtype=torch.long), live.new_zeros(live.size(0), 1)
+        return slot_of, real
+
+    @staticmethod
     def query_geometry(positions: Tensor, real: Tensor, slot_of: Tensor) -> Tuple[Tensor, Tensor]:
         """Offsets and mask of slot queries (``--slot-query-stream``): the query of slot ``slot_of[b, g]`` reads
         every token at the offset it will have from the word inserted there.
@@ -378,10 +414,13 @@ class InsertionSteps:
         return logits
 
     def insert(self, decoder, state: DecoderState, chosen: Tensor, tokens: Tensor, scores: Tensor,
-               source_kv, source_pad, picks: Optional[Picks] = None, encode: bool = True) -> DecoderState:
+               source_kv, source_pad, picks: Optional[Picks] = None, encode: bool = True,
+               shut: Optional[Tensor] = None) -> DecoderState:
         """Insert ``tokens`` [N] (scores [N]) into the ``chosen`` slots (bool [B, K], N True, row-major)
         and encode them, left to right within a sentence; ``picks``: the same slots as :class:`Picks` (made here when
-        not given), which spare the reads of the device that boolean indexing makes."""
+        not given), which spare the reads of the device that boolean indexing makes. ``shut`` (bool [B, S] or None):
+        the slots right of these tokens are done for good (end-of-slot decoding), so a fused pass computes no query
+        for them (:meth:`live_slots`)."""
         h = state.hidden
         B, S, D = h.shape
         picks = picks or Picks.of(chosen)
@@ -435,9 +474,15 @@ class InsertionSteps:
             if functional:  # each step is a new replay of the CUDA graph: the last one's outputs are no longer read
                 torch.compiler.cudagraph_mark_step_begin()
             if fused:  # the new tokens and every slot's query for the next step, in one pass
-                q_geometry = self.query_geometry(pos_all, real_all, self.all_slots(pos_all))  # [B, S + G - 1, S + G]
+                slot_of, live = self.all_slots(pos_all), None  # [B, S + G - 1]
+                if shut is not None:  # only the live slots' queries: a new token's slot is live
+                    live = self.live_slots(pos_all, real_all, torch.cat([shut, g_real.new_zeros(B, G)], 1))
+                    slot_of, z_real = self.packed_live(live)
+                q_geometry = self.query_geometry(pos_all, real_all, slot_of)  # [B, Q, S + G] each
                 h_new, kv, z = self.passes.get(decoder, "forward_with_queries")(
                     g_tok, offsets, mask, source_kv, source_pad, past, *q_geometry)
+                if live is not None:
+                    z = self.at_slots(z, live, z_real)
             else:
                 h_new, kv = self.passes.get(decoder, "forward")(g_tok, offsets, mask, source_kv, source_pad, past=past)
             if functional:  # kv: per layer (k, v) [B, H, S + G, Dh]; z outlives the next replay (the next step reads it)

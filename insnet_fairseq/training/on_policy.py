@@ -3,9 +3,10 @@ parallel decoding.
 
 A sentence of a training batch is chosen with probability P. It is decoded for k steps, k drawn uniformly from
 1 .. ``--on-policy-steps``: no gradient, dropout off, the cache, and ``--insertion-mode parallel``'s rule (every slot
-whose q(done) is below 0.5 takes its best word; :mod:`insnet_fairseq.decoding.gaps`). The canvas this leaves is
-aligned to the reference (:func:`~insnet_fairseq.geometry.alignment.lcs_match`). A canvas word the alignment leaves
-out, one the reference does not have there, stays where it is as a *foreign* word
+whose q(done) is below 0.5 takes its best word, and a slot that said done is done for good;
+:mod:`insnet_fairseq.decoding.gaps`). The canvas this leaves is aligned to the reference
+(:func:`~insnet_fairseq.geometry.alignment.lcs_match`). A canvas word the alignment leaves out, one the reference
+does not have there, stays where it is as a *foreign* word
 (:func:`~insnet_fairseq.geometry.alignment.merge_canvas`): it is in the context from the step that wrote it, it is
 never a word a gap misses, and a gap that holds nothing else is done. There is no deletion in an insertion model, so
 the target after a wrong word is what is still missing around it. The reference's remaining words are laid out by
@@ -19,7 +20,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from insnet_fairseq.decoding.gaps import fill_slots, open_slots, slot_done_logits, with_slot_queries
+from insnet_fairseq.decoding.gaps import Shut, fill_slots, open_slots, slot_done_logits, with_slot_queries
 from insnet_fairseq.decoding.greedy import Rows
 from insnet_fairseq.decoding.core_options import CoreOptions
 from insnet_fairseq.decoding.step import InsertionSteps
@@ -64,9 +65,10 @@ def _roll_out(model, steps, src_tokens, src_lengths, k, max_len, threshold) -> C
     column_step = torch.zeros(2, dtype=torch.long, device=device)  # the step of each state column
     finished = []  # (ids, tokens left to right, their steps)
     t = 0
+    shut = Shut.start(state, steps.options.reopen_done_slots)
     while True:
-        state = with_slot_queries(decoder, state, rows.source_kv, rows.source_pad)  # for both heads
-        slots, done_logits = slot_done_logits(decoder, state)
+        state = with_slot_queries(decoder, state, rows.source_kv, rows.source_pad, shut.cols)  # for both heads
+        slots, done_logits = slot_done_logits(decoder, state, shut=shut.cols)
         chosen = open_slots(done_logits, threshold, (rows.max_len - state.lengths).clamp_min(0))  # [B, K]
         stop = ~chosen.any(1) | (state.steps >= rows.cap)
         if bool(stop.any()):
@@ -75,10 +77,12 @@ def _roll_out(model, steps, src_tokens, src_lengths, k, max_len, threshold) -> C
             keep = (~stop).nonzero().view(-1)
             if len(keep) == 0:
                 break
-            state, rows = state.select(keep), rows.select(keep)
+            state, rows, shut = state.select(keep), rows.select(keep), shut.select(keep)
             slots, done_logits, chosen = (slots[0][keep], slots[1][keep]), done_logits[keep], chosen[keep]
         before = state.tokens.size(1)
-        state = fill_slots(steps, decoder, state, slots, done_logits, chosen, rows)
+        shut = shut.close(slots, done_logits, threshold)
+        state = fill_slots(steps, decoder, state, slots, done_logits, chosen, rows, shut.cols)
+        shut = shut.grown(state)
         t += 1
         column_step = torch.cat([column_step, column_step.new_full((state.tokens.size(1) - before,), t)])
     C = max(tok.size(1) for _, tok, _ in finished)

@@ -678,7 +678,7 @@ def test_frontier_choose_stage_picks_the_rule_stores_stop_checks_and_scores_the_
                                           "InsNet-Dinic 1 candidate", "InsNet-Dinic 1 candidate, late words"}
     chosen = {"last": "checkpoint_last.pt", "avg": "checkpoint_avg.pt"}[rule]
     systems = [line.split("\t") for line in (ck / "test.tsv").read_text().splitlines()]
-    assert [s[0] for s in systems][-1] == "InsNet-Dinic 1 candidate, late words" and len(systems) == 10
+    assert [s[0] for s in systems][-1] == "InsNet-Dinic 1 candidate, late words" and len(systems) == 11
     assert all(path == str(ck / run / chosen) for _, path, _ in systems
                for run in [os.path.basename(os.path.dirname(path))])
     for run, flag in (("dinic", "stop_check_prob"), ("dinic_late", "stop_check_prob"), ("parallel", "end_of_slot")):

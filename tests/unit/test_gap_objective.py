@@ -5,16 +5,20 @@
 * the one-pass loss equals re-encoding every layer end's context from scratch (reference.naive_gap_loss);
 * decoding along a gold layering gives the one pass's per-slot probabilities;
 * a model whose every slot says end-of-slot stops after one pass;
-* cached equals uncached, and batch 1 equals batch 64.
+* cached equals uncached, and batch 1 equals batch 64, with done slots shut and re-scored;
+* a shut slot gets no query, and a live one the query of the full computation.
 """
+import dataclasses
 import math
 
 import pytest
 import torch
 
-from insnet_fairseq.decoding.gaps import open_slots, slot_done_logits
+from insnet_fairseq.decoding.gaps import Shut, open_slots, slot_done_logits, with_slot_queries
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
+from insnet_fairseq.decoding.state import HOLE
+from insnet_fairseq.decoding.step import InsertionSteps
 from insnet_fairseq.geometry.gaps import gap_targets, gap_weights, sample_layers
 from insnet_fairseq.geometry.layers import PAD_LAYER, uniform_layers
 from insnet_fairseq.reference import naive_gap_loss
@@ -217,8 +221,9 @@ def test_open_slots():
         [[True, False, False], [False, False, True]]
 
 
-@pytest.mark.parametrize("mode,stream", [("parallel", False), ("sequential", False), ("parallel", True)])
-def test_cached_uncached_and_batched_outputs_are_identical(mode, stream):
+@pytest.mark.parametrize("mode,stream,reopen", [("parallel", False, False), ("sequential", False, False),
+                                                ("parallel", True, False), ("parallel", True, True)])
+def test_cached_uncached_and_batched_outputs_are_identical(mode, stream, reopen):
     model, d = build_tiny_model(seed=6, vocab=30, slot_objective="gap", slot_query_stream=stream)
     model.decoder.heads.done_proj.bias.data.fill_(-1.0)  # a few steps before the slots close
     B = 64
@@ -226,10 +231,10 @@ def test_cached_uncached_and_batched_outputs_are_identical(mode, stream):
     sample = {"id": torch.arange(B), "net_input": {"src_tokens": src, "src_lengths": src_lengths}}
     out = {}
     for cache in (True, False):
-        gen = InsertionGenerator(d, DecodingOptions.for_mode(mode, use_cache=cache))
+        gen = InsertionGenerator(d, DecodingOptions.for_mode(mode, use_cache=cache, reopen_done_slots=reopen))
         out[cache] = [h[0]["tokens"].tolist() for h in gen.generate([model], sample)]
     assert out[True] == out[False]
-    gen = InsertionGenerator(d, DecodingOptions.for_mode(mode))
+    gen = InsertionGenerator(d, DecodingOptions.for_mode(mode, reopen_done_slots=reopen))
     alone = []
     for b in range(B):
         keep = src[b].ne(d.pad())
@@ -263,3 +268,53 @@ def test_closed_slots_stay_closed():
     first, second = (h[0]["tokens"].tolist() for h in hyps)
     assert len(first) > 4 and first[first.index(7) : first.index(7) + 3] == [7, 8, 9]
     assert second[:2] == [10, 11] and len(second) > 3
+
+
+def test_live_slots_and_shut_slots():
+    """The worked examples of InsertionSteps.live_slots and Shut: a slot that said done is shut by its left token's
+    column, and a step's new tokens open live slots."""
+    positions = torch.tensor([[0, 2, 1, HOLE]])  # "<s> a </s>" inserted <s>, </s>, a, then a hole
+    real = torch.tensor([[True, True, True, False]])
+    assert InsertionSteps.live_slots(positions, real, torch.tensor([[False, False, True, False]])).tolist() == \
+        [[True, False, False]]
+    assert InsertionSteps.live_slots(positions, real, torch.zeros(1, 4, dtype=torch.bool)).tolist() == \
+        [[True, True, False]]
+    q = torch.tensor([[0.2, 0.9, 0.5]])  # slot 1 (right of "a", column 2) says done; slot 2 does not exist
+    done_logits = torch.log(q / (1 - q)).masked_fill(torch.tensor([[False, False, True]]), float("inf"))
+    left = positions.argsort(1)[:, :-1]  # [[0, 2, 1]]: slot k's left column
+    shut = Shut(torch.zeros(1, 4, dtype=torch.bool)).close((left, None), done_logits, 0.7)
+    assert shut.cols.tolist() == [[False, True, True, False]]  # </s> (column 1) opens no slot: shutting it is moot
+    assert Shut(None).close((left, None), done_logits, 0.7).cols is None  # --reopen-done-slots
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_shut_slots_get_no_query_and_live_ones_the_full_computation(fused):
+    """With some slots shut, the live slots' queries (computed at the step, or by the fused pass that made the state)
+    equal those of every slot computed at once, and the shut slots' end-of-slot logits are +inf."""
+    model, d = build_tiny_model(seed=4, slot_objective="gap", slot_query_stream=True)
+    src, src_lengths, _ = random_batch(d, [6, 9], seed=5)
+    gen = InsertionGenerator(d, DecodingOptions.for_mode("parallel", fuse_slot_queries="on" if fused else "off"))
+    dec = model.decoder
+    with torch.no_grad():
+        source_kv, source_pad = dec.encode_source(model.forward_encoder(src, src_lengths))
+        state = gen.steps.initial_state(dec, 2, src.device, source_kv, source_pad, capacity=12)
+        for words in ([[5], [6]], [[7, 8], [9, 10]]):  # fill every slot, twice: 1, then 2 words a sentence
+            K = state.tokens.size(1) - 1
+            chosen = torch.zeros(2, K, dtype=torch.bool)
+            chosen[:, : len(words[0])] = True
+            tokens = torch.tensor([w for row in words for w in row])
+            shut = torch.zeros_like(state.real)
+            shut[:, 2:] = torch.arange(state.tokens.size(1) - 2) % 2 == 0  # every other word's right slot is done
+            state = gen.steps.insert(dec, state, chosen, tokens, torch.zeros(len(tokens)), source_kv, source_pad,
+                                     shut=shut)
+        shut = torch.cat([shut, torch.zeros(2, state.tokens.size(1) - shut.size(1), dtype=torch.bool)], 1)
+        live = InsertionSteps.live_slots(state.positions, state.real, shut)
+        assert (~live[:, :4]).any() and live.any()
+        partial = with_slot_queries(dec, state, source_kv, source_pad, shut).slot_queries
+        assert (state.slot_queries is not None) == fused
+        every = with_slot_queries(dec, dataclasses.replace(state, slot_queries=None), source_kv, source_pad)
+        torch.testing.assert_close(partial[live], every.slot_queries[live], atol=ATOL, rtol=0)
+        assert bool(partial[~live].eq(0).all())
+        _, logits = slot_done_logits(dec, state, source_kv, source_pad, shut)
+        exists = torch.arange(live.size(1)).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
+        assert bool(torch.isinf(logits[exists & ~live]).all()) and bool(torch.isfinite(logits[live]).all())
