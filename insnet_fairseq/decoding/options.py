@@ -322,7 +322,7 @@ class DecodingFlags(FairseqDataclass):
         default=False,
         metadata={"help": "--slot-query-stream models: each cached decoding step computes the next step's slot queries "
                   "in its own pass: one decoder pass per step instead of two, the same outputs. Default: fused on a "
-                  "GPU, and on a CPU at batch 1"},
+                  "GPU, on a CPU at batch 1, and for --slot-objective gap models always"},
     )
     no_fuse_slot_queries: bool = field(
         default=False, metadata={"help": "--slot-query-stream models: two passes per step at any batch size"}

@@ -42,15 +42,17 @@ def top_p_slots(pos_lprobs: Tensor, p: float, room: Optional[Tensor] = None) -> 
     return torch.zeros_like(take).scatter(1, idx, take)
 
 
-def auto_fuses(rows: int, on_gpu: bool) -> bool:
+def auto_fuses(rows: int, on_gpu: bool, every_slot: bool = False) -> bool:
     """The default of ``fuse_slot_queries`` (neither flag): fuse a step of ``rows`` rows on a GPU always, on a CPU
-    only at one row. Fusing computes every slot's query in the step's pass, where two passes compute the chosen
-    slots' only: fewer launches, more arithmetic. A CPU step is bound by its arithmetic once a batch is large, a GPU
-    step by its launches (both measured on the frontier's InsNet-Dinic: results/README.md).
+    only at one row, or always where the next step reads ``every_slot``'s query anyway (an end-of-slot model scores
+    every live slot). Fusing computes every slot's query in the step's pass, where two passes compute the chosen
+    slots' only: fewer launches, more arithmetic (none where every slot's query is read). A CPU step is bound by its
+    arithmetic once a batch is large, a GPU step by its launches (both measured: results/README.md).
 
-    Example: auto_fuses(1, False) and auto_fuses(64, True) are True; auto_fuses(64, False) is False.
+    Example: auto_fuses(1, False), auto_fuses(64, True) and auto_fuses(64, False, every_slot=True) are True;
+    auto_fuses(64, False) is False.
     """
-    return on_gpu or rows == 1
+    return on_gpu or rows == 1 or every_slot
 
 
 class Passes:
@@ -68,9 +70,10 @@ class Passes:
         queries) of ``decoder``'s context encoder."""
         return getattr(decoder.context, name)
 
-    def fuses(self, rows: int, on_gpu: bool) -> bool:
-        """Whether a step of ``rows`` rows computes the next step's slot queries in its own pass."""
-        return self.fuse == "on" or (self.fuse == "auto" and auto_fuses(rows, on_gpu))
+    def fuses(self, rows: int, on_gpu: bool, every_slot: bool = False) -> bool:
+        """Whether a step of ``rows`` rows computes the next step's slot queries in its own pass (``every_slot``: the
+        next step reads every live slot's query, :func:`auto_fuses`)."""
+        return self.fuse == "on" or (self.fuse == "auto" and auto_fuses(rows, on_gpu, every_slot))
 
 
 class InsertionSteps:
@@ -158,10 +161,11 @@ class InsertionSteps:
         """Whether a step of ``rows`` decoded rows computes the next step's slot queries in its own pass (see
         :meth:`Passes.fuses`, on the device of the decoder's weights). A decoding whose rows fall to one switches at
         that step: the next step reads the queries its pass made, where a step without them runs the query stream
-        itself."""
+        itself. An end-of-slot model (``--slot-objective gap``) reads every live slot's query at every step."""
         if not (self.options.use_cache and decoder.context.slot_query is not None):
             return False
-        return self.passes.fuses(rows, decoder.context.embed_tokens.weight.is_cuda)
+        every_slot = getattr(decoder.heads, "objective", None) == "gap"
+        return self.passes.fuses(rows, decoder.context.embed_tokens.weight.is_cuda, every_slot)
 
     @staticmethod
     def all_slots(positions: Tensor) -> Tensor:

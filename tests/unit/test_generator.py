@@ -426,11 +426,12 @@ def test_auto_fusion_fuses_while_one_row_is_decoded(mode, slot_top_p, batch, mon
 
 
 def test_auto_fusion_fuses_every_batch_on_a_gpu():
-    """The default's rule (neither flag): on a CPU fused at one row only, on a GPU at any number of rows; the step
-    reads the device from the decoder's weights; the flags override it, and a model without the slot query stream,
-    or uncached decoding, never fuses."""
+    """The default's rule (neither flag): on a CPU fused at one row only, on a GPU at any number of rows, an end-of-slot
+    model at any number anywhere; the step reads the device from the decoder's weights; the flags override it, and a
+    model without the slot query stream, or uncached decoding, never fuses."""
     assert auto_fuses(1, on_gpu=False) and not auto_fuses(2, on_gpu=False) and not auto_fuses(64, on_gpu=False)
     assert auto_fuses(1, on_gpu=True) and auto_fuses(64, on_gpu=True)
+    assert auto_fuses(64, on_gpu=False, every_slot=True)  # an end-of-slot model reads every live slot's query
     model, d = build_tiny_model(seed=7, vocab=30, slot_query_stream=True)
 
     class GpuWeight:  # what the rule reads of a weight on a GPU, without one
@@ -451,6 +452,10 @@ def test_auto_fusion_fuses_every_batch_on_a_gpu():
     assert not fused("auto", 1, gpu=True, use_cache=False)
     plain, d2 = build_tiny_model(seed=7, vocab=30, slot_query_stream=False)
     assert not InsertionSteps(d2, DecodingOptions(mode="parallel").core, Passes("on")).fused(plain.decoder, 1)
+    gap, d3 = build_tiny_model(seed=7, vocab=30, slot_query_stream=True, slot_objective="gap")
+    steps = InsertionSteps(d3, DecodingOptions(mode="parallel").core)
+    assert steps.fused(gap.decoder, 64)  # an end-of-slot model: fused at any batch on a CPU too
+    assert not InsertionSteps(d3, DecodingOptions(mode="parallel").core, Passes("off")).fused(gap.decoder, 1)
 
 
 @pytest.mark.slow  # torch.compile traces every pass: the slowest unit test by far
