@@ -62,7 +62,7 @@ def with_slot_queries(decoder, state: DecoderState, source_kv, source_pad,
     live = None
     slot_of = torch.arange(S - 1, device=state.positions.device).unsqueeze(0).expand(B, S - 1)
     if shut is not None:
-        live = InsertionSteps.live_slots(state.positions, state.real, shut)
+        live = InsertionSteps.live_slots(state.positions, state.real, shut, state.sequence_order())
         slot_of, z_real = InsertionSteps.packed_live(live)
     offsets, blocked = InsertionSteps.query_geometry(state.positions, state.real, slot_of)
     z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, G, D]

@@ -174,16 +174,18 @@ class InsertionSteps:
         return torch.arange(S - 1, device=positions.device).unsqueeze(0).expand(B, S - 1)
 
     @staticmethod
-    def live_slots(positions: Tensor, real: Tensor, shut: Tensor) -> Tensor:
+    def live_slots(positions: Tensor, real: Tensor, shut: Tensor, order: Optional[Tensor] = None) -> Tensor:
         """The slots a step still scores: bool [B, K = S - 1], slot k (between the tokens of ranks k and k + 1) where it
-        exists and its left token's column is not ``shut`` (bool [B, S]: the slot right of that token said done).
+        exists and its left token's column is not ``shut`` (bool [B, S]: the slot right of that token said done);
+        ``order``: ``positions.argsort(1)`` where the caller has it.
 
         Example: "<s> a </s>" (positions [0, 2, 1]) with ``shut`` [F, F, T] (the slot right of "a" is done) and one
         hole column of padding -> [T, F, F]: slot 0 is live, slot 1 is shut, slot 2 does not exist.
         """
         B, S = positions.shape
         exists = torch.arange(S - 1, device=positions.device).unsqueeze(0) < (real.sum(1) - 1).unsqueeze(1)
-        return exists & ~shut.gather(1, positions.argsort(1)[:, :-1])
+        order = positions.argsort(1) if order is None else order
+        return exists & ~shut.gather(1, order[:, :-1])
 
     @staticmethod
     def at_slots(z: Tensor, live: Tensor, z_real: Tensor) -> Tensor:
