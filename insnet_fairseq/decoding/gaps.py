@@ -33,15 +33,11 @@ def slot_done_logits(decoder, state: DecoderState, source_kv=None, source_pad=No
     :class:`Shut`) get +inf (done). With the slot query stream every live slot's query is the one the pass that made
     ``state`` computed (fused decoding), or is computed here from the cache and the source's ``source_kv``,
     ``source_pad``."""
-    h = state.hidden
-    K = h.size(1) - 1
     by_pos = state.sequence_order()  # [B, S]
     left, right = by_pos[:, :-1], by_pos[:, 1:]  # slot k between ranks k and k + 1
-    exists = torch.arange(K, device=h.device).unsqueeze(0) < (state.lengths - 1).unsqueeze(1)
+    exists = InsertionSteps.live_slots(state.lengths, by_pos, shut)  # [B, K]
     if state.open_right is not None:
         exists = exists & state.open_right.gather(1, left)  # [B, K] the left token's slot is open
-    if shut is not None:
-        exists = exists & ~shut.gather(1, left)
     a, b = state.parts
     z = with_slot_queries(decoder, state, source_kv, source_pad, shut).slot_queries  # [B, K, D] or None
     logits = decoder.heads.step_done_logits(a, b, state.last_hidden, left, right, z)  # [B, K]
@@ -62,7 +58,7 @@ def with_slot_queries(decoder, state: DecoderState, source_kv, source_pad,
     live = None
     slot_of = torch.arange(S - 1, device=state.positions.device).unsqueeze(0).expand(B, S - 1)
     if shut is not None:
-        live = InsertionSteps.live_slots(state.positions, state.real, shut, state.sequence_order())
+        live = InsertionSteps.live_slots(state.lengths, state.sequence_order(), shut)
         slot_of, z_real = InsertionSteps.packed_live(live)
     offsets, blocked = InsertionSteps.query_geometry(state.positions, state.real, slot_of)
     z = decoder.context.query_stream(offsets, blocked, state.cache, source_kv, source_pad)  # [B, G, D]

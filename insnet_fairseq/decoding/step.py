@@ -174,18 +174,18 @@ class InsertionSteps:
         return torch.arange(S - 1, device=positions.device).unsqueeze(0).expand(B, S - 1)
 
     @staticmethod
-    def live_slots(positions: Tensor, real: Tensor, shut: Tensor, order: Optional[Tensor] = None) -> Tensor:
-        """The slots a step still scores: bool [B, K = S - 1], slot k (between the tokens of ranks k and k + 1) where it
-        exists and its left token's column is not ``shut`` (bool [B, S]: the slot right of that token said done);
-        ``order``: ``positions.argsort(1)`` where the caller has it.
+    def live_slots(lengths: Tensor, order: Tensor, shut: Optional[Tensor]) -> Tensor:
+        """The slots a step still scores: bool [B, K], slot k (between the tokens of ranks k and k + 1) where it exists
+        (k < ``lengths`` [B] - 1) and its left token's column is not ``shut`` (bool [B, S]: the slot right of that
+        token said done; None: none is); ``order`` [B, S]: the columns left to right (``positions.argsort(1)``).
 
-        Example: "<s> a </s>" (positions [0, 2, 1]) with ``shut`` [F, F, T] (the slot right of "a" is done) and one
-        hole column of padding -> [T, F, F]: slot 0 is live, slot 1 is shut, slot 2 does not exist.
+        Example: "<s> a </s>" (positions [0, 2, 1], then a hole column: order [0, 2, 1, 3], length 3) with ``shut``
+        [F, F, T, F] (the slot right of "a" is done) -> [T, F, F]: slot 0 is live, slot 1 is shut, slot 2 does not
+        exist.
         """
-        B, S = positions.shape
-        exists = torch.arange(S - 1, device=positions.device).unsqueeze(0) < (real.sum(1) - 1).unsqueeze(1)
-        order = positions.argsort(1) if order is None else order
-        return exists & ~shut.gather(1, order[:, :-1])
+        K = order.size(1) - 1
+        live = torch.arange(K, device=order.device).unsqueeze(0) < (lengths - 1).unsqueeze(1)
+        return live if shut is None else live & ~shut.gather(1, order[:, :-1])
 
     @staticmethod
     def at_slots(z: Tensor, live: Tensor, z_real: Tensor) -> Tensor:
@@ -482,7 +482,8 @@ class InsertionSteps:
             if fused:  # the new tokens and every slot's query for the next step, in one pass
                 slot_of, live = self.all_slots(pos_all), None  # [B, S + G - 1]
                 if shut is not None:  # only the live slots' queries: a new token's slot is live
-                    live = self.live_slots(pos_all, real_all, torch.cat([shut, g_real.new_zeros(B, G)], 1))
+                    live = self.live_slots(real_all.sum(1), pos_all.argsort(1),
+                                           torch.cat([shut, g_real.new_zeros(B, G)], 1))
                     slot_of, z_real = self.packed_live(live)
                 q_geometry = self.query_geometry(pos_all, real_all, slot_of)  # [B, Q, S + G] each
                 h_new, kv, z = self.passes.get(decoder, "forward_with_queries")(

@@ -274,11 +274,12 @@ def test_live_slots_and_shut_slots():
     """The worked examples of InsertionSteps.live_slots and Shut: a slot that said done is shut by its left token's
     column, and a step's new tokens open live slots."""
     positions = torch.tensor([[0, 2, 1, HOLE]])  # "<s> a </s>" inserted <s>, </s>, a, then a hole
-    real = torch.tensor([[True, True, True, False]])
-    assert InsertionSteps.live_slots(positions, real, torch.tensor([[False, False, True, False]])).tolist() == \
+    order, lengths = positions.argsort(1), torch.tensor([3])
+    assert InsertionSteps.live_slots(lengths, order, torch.tensor([[False, False, True, False]])).tolist() == \
         [[True, False, False]]
-    assert InsertionSteps.live_slots(positions, real, torch.zeros(1, 4, dtype=torch.bool)).tolist() == \
+    assert InsertionSteps.live_slots(lengths, order, torch.zeros(1, 4, dtype=torch.bool)).tolist() == \
         [[True, True, False]]
+    assert InsertionSteps.live_slots(lengths, order, None).tolist() == [[True, True, False]]
     q = torch.tensor([[0.2, 0.9, 0.5]])  # slot 1 (right of "a", column 2) says done; slot 2 does not exist
     done_logits = torch.log(q / (1 - q)).masked_fill(torch.tensor([[False, False, True]]), float("inf"))
     left = positions.argsort(1)[:, :-1]  # [[0, 2, 1]]: slot k's left column
@@ -308,7 +309,7 @@ def test_shut_slots_get_no_query_and_live_ones_the_full_computation(fused):
             state = gen.steps.insert(dec, state, chosen, tokens, torch.zeros(len(tokens)), source_kv, source_pad,
                                      shut=shut)
         shut = torch.cat([shut, torch.zeros(2, state.tokens.size(1) - shut.size(1), dtype=torch.bool)], 1)
-        live = InsertionSteps.live_slots(state.positions, state.real, shut)
+        live = InsertionSteps.live_slots(state.lengths, state.sequence_order(), shut)
         assert (~live[:, :4]).any() and live.any()
         partial = with_slot_queries(dec, state, source_kv, source_pad, shut).slot_queries
         assert (state.slot_queries is not None) == fused
