@@ -6,6 +6,9 @@ on the same batches, measured side by side in one run (rounds interleave the mod
 "InsNet parallel" (``--slot-objective gap --layerization sampled``) on a layered trajectory drawn afresh for every
 batch, the draw timed with the step ("InsNet parallel with the slot query stream": the same with a query at every slot
 of every layer end) (its training has no layering pass, so its first epoch costs what the others do).
+``--gap-slot-rates R,...`` adds "InsNet parallel with the slot query stream, slot rate R" for each R: the same model
+scoring a drawn sample of its slots, each with probability R (``--gap-slot-rate R``,
+:func:`~insnet_fairseq.geometry.gaps.sample_slots`), the draw timed with the step.
 Both score their offset term as training does on the CPU, by the C++ kernel of the unblocked pairs
 (:mod:`insnet_fairseq.modules.offset_scores`).
 
@@ -57,7 +60,7 @@ import insnet_fairseq  # noqa: F401  (registers the tasks and models)
 from insnet_fairseq import checkpoint_safety
 from insnet_fairseq.decoding.core_options import CoreOptions
 from insnet_fairseq.decoding.step import InsertionSteps
-from insnet_fairseq.geometry.gaps import sample_layers
+from insnet_fairseq.geometry.gaps import sample_layers, sample_slots
 from insnet_fairseq.training.on_policy import on_policy_trajectories
 from insnet_fairseq.tasks.criterion import gap_losses, term_losses
 from insnet_fairseq.tasks.token_loss import smoothed_nll
@@ -80,6 +83,7 @@ GATHER = "insnet-gather"  # --offset-kernels: InsNet (random orders) with the de
 L2R_VIEW = "insnet-l2r-view"  # --offset-kernels: InsNet l2r with the skewed view instead of the C++ kernel
 PARALLEL = "insnet-parallel"  # InsNet parallel: the end-of-slot objective on sampled trajectories
 PARALLEL_QUERY = "insnet-parallel-query"  # InsNet parallel with --slot-query-stream: a query at every slot
+SLOT_RATE = "@"  # --gap-slot-rates: PARALLEL_QUERY + "@R" is that model scoring a sample of its slots (rate R)
 TRAINED = "insnet-parallel-trained"  # --on-policy-checkpoint: InsNet parallel with that checkpoint's weights
 ON_POLICY = "insnet-parallel-on-policy"  # ... the same, with --on-policy P
 AR_FUSED = "ar-fused"  # the AR model with InsNet's token loss (smoothed_nll): the like-with-like baseline
@@ -105,9 +109,9 @@ def build(kind, d, checkpoint=None):
     if kind in ("ar", AR_FUSED):
         TransformerModel.add_args(argparse.ArgumentParser())
         return pack_linears(TransformerModel.build_model(args, Task(d)))
-    if kind in (PARALLEL, PARALLEL_QUERY):
+    if kind.startswith(PARALLEL):
         args.slot_objective = "gap"
-        args.slot_query_stream = kind == PARALLEL_QUERY
+        args.slot_query_stream = kind.startswith(PARALLEL_QUERY)
     model = InsNetModel.build_model(args, Task(d))
     if kind in (GATHER, L2R_VIEW):
         for m in model.modules():
@@ -177,9 +181,13 @@ def step_fn(kind, model, batch, d, eps, on_policy=0.0):
         real = tgt.ne(d.pad())  # [B, T]
         return smoothed_nll(out[real], tgt[real], eps)[0]
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
-    if kind in (PARALLEL, PARALLEL_QUERY, TRAINED):  # the task's defaults: --trajectory-spread 1, --gap-skip 0.1, --gap-temperature 1
+    if kind in (PARALLEL, PARALLEL_QUERY, TRAINED) or SLOT_RATE in kind:  # the task's defaults: --trajectory-spread 1,
+        # --gap-skip 0.1, --gap-temperature 1; --gap-slot-rate R for PARALLEL_QUERY@R
         layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0), 1.0, 0.1)
-        out = model(ni["src_tokens"], ni["src_lengths"], target, None, layers=layers)
+        weight = None
+        if SLOT_RATE in kind:
+            weight = sample_slots(layers, float(kind.split(SLOT_RATE)[1]), torch.Generator().manual_seed(2))
+        out = model(ni["src_tokens"], ni["src_lengths"], target, None, layers=layers, slot_weight=weight)
         return sum(v[0] for v in gap_losses(out["gap"], eps).values())
     if kind == ON_POLICY:  # the task's --on-policy P --on-policy-steps 4, the rollout included
         g, pick = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)  # g: the layers, as above
@@ -231,6 +239,9 @@ def main():
     p.add_argument("--on-policy", type=float, default=0.0,
                    help="with --on-policy-checkpoint: also time InsNet parallel with --on-policy P against it without")
     p.add_argument("--on-policy-checkpoint", help="a trained InsNet parallel checkpoint of this size (--on-policy)")
+    p.add_argument("--gap-slot-rates", default="",
+                   help="comma-separated rates R in (0, 1): also time InsNet parallel with the slot query stream "
+                        "scoring each slot with probability R (--gap-slot-rate R)")
     p.add_argument("--linear-kernels", action="store_true",
                    help="also time AR, AR with InsNet's token loss and both InsNet models on F.linear's products")
     p.add_argument("--flush-denormal", action="store_true",
@@ -239,6 +250,12 @@ def main():
     args = p.parse_args()
     if (args.on_policy > 0) != bool(args.on_policy_checkpoint):
         sys.exit("--on-policy P and --on-policy-checkpoint CKPT go together")
+    try:
+        rates = [float(r) for r in args.gap_slot_rates.split(",") if r]
+    except ValueError:
+        sys.exit(f"--gap-slot-rates {args.gap_slot_rates!r}: give comma-separated numbers, e.g. 0.25,0.5")
+    if any(not 0 < r < 1 for r in rates):
+        sys.exit(f"--gap-slot-rates {args.gap_slot_rates}: every rate must be in (0, 1)")
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     if args.flush_denormal and not torch.set_flush_denormal(True):
         sys.exit("--flush-denormal: this CPU does not support flushing denormals")
@@ -262,6 +279,7 @@ def main():
         mean_len = ntok / sum(b["target"].size(0) for b in batches)
         kinds = ("ar", AR_FUSED, "insnet") + (("naive",) if mean_len <= args.naive_max_length else ())
         kinds += (L2R, PARALLEL, PARALLEL_QUERY) + ((NO_OFFSETS,) if args.without_offset_term else ())
+        kinds += tuple(f"{PARALLEL_QUERY}{SLOT_RATE}{r:g}" for r in rates)
         kinds += (TRAINED, ON_POLICY) if args.on_policy > 0 else ()
         kinds += (GATHER, L2R_VIEW) if args.offset_kernels else ()
         kinds += tuple(k + STOCK for k in ("ar", AR_FUSED, "insnet", L2R)) if args.linear_kernels else ()
@@ -287,7 +305,10 @@ def main():
             if GATHER in tps else "") + (
             f"  InsNet parallel from the checkpoint {tps[TRAINED]:.0f} tok/s, on-policy {args.on_policy} "
             f"{tps[ON_POLICY]:.0f} tok/s: on-policy/without {tps[ON_POLICY] / tps[TRAINED]:.2f}x, "
-            f"/InsNet l2r {tps[ON_POLICY] / tps[L2R]:.2f}x" if ON_POLICY in tps else "")
+            f"/InsNet l2r {tps[ON_POLICY] / tps[L2R]:.2f}x" if ON_POLICY in tps else "") + "".join(
+            f"  InsNet parallel with the slot query stream, slot rate {r:g}: {tps[k]:.0f} tok/s, "
+            f"/InsNet l2r {tps[k] / tps[L2R]:.2f}x, /with every slot {tps[k] / tps[PARALLEL_QUERY]:.2f}x"
+            for r in rates for k in [f"{PARALLEL_QUERY}{SLOT_RATE}{r:g}"])
         print(f"{setting:9s} mean target len {mean_len:5.1f}: AR {tps['ar']:7.0f} tok/s  InsNet {tps['insnet']:7.0f} tok/s  "
               f"{naive}InsNet/AR {tps['insnet'] / tps['ar']:.2f}x" +
               (f"  InsNet/naive {tps['insnet'] / tps['naive']:.1f}x" if "naive" in tps else "") + plain, flush=True)

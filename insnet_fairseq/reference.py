@@ -182,7 +182,8 @@ def _naive_layered(model, src_tokens, src_lengths, target, layers: List[List[int
 
 
 @torch.no_grad()
-def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: float = 1.0, foreign=None):
+def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: float = 1.0, foreign=None,
+                   weight=None):
     """The end-of-slot objective by its definition, one sentence and one layer end at a time.
 
     ``layers`` [B, n] by position. After layer l (l = 0 .. the last layer) the context is every token of layers <= l,
@@ -191,8 +192,9 @@ def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: 
     else it misses y[a + 1 .. b - 1], each weighted exp(-|i - (a + b) / 2| / T) (T = 0: the nearest words equally),
     normalised over the gap; ``foreign`` [B, n] bool (optional): words never missing (a gap of foreign words only is
     done). With the slot query stream each slot's query reads the re-encoded context at the offsets of a word
-    inserted in it. Returns (slot_token, slot_done, done logits in the order of
-    :func:`insnet_fairseq.geometry.gaps.gap_targets`) summed over the batch: slot_token = -sum w log p(y_i | e),
+    inserted in it. ``weight`` [B, L, n] (optional): the slot after layer l whose left token is at a counts
+    ``weight[b, l, a]`` times, and not at all where that is 0. Returns (slot_token, slot_done, done logits in the order
+    of :func:`insnet_fairseq.geometry.gaps.gap_targets`) summed over the batch: slot_token = -sum w log p(y_i | e),
     slot_done = the binary cross-entropy of q(done | e).
     """
     decoder, heads = model.decoder, model.decoder.heads
@@ -215,6 +217,9 @@ def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: 
                 h = h[0]
                 ctx = sorted(ordr[: c + 1])
                 for a, z in zip(ctx[:-1], ctx[1:]):
+                    u = 1.0 if weight is None else float(weight[b, l, a])
+                    if u == 0:
+                        continue
                     e = heads.slot_repr(h[ordr.index(a)], h[ordr.index(z)], h[c])
                     q = None
                     if decoder.context.slot_query is not None:  # the query of a word inserted between a and z
@@ -224,7 +229,7 @@ def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: 
                     done = heads.done_logit(e, q)
                     done_logits.append(float(done))
                     missing = [i for i in range(a + 1, z) if foreign is None or not bool(foreign[b, i])]
-                    done_nll += float(F.binary_cross_entropy_with_logits(done, torch.tensor(float(not missing))))
+                    done_nll += u * float(F.binary_cross_entropy_with_logits(done, torch.tensor(float(not missing))))
                     if not missing:
                         continue
                     dist = [abs(i - (a + z) / 2) for i in missing]
@@ -233,7 +238,7 @@ def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: 
                     else:
                         w = [1.0 if d == min(dist) else 0.0 for d in dist]
                     lp = torch.log_softmax(heads.token_logits(e, q), -1)
-                    token_nll -= sum(wi / sum(w) * float(lp[int(target[b, i])]) for wi, i in zip(w, missing))
+                    token_nll -= u * sum(wi / sum(w) * float(lp[int(target[b, i])]) for wi, i in zip(w, missing))
     return token_nll, done_nll, done_logits
 
 

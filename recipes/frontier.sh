@@ -42,6 +42,8 @@
 #              parallel_fixed   --layerization uniform --insertion-order binary: one fixed trajectory per sentence, the
 #                               exact middles (not sampled)
 #              parallel_noskip  --gap-skip 0: every open gap takes a word in every layer
+#              parallel_sampled --gap-slot-rate 0.25: each training pass scores a drawn quarter of the slots,
+#                               weighted 4 (not every slot of every layer end: a quarter of the slot queries)
 #              parallel_onpolicy  --on-policy 0.5: half the training sentences begin with the model's own parallel
 #                               decoding, 1-4 steps (training/on_policy.py)
 #              parallel_linear  no --slot-query-stream: the paper's slot representation, linear in the states beside
@@ -96,13 +98,15 @@ declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--la
   [dinic_decay]="$decay" [dinic_decay_hi]="--lr 1e-3 $decay"  # beside dinic's
   [parallel_hard]="$stream --gap-temperature 0" [parallel_fixed]="$stream --layerization uniform --insertion-order binary"
   [parallel_noskip]="$stream --gap-skip 0" [parallel_onpolicy]="$stream --on-policy 0.5"
+  [parallel_sampled]="$stream --gap-slot-rate 0.25"
   [parallel_linear]="" [parallel_linear_onpolicy]="--on-policy 0.5" [parallel_linear_scratch]="")  # beside $parallel_flags
 declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
   [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder"
   [dinic_decay]="lr decayed" [dinic_decay_hi]="lr 1e-3 decayed"
   [parallel_hard]="hard middles" [parallel_fixed]="fixed trajectories" [parallel_noskip]="no waiting gaps"
-  [parallel_onpolicy]="on-policy" [parallel_linear]="paper's slot representation"
+  [parallel_onpolicy]="on-policy" [parallel_sampled]="a quarter of the slots scored"
+  [parallel_linear]="paper's slot representation"
   [parallel_linear_onpolicy]="paper's slot representation, on-policy"
   [parallel_linear_scratch]="paper's slot representation, from scratch")  # its row
 read -r -a runs <<<"${RUNS:-ar_kd l2r_kd dinic parallel}"

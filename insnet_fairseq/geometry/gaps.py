@@ -8,9 +8,11 @@ context tokens at final positions ``a < b`` misses the words ``y[a + 1 .. b - 1]
   centre, or (with probability ``skip``) none, so that training sees unbalanced gaps and off-centre splits;
 * :func:`gap_targets` lists every slot of every layer end with its target: the missing words of its gap, each
   weighted ``exp(-|i - (a + b) / 2| / T)`` and normalised over the gap (the Insertion Transformer's soft binary-tree
-  targets), or end-of-slot where the gap is empty (``b = a + 1``).
+  targets), or end-of-slot where the gap is empty (``b = a + 1``);
+* :func:`sample_slots` draws which of those slots a training pass scores (``--gap-slot-rate``), each weighted by the
+  inverse of its probability, so that the slot queries' cost falls and the loss stays an unbiased estimate.
 
-Both are pure tensor functions of layers and lengths; they loop over layers (a few per sentence), never over
+All are pure tensor functions of layers and lengths; they loop over layers (a few per sentence), never over
 tokens.
 """
 from dataclasses import dataclass
@@ -102,6 +104,7 @@ class GapTargets:
         centre of its gap; :func:`gap_weights` turns it into the word's target mass).
     context_last [B, L]: the number of tokens in the context after layer l, minus 1 (the step of its global vector in
     the layered encoding order).
+    weight [S] float or None: each slot's weight in the loss (:func:`sample_slots`; None: every slot weighs 1).
     """
 
     row: Tensor
@@ -113,6 +116,7 @@ class GapTargets:
     word: Tensor
     distance: Tensor
     context_last: Tensor
+    weight: Optional[Tensor] = None
 
 
 def gap_weights(distance: Tensor, gap: Tensor, temperature: float) -> Tensor:
@@ -134,11 +138,31 @@ def gap_weights(distance: Tensor, gap: Tensor, temperature: float) -> Tensor:
     return w / torch.zeros(G, device=distance.device).scatter_add(0, gap, w)[gap]
 
 
-def gap_targets(layers: Tensor, lengths: Tensor, foreign: Optional[Tensor] = None) -> GapTargets:
+def sample_slots(layers: Tensor, rate: float, generator: Optional[torch.Generator] = None) -> Tensor:
+    """Which slots of layerings ``layers`` [B, n] one training pass scores: each slot of each layer end, independently,
+    with probability ``rate``, weighted ``1 / rate`` so that the weighted loss is an unbiased estimate of scoring
+    every slot (Horvitz-Thompson). Draws use ``generator`` (on the CPU): equal seeds give equal samples.
+
+    -> weight [B, L, n] float, L = the batch's most layers + 1: at (sentence, layer end, left neighbour's final
+    position) ``1 / rate`` where that slot is drawn, 0 where not (:func:`gap_targets` reads it at slots only).
+
+    Example: rate 0.25 -> every entry 0 or 4, about a quarter of them 4; rate 1 -> every entry 1.
+    """
+    B, n = layers.shape
+    L = int(num_layers(layers).max()) + 1 if B else 1
+    if rate >= 1:
+        return torch.ones(B, L, n, device=layers.device)
+    drawn = torch.rand(B, L, n, generator=generator).to(layers.device) < rate
+    return drawn.float() / rate
+
+
+def gap_targets(layers: Tensor, lengths: Tensor, foreign: Optional[Tensor] = None,
+                weight: Optional[Tensor] = None) -> GapTargets:
     """The end-of-slot objective's slots and targets for layerings ``layers`` [B, n] (by position; ``lengths`` [B]).
     ``foreign`` [B, n] bool (optional): canvas words the reference lacks (on-policy trajectories,
     :mod:`insnet_fairseq.geometry.alignment`): in the context from their layer on, never a missing word, so a slot
-    whose gap holds only foreign words not yet inserted is done.
+    whose gap holds only foreign words not yet inserted is done. ``weight`` [B, L', n] (optional, L' >= L, from
+    :func:`sample_slots`): only the slots of positive weight are listed, with their missing words, and carry it.
 
     For every layer end l = 0 .. m (m: the sentence's last layer; the context after m is the whole sentence, whose
     slots are all done) and every slot of that context: its neighbours, whether its gap is empty, and the words it
@@ -159,6 +183,10 @@ def gap_targets(layers: Tensor, lengths: Tensor, foreign: Optional[Tensor] = Non
     left, right = context_neighbours(in_ctx)  # [B, L, n]
     pos = torch.arange(n, device=device).view(1, 1, n)
     is_slot = in_ctx & (pos < (lengths - 1).view(B, 1, 1))  # every context token but </s> opens a slot
+    slot_weight = None
+    if weight is not None:
+        slot_weight = weight[:, :L]
+        is_slot = is_slot & slot_weight.gt(0)
     slot_right = torch.cat([right[..., 1:], torch.full_like(right[..., :1], n)], -1)  # next context token right
     index = is_slot.flatten().long().cumsum(0).sub(1).view(B, L, n)  # slot number of (b, l, a)
     row, end, left_pos = is_slot.nonzero(as_tuple=True)
@@ -167,6 +195,9 @@ def gap_targets(layers: Tensor, lengths: Tensor, foreign: Optional[Tensor] = Non
         missing = missing & ~foreign.unsqueeze(1)
     p_row, p_end, p_word = missing.nonzero(as_tuple=True)
     p_left, p_right = left[p_row, p_end, p_word], right[p_row, p_end, p_word]
+    if weight is not None:  # the missing words of the drawn slots only
+        drawn = is_slot[p_row, p_end, p_left]
+        p_row, p_end, p_word, p_left, p_right = (x[drawn] for x in (p_row, p_end, p_word, p_left, p_right))
     slot = index[p_row, p_end, p_left]
     right_pos = slot_right[row, end, left_pos]
     done = torch.ones_like(row, dtype=torch.bool).index_fill(0, slot, False)  # no word missing
@@ -174,4 +205,5 @@ def gap_targets(layers: Tensor, lengths: Tensor, foreign: Optional[Tensor] = Non
         row=row, end=end, left=left_pos, right=right_pos, done=done,
         slot=slot, word=p_word, distance=(p_word.float() - (p_left + p_right).float() / 2).abs(),
         context_last=in_ctx.sum(2) - 1,
+        weight=None if slot_weight is None else slot_weight[row, end, left_pos],
     )

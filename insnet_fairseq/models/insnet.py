@@ -207,8 +207,8 @@ class InsNetDecoder(FairseqDecoder):
             out["states"] = (h, kv, rank, tokens, lengths, source_kv, source_pad)
         return out
 
-    def forward_gaps(self, target: Tensor, layers: Tensor, encoder_out: Dict,
-                     foreign: Optional[Tensor] = None) -> Dict[str, Dict[str, Tensor]]:
+    def forward_gaps(self, target: Tensor, layers: Tensor, encoder_out: Dict, foreign: Optional[Tensor] = None,
+                     slot_weight: Optional[Tensor] = None) -> Dict[str, Dict[str, Tensor]]:
         """One pass over whole layered trajectories, scored by the end-of-slot objective (``--slot-objective gap``).
 
         Args:
@@ -217,6 +217,8 @@ class InsNetDecoder(FairseqDecoder):
                 (:func:`~insnet_fairseq.geometry.layers.encoding_order`) is the pass's insertion order.
             foreign: [B, n] bool or None: words of a decoded canvas the reference lacks (``--on-policy``), never
                 missing from a gap and not counted as target words.
+            slot_weight: [B, L, n] or None: the slots to score and their weights
+                (:func:`~insnet_fairseq.geometry.gaps.sample_slots`, ``--gap-slot-rate``); None: every slot, weight 1.
 
         After every layer l the context holds the tokens of layers <= l, a prefix of that order, so each of its
         slots is scored from states of this one pass: ``e = LN(concat(f_l(h_left), f_r(h_right)) + h_g)``, h_g the
@@ -225,11 +227,12 @@ class InsNetDecoder(FairseqDecoder):
             done_logits [S], done [S] bool (the end-of-slot target);
             token_logits [S_open, V] (the slots that miss words only: no vocabulary product at a done slot);
             pair_slot [P] (row of token_logits), pair_target [P] (the word), distance [P] (its distance to its gap's
-            centre: :func:`~insnet_fairseq.geometry.gaps.gap_weights`); words: the batch's target words (0-dim).
+            centre: :func:`~insnet_fairseq.geometry.gaps.gap_weights`); slot_weight [S] or None; words: the batch's
+            target words (0-dim).
         """
         order = encoding_order(layers)
         h, kv, rank, _, lengths, source_kv, source_pad = self.encode_trajectory(target, order, encoder_out)
-        t = gap_targets(layers, lengths, foreign)
+        t = gap_targets(layers, lengths, foreign, slot_weight)
         step_of = order.argsort(1)  # [B, n] final position -> step
         glob = t.context_last[t.row, t.end]  # [S] the step of each slot's global vector
         left_step = step_of[t.row, t.left]
@@ -243,7 +246,7 @@ class InsNetDecoder(FairseqDecoder):
             "done_logits": self.heads.done_logit(e, z), "done": t.done,
             "token_logits": self.heads.token_logits(e[open_slots], None if z is None else z[open_slots]),
             "pair_slot": open_row[t.slot], "pair_target": target[t.row[t.slot], t.word],
-            "distance": t.distance,
+            "distance": t.distance, "slot_weight": t.weight,
             "words": (lengths - 2 - (0 if foreign is None else foreign.sum(1))).clamp_min(0).sum(),
         }}
 
@@ -366,16 +369,16 @@ class InsNetModel(FairseqEncoderDecoderModel):
         return cls(args, encoder, decoder)
 
     def forward(self, src_tokens, src_lengths, target, order, context=None, return_states=False, layers=None,
-                foreign=None, **kwargs):
+                foreign=None, slot_weight=None, **kwargs):
         """Named loss terms of whole trajectories in one pass (:meth:`InsNetDecoder.forward`); a model trained with
         ``--slot-objective gap`` scores the layering ``layers`` [B, n] (None: ``order`` one word a layer) by its
         slots' gap targets (:meth:`InsNetDecoder.forward_gaps`; ``foreign``: an on-policy canvas's words the
-        reference lacks)."""
+        reference lacks; ``slot_weight``: the slots drawn by ``--gap-slot-rate``)."""
         encoder_out = self.encoder(src_tokens, src_lengths=src_lengths)
         if getattr(self.decoder.heads, "objective", "position") == "gap":
             if layers is None:
                 layers = sequential_layers(order, target.ne(self.decoder.padding_idx).sum(1))
-            return self.decoder.forward_gaps(target, layers, encoder_out, foreign)
+            return self.decoder.forward_gaps(target, layers, encoder_out, foreign, slot_weight)
         if return_states:  # InsNetDecoder only (InDIGO trains sequentially, without --dinic-lagged)
             return self.decoder(target, order, encoder_out, context, return_states=True)
         return self.decoder(target, order, encoder_out, context)

@@ -28,7 +28,7 @@ from insnet_fairseq.decoding.options import DecodingFlags, DecodingOptions, chec
 from insnet_fairseq.decoding.step import InsertionSteps
 from insnet_fairseq.errors import DataError, FlagError
 from insnet_fairseq.fairseq_fixes.interactive import running as interactive_running
-from insnet_fairseq.geometry.gaps import sample_layers
+from insnet_fairseq.geometry.gaps import sample_layers, sample_slots
 from insnet_fairseq.geometry.layers import (PAD_LAYER, compact, delay_last_words, num_layers, sequential_layers,
                                             trajectory, uniform_layers)
 from insnet_fairseq.geometry.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES,
@@ -88,6 +88,12 @@ class InsertionConfig(TranslationConfig, DecodingFlags):
     gap_skip: float = field(
         default=0.1, metadata={"help": "--layerization sampled: the probability that an open gap takes no word in a "
                                "layer, so that training sees gaps that lag behind the others"},
+    )
+    gap_slot_rate: float = field(
+        default=1.0, metadata={"help": "--slot-objective gap: the probability that a training pass scores a slot of "
+                               "a layer end, each scored slot weighted by 1 / RATE (an unbiased estimate of scoring "
+                               "every slot), so that the slot query stream's cost falls with RATE; validation scores "
+                               "every slot (1: every slot)"},
     )
     on_policy: float = field(
         default=0.0, metadata={"help": "--layerization sampled, --slot-objective gap: the probability that a training "
@@ -195,6 +201,11 @@ class InsertionTask(CheckedCheckpoints, TranslationTask):
             raise ValueError(f"--trajectory-spread must be >= 0, got {cfg.trajectory_spread}")
         if not 0.0 <= cfg.gap_skip < 1.0:
             raise ValueError(f"--gap-skip must be in [0, 1), got {cfg.gap_skip}")
+        if not 0.0 < cfg.gap_slot_rate <= 1.0:
+            raise ValueError(f"--gap-slot-rate must be in (0, 1], got {cfg.gap_slot_rate}")
+        if cfg.gap_slot_rate < 1 and mode == "sequential":
+            raise ValueError("--gap-slot-rate samples the slots of layered trajectories: give it with --layerization "
+                             "sampled, uniform or dinic (and --slot-objective gap)")
         if not 0.0 <= cfg.on_policy <= 1.0:
             raise ValueError(f"--on-policy must be in [0, 1], got {cfg.on_policy}")
         if cfg.on_policy > 0 and mode != "sampled":
@@ -318,8 +329,14 @@ class InsertionTask(CheckedCheckpoints, TranslationTask):
             if lagged is not None:  # the trajectory encoded: --dinic-lagged promotes the stored one from its states
                 sample["encoded_layers"] = layers
         net_input["order"], net_input["context"] = trajectory(layers)
-        if getattr(getattr(getattr(model, "decoder", None), "heads", None), "objective", None) == "gap":
+        if is_gap_model(getattr(model, "decoder", None)):
             net_input["layers"] = layers  # --slot-objective gap scores the layering's slots itself
+            if self.cfg.gap_slot_rate < 1 and update_num is not None:  # training batches: a sample of the slots
+                g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + int(update_num) + 2)
+                net_input["slot_weight"] = sample_slots(layers, self.cfg.gap_slot_rate, g)
+        elif self.cfg.gap_slot_rate < 1:
+            raise ValueError("--gap-slot-rate samples the end-of-slot objective's slots: train it with "
+                             "--slot-objective gap")
         sample["layers"] = num_layers(layers)
         return lagged
 

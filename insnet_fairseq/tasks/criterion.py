@@ -64,16 +64,23 @@ def repeat_unlikelihood(logits, target, neighbours):
 def gap_losses(gap, label_smoothing: float = 0.0, temperature: float = 1.0):
     """Summed terms of the end-of-slot objective: {"slot_token": (loss, nll), "slot_done": (nll, nll)} from
     :meth:`~insnet_fairseq.models.insnet.InsNetDecoder.forward_gaps`' ``gap`` terms. Smoothing mixes each open
-    slot's soft target with the uniform distribution: (1 - eps) x nll + eps x mean_v(-log p_v).
+    slot's soft target with the uniform distribution: (1 - eps) x nll + eps x mean_v(-log p_v). A slot's terms are
+    multiplied by its ``slot_weight`` (``--gap-slot-rate``: 1 / rate at each drawn slot), where there is one.
 
     Example: one open slot of uniform logits over V = 4 words, missing two words at distances 0.5 and 0.5: weights
     0.5 each, slot_token = log 4; a done logit 0 on a done slot adds log 2 to slot_done.
     """
     lprobs = F.log_softmax(gap["token_logits"].float(), dim=-1)  # [S_open, V]
     weight = gap_weights(gap["distance"], gap["pair_slot"], temperature)  # [P]
+    slot_weight = gap.get("slot_weight")  # [S] or None
+    open_weight = None if slot_weight is None else slot_weight[~gap["done"]]  # [S_open]
+    if open_weight is not None:
+        weight = weight * open_weight[gap["pair_slot"]]
     nll = -(weight * lprobs[gap["pair_slot"], gap["pair_target"]]).sum()
-    loss = nll if label_smoothing == 0 else (1 - label_smoothing) * nll - label_smoothing * lprobs.mean(-1).sum()
-    done = F.binary_cross_entropy_with_logits(gap["done_logits"].float(), gap["done"].float(), reduction="sum")
+    uniform = lprobs.mean(-1) if open_weight is None else lprobs.mean(-1) * open_weight
+    loss = nll if label_smoothing == 0 else (1 - label_smoothing) * nll - label_smoothing * uniform.sum()
+    done = F.binary_cross_entropy_with_logits(gap["done_logits"].float(), gap["done"].float(), weight=slot_weight,
+                                              reduction="sum")
     return {"slot_token": (loss, nll), "slot_done": (done, done)}
 
 

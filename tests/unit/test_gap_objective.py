@@ -2,7 +2,8 @@
 
 * every sampled trajectory is a valid layering, and equal seeds give equal trajectories;
 * the gap targets equal a naive listing of every layer end's gaps and missing words;
-* the one-pass loss equals re-encoding every layer end's context from scratch (reference.naive_gap_loss);
+* the one-pass loss equals re-encoding every layer end's context from scratch (reference.naive_gap_loss), every
+  slot scored or a drawn sample of them weighted (--gap-slot-rate);
 * decoding along a gold layering gives the one pass's per-slot probabilities;
 * a model whose every slot says end-of-slot stops after one pass;
 * cached equals uncached, and batch 1 equals batch 64, with done slots shut and re-scored;
@@ -19,7 +20,7 @@ from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.state import HOLE
 from insnet_fairseq.decoding.step import InsertionSteps
-from insnet_fairseq.geometry.gaps import gap_targets, gap_weights, sample_layers
+from insnet_fairseq.geometry.gaps import gap_targets, gap_weights, sample_layers, sample_slots
 from insnet_fairseq.geometry.layers import PAD_LAYER, uniform_layers
 from insnet_fairseq.reference import naive_gap_loss
 from insnet_fairseq.tasks.criterion import gap_losses
@@ -130,6 +131,68 @@ def test_one_pass_gap_loss_equals_reencoding_every_layer_end(temperature, pre_no
     assert float(terms["slot_token"][0]) == pytest.approx(token, rel=1e-5)
     assert float(terms["slot_done"][0]) == pytest.approx(done, rel=1e-5)
     assert int(out["words"]) == sum(L - 2 for L in lengths)
+
+
+def test_sampled_slots_are_seeded_and_weighted_by_the_inverse_rate():
+    layers = sample_layers(random_lengths(4, B=40), 25, torch.Generator().manual_seed(0), 1.0, 0.1)
+    draws = [sample_slots(layers, 0.25, torch.Generator().manual_seed(s)) for s in (5, 5, 6)]
+    assert draws[0].shape == (40, int(layers.masked_fill(layers == PAD_LAYER, 0).max()) + 1, 25)
+    assert torch.equal(draws[0], draws[1]) and not torch.equal(draws[0], draws[2])
+    assert set(draws[0].unique().tolist()) == {0.0, 4.0}
+    assert 0.2 < float(draws[0].gt(0).float().mean()) < 0.3  # a fixed draw of 40 x L x 25
+    assert bool(sample_slots(layers, 1.0).eq(1).all())
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_gap_targets_of_sampled_slots_are_the_drawn_subset_of_every_slot(seed):
+    """Weighted targets list exactly the slots of positive weight, in the same order, with the same neighbours and
+    done flags and all of their missing words, each slot carrying its weight."""
+    lengths = random_lengths(seed)
+    layers = sample_layers(lengths, int(lengths.max()) + 3, torch.Generator().manual_seed(seed), 1.0, 0.2)
+    weight = sample_slots(layers, 0.4, torch.Generator().manual_seed(seed + 10))
+    full, part = gap_targets(layers, lengths), gap_targets(layers, lengths, weight=weight)
+    w = weight[full.row, full.end, full.left]
+    kept = w.gt(0)
+    assert 0 < int(kept.sum()) < len(kept)
+    for name in ("row", "end", "left", "right", "done"):
+        assert torch.equal(getattr(part, name), getattr(full, name)[kept]), name
+    torch.testing.assert_close(part.weight, w[kept])
+    new_index = kept.long().cumsum(0) - 1  # a full slot's index among the kept ones
+    on = kept[full.slot]
+    assert sorted(zip(part.slot.tolist(), part.word.tolist(), part.distance.tolist())) == sorted(
+        zip(new_index[full.slot[on]].tolist(), full.word[on].tolist(), full.distance[on].tolist()))
+
+
+@pytest.mark.parametrize("stream,smoothing", [(False, 0.0), (True, 0.0), (True, 0.1)])
+def test_one_pass_loss_of_sampled_slots_equals_reencoding_the_drawn_slots(stream, smoothing):
+    """--gap-slot-rate: the one pass scores the drawn slots only, each weighted 1 / rate, as re-encoding every layer
+    end and scoring those slots does; with every slot drawn at weight 1 it is the full loss; smoothing's uniform term
+    carries the weights too."""
+    model, d = build_tiny_model(seed=1, slot_objective="gap", slot_query_stream=stream)
+    lengths = [9, 3, 12, 6, 2]
+    src, src_lengths, target = random_batch(d, lengths, seed=2)
+    layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(3), 1.0, 0.2)
+    weight = sample_slots(layers, 0.5, torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        out = model(src, src_lengths, target, None, layers=layers, slot_weight=weight)["gap"]
+        terms = gap_losses(out, 0.0, 1.0)
+        ones = gap_losses(model(src, src_lengths, target, None, layers=layers,
+                                slot_weight=torch.ones_like(weight))["gap"], smoothing, 1.0)
+        every = model(src, src_lengths, target, None, layers=layers)["gap"]
+        full = gap_losses(every, smoothing, 1.0)
+        if smoothing:  # the uniform term of the drawn slots, weighted: the smoothed loss's other part
+            open_w = out["slot_weight"][~out["done"]]
+            lprobs = torch.log_softmax(out["token_logits"], -1)
+            smoothed = gap_losses(out, smoothing, 1.0)["slot_token"][0]
+            expected = (1 - smoothing) * terms["slot_token"][0] - smoothing * (lprobs.mean(-1) * open_w).sum()
+            torch.testing.assert_close(smoothed, expected)
+    token, done, done_logits = naive_gap_loss(model, src, src_lengths, target, layers, 1.0, weight=weight)
+    torch.testing.assert_close(out["done_logits"], torch.tensor(done_logits), atol=ATOL, rtol=0)
+    assert float(terms["slot_token"][0]) == pytest.approx(token, rel=1e-5)
+    assert float(terms["slot_done"][0]) == pytest.approx(done, rel=1e-5)
+    assert 0 < out["done"].numel() < every["done"].numel()  # a sample, not every slot
+    for name in ("slot_token", "slot_done"):
+        torch.testing.assert_close(ones[name][0], full[name][0])
 
 
 def test_a_sequential_layering_is_the_default_trajectory():
