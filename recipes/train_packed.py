@@ -62,7 +62,10 @@ def finished_updates(argv: List[str]) -> Optional[int]:
         return None
     from insnet_fairseq import checkpoint_safety
 
-    history = checkpoint_safety.load(path).get("optimizer_history") or [{}]
+    try:
+        history = checkpoint_safety.load(path).get("optimizer_history") or [{}]
+    except Exception:  # unreadable here: fairseq-train loads it next and says why
+        return None
     updates = int(history[-1].get("num_updates", 0))
     return updates if updates >= max_update else None
 
