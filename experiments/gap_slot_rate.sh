@@ -9,21 +9,24 @@
 #   rateR          the same with --gap-slot-rate RATE;
 #   rateR_fromE    (with EARLY=E) --gap-slot-rate RATE from the same l2r run's update E, for BASE + UPDATES - E
 #                  updates: more of the budget on the parallel objective.
-# The runs train at once, one thread each. Each is decoded on valid with --insertion-mode parallel and nothing else
-# (end-of-slot 0.5, the default) and scored by benchmarks/frontier.py against `every`: sacreBLEU, the 95%
-# paired-bootstrap interval, passes per token, ms at batch 1 and 64.
+# The runs train at once, one thread each. Each run's last checkpoint is decoded on valid with --insertion-mode
+# parallel and nothing else (end-of-slot 0.5, the default) and scored by benchmarks/frontier.py against `every`:
+# sacreBLEU, the 95% paired-bootstrap interval, passes per token, ms at batch 1 and 64.
 #
 #   bash experiments/gap_slot_rate.sh [train|score]...   (default: both; train resumes unfinished runs)
 #
 # Environment: RATE (0.25), BASE (667), UPDATES (333), EARLY (none; < BASE, a multiple of 250 for the copy of the l2r
-# run's checkpoint there), CK (checkpoints/gap_slot_rate), OUT (CK/valid), MULTI30K_DIR, SCORE_ARGS (more
-# benchmarks/frontier.py flags, e.g. --score-only: BLEU, interval and passes without the timing).
+# run's checkpoint there), AT (none; a multiple of 250 below UPDATES: every's and rateR's checkpoints of that update
+# are scored too, every's as the baseline), CK
+# (checkpoints/gap_slot_rate), OUT (CK/valid), MULTI30K_DIR, SCORE_ARGS (more benchmarks/frontier.py flags, e.g.
+# --score-only: BLEU, interval and passes without the timing).
 # Wall time of each run: logs/gap_slot_rate/*.log ("done training in ... seconds").
 set -euo pipefail
 rate=${RATE:-0.25}
 base=${BASE:-667}
 updates=${UPDATES:-333}
 early=${EARLY:-}
+at=${AT:-}
 ck=${CK:-checkpoints/gap_slot_rate}
 out=${OUT:-$ck/valid}
 data=data-bin/multi30k_en_de
@@ -60,19 +63,27 @@ train() {
   for pid in "${pids[@]}"; do wait "$pid"; done
 }
 
+row() {  # row NAME CHECKPOINT: one system of the systems file, named with the updates its checkpoint trained
+  local steps
+  steps=$(python -c "import sys; from insnet_fairseq import checkpoint_safety as c
+print(c.load(sys.argv[1])['optimizer_history'][-1]['num_updates'])" "$2")
+  grep -q "^$1, $steps updates"$'\t' "$ck/systems.tsv" && return  # (AT: the run's last checkpoint is that one)
+  printf '%s, %s updates\t%s\t--task insertion_translation --insertion-mode parallel\n' "$1" "$steps" "$2" \
+    >>"$ck/systems.tsv"
+}
+
 score() {
   : >"$ck/systems.tsv"
-  for run in "${runs[@]}"; do
-    case $run in
-      every) name="InsNet parallel, every slot" ;;
-      rate$rate) name="InsNet parallel, slot rate $rate" ;;
-      *) name="InsNet parallel, slot rate $rate, from l2r update $early" ;;
-    esac
-    printf '%s\t%s\t--task insertion_translation --insertion-mode parallel\n' "$name" \
-      "$ck/$run/checkpoint_last.pt" >>"$ck/systems.tsv"
-  done
+  if [ -n "$at" ]; then  # every and rateR at their checkpoints of update AT first: every's is the baseline
+    row "InsNet parallel, every slot" "$(ls "$ck"/every/checkpoint_*_"$at".pt)"
+    row "InsNet parallel, slot rate $rate" "$(ls "$ck/rate$rate"/checkpoint_*_"$at".pt)"
+  fi
+  row "InsNet parallel, every slot" "$ck/every/checkpoint_last.pt"
+  row "InsNet parallel, slot rate $rate" "$ck/rate$rate/checkpoint_last.pt"
+  [ -z "$early" ] || row "InsNet parallel, slot rate $rate from l2r update $early" \
+    "$ck/rate${rate}_from$early/checkpoint_last.pt"
   python benchmarks/frontier.py --data "$data" --systems "$ck/systems.tsv" --subset valid --raw-ref "$raw/valid.de" \
-    --baseline "InsNet parallel, every slot" --threads 1 --out "$out" ${SCORE_ARGS:-}
+    --baseline "$(head -1 "$ck/systems.tsv" | cut -f1)" --threads 1 --out "$out" ${SCORE_ARGS:-}
 }
 
 stages=("$@")
