@@ -189,9 +189,12 @@ class FakeTask(InsertionTranslationTask):
 
 def tiny_args(**overrides):
     """The tiny model's args; ``slot_query_stream="untied"`` stands for the slot query stream with its own layers
-    (``--slot-query-stream --untied-slot-queries``), so that a test parametrized over the stream covers both."""
+    (``--slot-query-stream --untied-slot-queries``) and ``"last1"`` for the stream through the last layer only
+    (``--slot-query-stream --slot-query-layers 1``), so that a test parametrized over the stream covers each."""
     if overrides.get("slot_query_stream") == "untied":
         overrides.update(slot_query_stream=True, untied_slot_queries=True)
+    if overrides.get("slot_query_stream") == "last1":
+        overrides.update(slot_query_stream=True, slot_query_layers=1)
     args = argparse.Namespace(
         encoder_layers=2, decoder_layers=2, encoder_embed_dim=32, encoder_ffn_embed_dim=64,
         encoder_attention_heads=4, decoder_attention_heads=4, dropout=0.0, attention_dropout=0.0,

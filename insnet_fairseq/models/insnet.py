@@ -309,6 +309,12 @@ class InsNetModel(FairseqEncoderDecoderModel):
             "them starts them as copies of the tokens' layers",
         )
         parser.add_argument(
+            "--slot-query-layers", type=int, metavar="K",
+            help="with --slot-query-stream: each slot query starts at the decoder's last K layers and reads the "
+            "tokens' keys and values there only, so a query costs K layers instead of all of them (default 0: "
+            "every layer)",
+        )
+        parser.add_argument(
             "--slot-objective", choices=["position", "gap"],
             help="what the slots learn: position (the paper: each step's word, its slot among the step's slots and "
             "q(stop)) or gap (every slot of every layer end: the words still missing in its gap, softly weighted "
@@ -335,6 +341,14 @@ class InsNetModel(FairseqEncoderDecoderModel):
     def check_ablation_flags(args):
         if getattr(args, "untied_slot_queries", False) and not args.slot_query_stream:
             raise ValueError("--untied-slot-queries needs --slot-query-stream (the stream whose layers it unties)")
+        k = args.slot_query_layers
+        if k and not args.slot_query_stream:
+            raise ValueError("--slot-query-layers needs --slot-query-stream (the stream whose layers it sets)")
+        if not 0 <= k <= args.decoder_layers:
+            raise ValueError(f"--slot-query-layers must be in [0, --decoder-layers ({args.decoder_layers})] "
+                             f"(0: every layer), got {k}")
+        if 0 < k < args.decoder_layers and args.untied_slot_queries:
+            raise ValueError("--slot-query-layers below --decoder-layers and --untied-slot-queries: choose one")
         if args.offset_clip < 0:
             raise ValueError(f"--offset-clip must be >= 0 (0: no clipping; 1: InsNet-truncated), got {args.offset_clip}")
 
@@ -465,6 +479,7 @@ def insnet_base_architecture(args):
     args.offset_embedding = getattr(args, "offset_embedding", None) or "sinusoidal"
     args.slot_query_stream = getattr(args, "slot_query_stream", False)
     args.untied_slot_queries = getattr(args, "untied_slot_queries", False)
+    args.slot_query_layers = getattr(args, "slot_query_layers", None) or 0
     args.offset_clip = getattr(args, "offset_clip", None) or 0
     args.slot_objective = getattr(args, "slot_objective", None) or "position"
     args.no_global_slot = getattr(args, "no_global_slot", False)

@@ -173,6 +173,9 @@ class InsNetContextEncoder(nn.Module):
                                      for _ in range(args.decoder_layers)])
         self.layer_norm = nn.LayerNorm(d) if args.decoder_normalize_before else None
         self.slot_query = None  # --slot-query-stream: the learned start of every slot query
+        # --slot-query-layers K: the queries start at layer query_from = L - K (0: every layer)
+        k = int(getattr(args, "slot_query_layers", 0) or 0)
+        self.query_from = args.decoder_layers - k if k else 0
         self.query_layers = None  # --untied-slot-queries: the query stream's own layers (else it runs self.layers)
         if getattr(args, "slot_query_stream", False):
             self.slot_query = nn.Parameter(torch.randn(d) * d ** -0.5)
@@ -252,12 +255,22 @@ class InsNetContextEncoder(nn.Module):
         Q = q_offsets.size(1)
         x = self.embed_scale * self.embed_tokens(tokens)  # [B, T, D]
         q = (self.embed_scale * self.slot_query).expand(B, Q, -1)  # [B, Q, D]
-        xq = dropout(torch.cat([x, q], 1), self.dropout, self.training)  # [B, T + Q, D]: both streams, one pass
         offsets = self.clip(torch.cat([offsets, q_offsets], 1))  # [B, T + Q, S]
         mask = torch.cat([attn_mask.expand(B, T, -1), q_mask], 1)  # [B, T + Q, S]
         index = self.offset_index(offsets, mask, B)
         new_past = []
-        for i, layer in enumerate(self.layers):
+        if self.query_from:  # --slot-query-layers: the layers below the queries' run the tokens alone
+            x = dropout(x, self.dropout, self.training)
+            for i, layer in enumerate(self.layers[: self.query_from]):
+                x, kv = layer(x, offsets[:, :T], self.offset_embed, mask[:, :T], source_kv[i], source_padding_mask,
+                              None if past is None else past[i], False, None if index is None else index.rows(0, T))
+                new_past.append(kv)
+            q = dropout(q, self.dropout, self.training)
+            xq = torch.cat([x, q], 1)
+        else:
+            xq = dropout(torch.cat([x, q], 1), self.dropout, self.training)  # [B, T + Q, D]: both streams, one pass
+        for i in range(self.query_from, len(self.layers)):
+            layer = self.layers[i]
             xq, kv = layer.forward_with_queries(xq, T, offsets, self.offset_embed, mask, source_kv[i],
                                                 source_padding_mask, None if past is None else past[i],
                                                 None if self.query_layers is None else self.query_layers[i], index)
@@ -291,7 +304,7 @@ class InsNetContextEncoder(nn.Module):
         x = (self.embed_scale * self.slot_query).expand(B, Q, -1)
         x = dropout(x, self.dropout, self.training)
         index = self.offset_index(offsets, attn_mask, B)
-        for i in range(len(self.layers)):
+        for i in range(self.query_from, len(self.layers)):  # --slot-query-layers K: the last K layers only
             x = self.query_layer(i).query(x, kv[i], offsets, self.offset_embed, attn_mask, source_kv[i],
                                           source_padding_mask, index)
         if self.layer_norm is not None:

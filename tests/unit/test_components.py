@@ -275,3 +275,36 @@ def test_joint_attention_equals_the_tokens_call_then_the_queries_call():
     torch.testing.assert_close(oracle, out, atol=1e-5, rtol=1e-5)
     for a, b in zip(kv, kv_ref):
         torch.testing.assert_close(a, b)
+
+
+def test_slot_queries_through_the_last_layer_read_that_layer_only():
+    """--slot-query-layers 1: the learned start goes through the last layer's query alone, reading that layer's
+    keys/values of the tokens (and the final LayerNorm); the full stream differs. Refused: without the stream, more
+    layers than the decoder has, and with --untied-slot-queries."""
+    from conftest import build_tiny_model, random_batch, tiny_args
+    from insnet_fairseq.models.insnet import InsNetModel
+
+    full, d = build_tiny_model(seed=3, slot_query_stream=True, decoder_normalize_before=True)
+    last, _ = build_tiny_model(seed=3, slot_query_stream="last1", decoder_normalize_before=True)
+    last.load_state_dict(full.state_dict())
+    ctx = last.decoder.context
+    assert ctx.query_from == 1 and full.decoder.context.query_from == 0
+    src, src_lengths, target = random_batch(d, [6], seed=1)
+    S = target.size(1)
+    with torch.no_grad():
+        source_kv, pad = last.decoder.encode_source(last.forward_encoder(src, src_lengths))
+        offsets = (torch.arange(S).unsqueeze(0) - torch.arange(S).unsqueeze(1)).unsqueeze(0)  # left to right
+        _, kv = ctx(target, offsets, causal_mask(S, target.device), source_kv, pad)
+        q_off = torch.tensor([[[-1, 1] + [2 + j for j in range(S - 2)], [-2, -1] + [1 + j for j in range(S - 2)]]])
+        q_mask = torch.zeros(1, 2, S, dtype=torch.bool)
+        z = ctx.query_stream(q_off, q_mask, kv, source_kv, pad)
+        start = (ctx.embed_scale * ctx.slot_query).expand(1, 2, -1)
+        by_hand = ctx.layer_norm(ctx.layers[1].query(start, kv[1], q_off, ctx.offset_embed, q_mask, source_kv[1], pad))
+        torch.testing.assert_close(z, by_hand, atol=1e-6, rtol=0)
+        assert not torch.allclose(z, full.decoder.context.query_stream(q_off, q_mask, kv, source_kv, pad), atol=1e-3)
+    task = type("T", (), {"source_dictionary": d, "target_dictionary": d, "insertion_task": "translation"})()
+    for flags, message in [(dict(slot_query_layers=1), "--slot-query-layers needs --slot-query-stream"),
+                           (dict(slot_query_stream=True, slot_query_layers=3), r"in \[0, --decoder-layers \(2\)\]"),
+                           (dict(slot_query_stream="untied", slot_query_layers=1), "choose one")]:
+        with pytest.raises(ValueError, match=message):
+            InsNetModel.build_model(tiny_args(**flags), task)

@@ -115,7 +115,8 @@ def test_gap_targets_equal_a_naive_listing(seed):
 
 @pytest.mark.parametrize("temperature,pre_norm,stream", [(1.0, True, False), (0.0, True, False), (3.0, True, False),
                                                           (1.0, False, False), (0.0, False, False), (3.0, False, False),
-                                                          (1.0, True, True), (0.0, False, True)])
+                                                          (1.0, True, True), (0.0, False, True),
+                                                          (1.0, True, "last1")])
 def test_one_pass_gap_loss_equals_reencoding_every_layer_end(temperature, pre_norm, stream):
     """With the slot query stream too: every slot's query against one re-encoded from its context."""
     model, d = build_tiny_model(seed=1, slot_objective="gap", decoder_normalize_before=pre_norm,
@@ -163,7 +164,7 @@ def test_gap_targets_of_sampled_slots_are_the_drawn_subset_of_every_slot(seed):
         zip(new_index[full.slot[on]].tolist(), full.word[on].tolist(), full.distance[on].tolist()))
 
 
-@pytest.mark.parametrize("stream,smoothing", [(False, 0.0), (True, 0.0), (True, 0.1)])
+@pytest.mark.parametrize("stream,smoothing", [(False, 0.0), (True, 0.0), (True, 0.1), ("last1", 0.0)])
 def test_one_pass_loss_of_sampled_slots_equals_reencoding_the_drawn_slots(stream, smoothing):
     """--gap-slot-rate: the one pass scores the drawn slots only, each weighted 1 / rate, as re-encoding every layer
     end and scoring those slots does; with every slot drawn at weight 1 it is the full loss; smoothing's uniform term
@@ -211,7 +212,9 @@ def test_a_sequential_layering_is_the_default_trajectory():
 
 
 @pytest.mark.parametrize("use_cache,stream,fused", [(True, False, False), (False, False, False),
-                                                     (True, True, False), (False, True, False), (True, True, True)])
+                                                     (True, True, False), (False, True, False), (True, True, True),
+                                                     (True, "last1", False), (False, "last1", False),
+                                                     (True, "last1", True)])
 def test_decoding_along_a_gold_layering_gives_the_one_pass_probabilities(use_cache, stream, fused):
     """The generator's states along a gold layering (each layer's words inserted into their slots) score every slot
     as model.forward does: end-of-slot logits of every slot, and the token log-probabilities of every open slot.
@@ -285,7 +288,8 @@ def test_open_slots():
 
 
 @pytest.mark.parametrize("mode,stream,reopen", [("parallel", False, False), ("sequential", False, False),
-                                                ("parallel", True, False), ("parallel", True, True)])
+                                                ("parallel", True, False), ("parallel", True, True),
+                                                ("parallel", "last1", False)])
 def test_cached_uncached_and_batched_outputs_are_identical(mode, stream, reopen):
     model, d = build_tiny_model(seed=6, vocab=30, slot_objective="gap", slot_query_stream=stream)
     model.decoder.heads.done_proj.bias.data.fill_(-1.0)  # a few steps before the slots close

@@ -338,7 +338,7 @@ def test_skip_repeats_leaves_the_repeating_slots_open_unless_nothing_is_left():
     assert kept.chosen.tolist() == [[True, False, True]] and kept.tokens.tolist() == [8, 10]
 
 
-@pytest.mark.parametrize("stream", [True, "untied"])
+@pytest.mark.parametrize("stream", [True, "untied", "last1"])
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
 def test_slot_query_model_cached_uncached_and_batched_agree(mode, stream):
     """--slot-query-stream (its layers the tokens' or its own): the queries read the cache (holes included)
@@ -357,7 +357,7 @@ def test_slot_query_model_cached_uncached_and_batched_agree(mode, stream):
     assert len({tuple(h["tokens"].tolist()) for h in cached}) > 1
 
 
-@pytest.mark.parametrize("stream", [True, "untied"])
+@pytest.mark.parametrize("stream", [True, "untied", "last1"])
 @pytest.mark.parametrize("mode", ["sequential", "parallel"])
 def test_fused_slot_queries_equal_the_separate_query_pass(mode, stream, monkeypatch):
     """--slot-query-stream, cached: a step's pass computes the next step's slot queries (fused) exactly as a

@@ -20,7 +20,7 @@ def one_pass_logprobs(model, src, src_lengths, target, order):
 
 @pytest.mark.parametrize("policy", ["l2r", "r2l", "random", "binary", "anchored"])
 @pytest.mark.parametrize("offset_embedding,slot_query", [("sinusoidal", False), ("learned", False), ("sinusoidal", True),
-                                                       ("sinusoidal", "untied")])
+                                                       ("sinusoidal", "untied"), ("sinusoidal", "last1")])
 def test_one_pass_equals_reencoding_every_prefix(policy, offset_embedding, slot_query):
     model, d = build_tiny_model(seed=1, offset_embedding=offset_embedding, decoder_normalize_before=True,
                                 slot_query_stream=slot_query)
