@@ -9,6 +9,8 @@ of every layer end) (its training has no layering pass, so its first epoch costs
 ``--gap-slot-rates R,...`` adds "InsNet parallel with the slot query stream, slot rate R" for each R: the same model
 scoring a drawn sample of its slots, each with probability R (``--gap-slot-rate R``,
 :func:`~insnet_fairseq.geometry.gaps.sample_slots`), the draw timed with the step.
+``--slot-query-layers K,...`` adds "InsNet parallel with the slot query stream through the last K layers" for each K:
+the same model with every slot's query starting at the decoder's last K layers (``--slot-query-layers K``).
 Both score their offset term as training does on the CPU, by the C++ kernel of the unblocked pairs
 (:mod:`insnet_fairseq.modules.offset_scores`).
 
@@ -84,6 +86,7 @@ L2R_VIEW = "insnet-l2r-view"  # --offset-kernels: InsNet l2r with the skewed vie
 PARALLEL = "insnet-parallel"  # InsNet parallel: the end-of-slot objective on sampled trajectories
 PARALLEL_QUERY = "insnet-parallel-query"  # InsNet parallel with --slot-query-stream: a query at every slot
 SLOT_RATE = "@"  # --gap-slot-rates: PARALLEL_QUERY + "@R" is that model scoring a sample of its slots (rate R)
+QUERY_LAYERS = "/"  # --slot-query-layers: PARALLEL_QUERY + "/K" is that model with queries through the last K layers
 TRAINED = "insnet-parallel-trained"  # --on-policy-checkpoint: InsNet parallel with that checkpoint's weights
 ON_POLICY = "insnet-parallel-on-policy"  # ... the same, with --on-policy P
 AR_FUSED = "ar-fused"  # the AR model with InsNet's token loss (smoothed_nll): the like-with-like baseline
@@ -112,6 +115,8 @@ def build(kind, d, checkpoint=None):
     if kind.startswith(PARALLEL):
         args.slot_objective = "gap"
         args.slot_query_stream = kind.startswith(PARALLEL_QUERY)
+        if QUERY_LAYERS in kind:
+            args.slot_query_layers = int(kind.split(QUERY_LAYERS)[1])
     model = InsNetModel.build_model(args, Task(d))
     if kind in (GATHER, L2R_VIEW):
         for m in model.modules():
@@ -181,7 +186,7 @@ def step_fn(kind, model, batch, d, eps, on_policy=0.0):
         real = tgt.ne(d.pad())  # [B, T]
         return smoothed_nll(out[real], tgt[real], eps)[0]
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
-    if kind in (PARALLEL, PARALLEL_QUERY, TRAINED) or SLOT_RATE in kind:  # the task's defaults: --trajectory-spread 1,
+    if kind in (PARALLEL, PARALLEL_QUERY, TRAINED) or SLOT_RATE in kind or QUERY_LAYERS in kind:  # the task's defaults: --trajectory-spread 1,
         # --gap-skip 0.1, --gap-temperature 1; --gap-slot-rate R for PARALLEL_QUERY@R
         layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0), 1.0, 0.1)
         weight = None
@@ -242,6 +247,9 @@ def main():
     p.add_argument("--gap-slot-rates", default="",
                    help="comma-separated rates R in (0, 1): also time InsNet parallel with the slot query stream "
                         "scoring each slot with probability R (--gap-slot-rate R)")
+    p.add_argument("--slot-query-layers", default="",
+                   help="comma-separated K in [1, 3): also time InsNet parallel with the slot query stream through "
+                        "the decoder's last K layers only (--slot-query-layers K)")
     p.add_argument("--linear-kernels", action="store_true",
                    help="also time AR, AR with InsNet's token loss and both InsNet models on F.linear's products")
     p.add_argument("--flush-denormal", action="store_true",
@@ -256,6 +264,13 @@ def main():
         sys.exit(f"--gap-slot-rates {args.gap_slot_rates!r}: give comma-separated numbers, e.g. 0.25,0.5")
     if any(not 0 < r < 1 for r in rates):
         sys.exit(f"--gap-slot-rates {args.gap_slot_rates}: every rate must be in (0, 1)")
+    try:
+        query_layers = [int(k) for k in args.slot_query_layers.split(",") if k]
+    except ValueError:
+        sys.exit(f"--slot-query-layers {args.slot_query_layers!r}: give comma-separated whole numbers, e.g. 1,2")
+    if any(not 1 <= k < SIZE["decoder_layers"] for k in query_layers):
+        sys.exit(f"--slot-query-layers {args.slot_query_layers}: each K must be in [1, {SIZE['decoder_layers']}) "
+                 f"({SIZE['decoder_layers']}: every layer, timed anyway)")
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
     if args.flush_denormal and not torch.set_flush_denormal(True):
         sys.exit("--flush-denormal: this CPU does not support flushing denormals")
@@ -280,6 +295,7 @@ def main():
         kinds = ("ar", AR_FUSED, "insnet") + (("naive",) if mean_len <= args.naive_max_length else ())
         kinds += (L2R, PARALLEL, PARALLEL_QUERY) + ((NO_OFFSETS,) if args.without_offset_term else ())
         kinds += tuple(f"{PARALLEL_QUERY}{SLOT_RATE}{r:g}" for r in rates)
+        kinds += tuple(f"{PARALLEL_QUERY}{QUERY_LAYERS}{k}" for k in query_layers)
         kinds += (TRAINED, ON_POLICY) if args.on_policy > 0 else ()
         kinds += (GATHER, L2R_VIEW) if args.offset_kernels else ()
         kinds += tuple(k + STOCK for k in ("ar", AR_FUSED, "insnet", L2R)) if args.linear_kernels else ()
@@ -308,7 +324,10 @@ def main():
             f"/InsNet l2r {tps[ON_POLICY] / tps[L2R]:.2f}x" if ON_POLICY in tps else "") + "".join(
             f"  InsNet parallel with the slot query stream, slot rate {r:g}: {tps[k]:.0f} tok/s, "
             f"/InsNet l2r {tps[k] / tps[L2R]:.2f}x, /with every slot {tps[k] / tps[PARALLEL_QUERY]:.2f}x"
-            for r in rates for k in [f"{PARALLEL_QUERY}{SLOT_RATE}{r:g}"])
+            for r in rates for k in [f"{PARALLEL_QUERY}{SLOT_RATE}{r:g}"]) + "".join(
+            f"  InsNet parallel with the slot query stream through the last {n} layers: {tps[k]:.0f} tok/s, "
+            f"/InsNet l2r {tps[k] / tps[L2R]:.2f}x, /through every layer {tps[k] / tps[PARALLEL_QUERY]:.2f}x"
+            for n in query_layers for k in [f"{PARALLEL_QUERY}{QUERY_LAYERS}{n}"])
         print(f"{setting:9s} mean target len {mean_len:5.1f}: AR {tps['ar']:7.0f} tok/s  InsNet {tps['insnet']:7.0f} tok/s  "
               f"{naive}InsNet/AR {tps['insnet'] / tps['ar']:.2f}x" +
               (f"  InsNet/naive {tps['insnet'] / tps['naive']:.1f}x" if "naive" in tps else "") + plain, flush=True)
