@@ -7,6 +7,7 @@
 #   rateR_fromE    the same from the l2r run's update E (< BASE, a multiple of 250: the copy of its checkpoint there),
 #                  for BASE + UPDATES - E updates: more of the budget on the parallel objective;
 #   queryK         --slot-query-layers K: slot queries through the decoder's last K layers only;
+#   last           --last-word-head: a head that says a slot misses one word only (decoded at --last-word 0.5);
 #   lrX            a fixed lr X instead of 5e-4.
 # The runs train at once, one thread each. Each run's last checkpoint is decoded on valid with --insertion-mode
 # parallel and nothing else (end-of-slot 0.5, the default) and scored by benchmarks/frontier.py against `every`:
@@ -44,8 +45,9 @@ parse() {
       STEPS=$((base + updates - FROM)); NAME="slot rate ${FLAGS[1]} from l2r update $FROM" ;;
     rate*) FLAGS=(--gap-slot-rate "${1#rate}"); NAME="slot rate ${1#rate}" ;;
     query*) FLAGS=(--slot-query-layers "${1#query}"); NAME="slot queries through the last ${1#query} layers" ;;
+    last) FLAGS=(--last-word-head); NAME="the last-word head" ;;
     lr*) LR_OF=${1#lr}; NAME="lr $LR_OF" ;;
-    *) echo "parallel_demo.sh: unknown run '$1' (every, rateR, rateR_fromE, queryK, lrX)" >&2; exit 2 ;;
+    *) echo "parallel_demo.sh: unknown run '$1' (every, rateR, rateR_fromE, queryK, last, lrX)" >&2; exit 2 ;;
   esac
 }
 

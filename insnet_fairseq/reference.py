@@ -194,12 +194,13 @@ def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: 
     done). With the slot query stream each slot's query reads the re-encoded context at the offsets of a word
     inserted in it. ``weight`` [B, L, n] (optional): the slot after layer l whose left token is at a counts
     ``weight[b, l, a]`` times, and not at all where that is 0. Returns (slot_token, slot_done, done logits in the order
-    of :func:`insnet_fairseq.geometry.gaps.gap_targets`) summed over the batch: slot_token = -sum w log p(y_i | e),
-    slot_done = the binary cross-entropy of q(done | e).
+    of :func:`insnet_fairseq.geometry.gaps.gap_targets`, slot_last) summed over the batch: slot_token = -sum w log
+    p(y_i | e), slot_done = the binary cross-entropy of q(done | e), slot_last (``--last-word-head``; else 0) = that
+    of q(last | e) at the slots that miss words, against "misses exactly one".
     """
     decoder, heads = model.decoder, model.decoder.heads
     pad = decoder.padding_idx
-    token_nll, done_nll, done_logits = 0.0, 0.0, []
+    token_nll, done_nll, done_logits, last_nll = 0.0, 0.0, [], 0.0
     with naive_attention(model):
         for b in range(target.size(0)):
             L = int(target[b].ne(pad).sum())
@@ -232,6 +233,10 @@ def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: 
                     done_nll += u * float(F.binary_cross_entropy_with_logits(done, torch.tensor(float(not missing))))
                     if not missing:
                         continue
+                    if getattr(heads, "last_proj", None) is not None:
+                        last = heads.last_logit(e, q)
+                        last_nll += u * float(F.binary_cross_entropy_with_logits(last, torch.tensor(
+                            float(len(missing) == 1))))
                     dist = [abs(i - (a + z) / 2) for i in missing]
                     if temperature > 0:
                         w = [math.exp(-d / temperature) for d in dist]
@@ -239,7 +244,7 @@ def naive_gap_loss(model, src_tokens, src_lengths, target, layers, temperature: 
                         w = [1.0 if d == min(dist) else 0.0 for d in dist]
                     lp = torch.log_softmax(heads.token_logits(e, q), -1)
                     token_nll -= u * sum(wi / sum(w) * float(lp[int(target[b, i])]) for wi, i in zip(w, missing))
-    return token_nll, done_nll, done_logits
+    return token_nll, done_nll, done_logits, last_nll
 
 
 @torch.no_grad()

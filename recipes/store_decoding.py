@@ -5,12 +5,13 @@ fairseq-generate, fairseq-interactive and the hub interface use for it when the 
     python recipes/store_decoding.py CKPT --insertion-mode parallel --stop-check-prob 0.5
     python recipes/store_decoding.py CKPT --insertion-mode parallel --slot-top-p 0.95 --no-skip-repeats
     python recipes/store_decoding.py CKPT --insertion-mode parallel --end-of-slot 0.4   # a --slot-objective gap model
+    python recipes/store_decoding.py CKPT --insertion-mode parallel --last-word 0.6     # a --last-word-head model
     python recipes/store_decoding.py CKPT --show         # what CKPT holds
     python recipes/store_decoding.py CKPT --clear        # back to the flags' own defaults
 
 Stored per ``--insertion-mode`` (a setting of parallel decoding does not change sequential decoding), only the
 settings whose defaults are chosen on valid (``--slot-top-p``, ``--skip-repeats`` / ``--no-skip-repeats``,
-``--stop-check-prob``, ``--end-of-slot``); a flag given on the command line always wins. They live in the checkpoint's model arguments
+``--stop-check-prob``, ``--end-of-slot``, ``--last-word``); a flag given on the command line always wins. They live in the checkpoint's model arguments
 (``decoding_defaults``), so they travel with the file and survive fairseq's loading; averaging checkpoints keeps
 the newest input's (recipes/average_checkpoints.py), so store after averaging. The checkpoint is rewritten in place,
 atomically (fairseq's ``torch_persistent_save``). Example: after ``--insertion-mode parallel --stop-check-prob 0.5``,
@@ -52,6 +53,7 @@ def main(argv=None):
     repeats.add_argument("--no-skip-repeats", action="store_true")
     p.add_argument("--stop-check-prob", type=float)
     p.add_argument("--end-of-slot", type=float)
+    p.add_argument("--last-word", type=float)
     p.add_argument("--show", action="store_true", help="print what the checkpoint holds, change nothing")
     p.add_argument("--clear", action="store_true", help="remove every stored setting")
     args = p.parse_args(argv)
@@ -72,10 +74,11 @@ def main(argv=None):
         if args.insertion_mode is None:
             sys.exit("store_decoding.py: --insertion-mode is required: the settings are stored per mode")
         given = {"slot_top_p": args.slot_top_p, "stop_check_prob": args.stop_check_prob, "end_of_slot": args.end_of_slot,
+                 "last_word": args.last_word,
                  "skip_repeats": True if args.skip_repeats else False if args.no_skip_repeats else None}
         given = {k: v for k, v in given.items() if v is not None}
         if not given:
-            sys.exit("store_decoding.py: nothing to store: give --slot-top-p, --stop-check-prob, --end-of-slot or "
+            sys.exit("store_decoding.py: nothing to store: give --slot-top-p, --stop-check-prob, --end-of-slot, --last-word or "
                      "--skip-repeats / --no-skip-repeats (or --clear, --show)")
         stored[args.insertion_mode] = {**stored.get(args.insertion_mode, {}), **given}
         try:  # the values decoding would refuse are refused here, naming the flag

@@ -19,8 +19,8 @@ MODES = ("sequential", "parallel")
 
 # the defaults of the flags not given, per --insertion-mode (parallel: the best measured on valid; for_mode)
 MODE_DEFAULTS = {
-    "sequential": dict(slot_top_p=0.7, skip_repeats=False, stop_check_prob=0.0, end_of_slot=0.5),
-    "parallel": dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75, end_of_slot=0.5),
+    "sequential": dict(slot_top_p=0.7, skip_repeats=False, stop_check_prob=0.0, end_of_slot=0.5, last_word=0.5),
+    "parallel": dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75, end_of_slot=0.5, last_word=0.5),
 }
 
 
@@ -66,6 +66,7 @@ class CoreOptions:
     # --end-of-slot, models trained with --slot-objective gap (decoding/gaps.py); the position, stop and repeat rules
     # above do not apply to such a model
     end_of_slot: float = 0.5
+    last_word: float = 0.5  # --last-word, models trained with --last-word-head (1: the head is not read)
     reopen_done_slots: bool = False  # --reopen-done-slots
     beam: int = 1  # --insertion-beam, ranked with fairseq's --lenpen
     lenpen: float = 1.0
@@ -78,6 +79,7 @@ class CoreOptions:
         for flag, value, ok, allowed in (
             ("--stop-threshold", self.stop_threshold, 0.0 < self.stop_threshold < 1.0, "in (0, 1)"),
             ("--end-of-slot", self.end_of_slot, 0.0 < self.end_of_slot < 1.0, "in (0, 1)"),
+            ("--last-word", self.last_word, 0.0 < self.last_word <= 1.0, "in (0, 1] (1: off)"),
             ("--min-token-prob", self.min_token_prob, 0.0 <= self.min_token_prob < 1.0, "in [0, 1)"),
             ("--stop-check-prob", self.stop_check_prob, 0.0 <= self.stop_check_prob < 1.0, "in [0, 1)"),
             ("--stop-check-top-p", self.stop_check_top_p, 0.0 < self.stop_check_top_p <= 1.0, "in (0, 1]"),

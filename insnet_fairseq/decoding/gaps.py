@@ -15,7 +15,7 @@ from typing import List, Optional
 import torch
 from torch import Tensor
 
-from insnet_fairseq.decoding.state import DecoderState
+from insnet_fairseq.decoding.state import DecoderState, compact
 from insnet_fairseq.decoding.step import InsertionSteps
 
 logger = logging.getLogger(__name__)
@@ -26,13 +26,15 @@ def is_gap_model(decoder) -> bool:
     return getattr(getattr(decoder, "heads", None), "objective", None) == "gap"
 
 
-def slot_done_logits(decoder, state: DecoderState, source_kv=None, source_pad=None, shut: Optional[Tensor] = None):
+def slot_done_logits(decoder, state: DecoderState, source_kv=None, source_pad=None, shut: Optional[Tensor] = None,
+                     last: bool = False):
     """Every slot's end-of-slot logit: ((left, right) [B, K] steps of each slot's neighbours, logits [B, K] float),
     K = S - 1; slots beyond a sentence's length, closed slots (inside a constraint phrase, outside an infilling
     template's blanks: ``state.open_right``) and the slots right of the ``shut`` columns (bool [B, S]: done for good,
     :class:`Shut`) get +inf (done). With the slot query stream every live slot's query is the one the pass that made
     ``state`` computed (fused decoding), or is computed here from the cache and the source's ``source_kv``,
-    ``source_pad``."""
+    ``source_pad``. With ``last`` (a ``--last-word-head`` model) also every slot's q(last) logit, from the same slot
+    representations: (slots, logits, last logits [B, K] float)."""
     by_pos = state.sequence_order()  # [B, S]
     left, right = by_pos[:, :-1], by_pos[:, 1:]  # slot k between ranks k and k + 1
     exists = InsertionSteps.live_slots(state.lengths, by_pos, shut)  # [B, K]
@@ -40,8 +42,14 @@ def slot_done_logits(decoder, state: DecoderState, source_kv=None, source_pad=No
         exists = exists & state.open_right.gather(1, left)  # [B, K] the left token's slot is open
     a, b = state.parts
     z = with_slot_queries(decoder, state, source_kv, source_pad, shut).slot_queries  # [B, K, D] or None
-    logits = decoder.heads.step_done_logits(a, b, state.last_hidden, left, right, z)  # [B, K]
-    return (left, right), logits.masked_fill(~exists, float("inf"))
+    logits, last_logits = decoder.heads.step_gap_logits(a, b, state.last_hidden, left, right, z, last)  # [B, K]
+    out = (left, right), logits.masked_fill(~exists, float("inf"))
+    return (*out, last_logits) if last else out
+
+
+def has_last_word_head(decoder) -> bool:
+    """Whether ``decoder`` was trained with ``--last-word-head`` (its heads say which slot misses one word only)."""
+    return getattr(getattr(decoder, "heads", None), "last_proj", None) is not None
 
 
 def with_slot_queries(decoder, state: DecoderState, source_kv, source_pad,
@@ -85,25 +93,42 @@ class Shut:
         """No slot shut yet, for the columns of ``state`` (``reopen``: every slot stays scored)."""
         return Shut(None if reopen else torch.zeros_like(state.real))
 
-    def close(self, slots, done_logits: Tensor, threshold: float) -> "Shut":
+    def close(self, slots, done_logits: Tensor, threshold: float, closes: Optional[Tensor] = None) -> "Shut":
         """Shut the slots whose q(done) reached ``threshold``: ``slots`` (left [B, K], right) and ``done_logits``
         [B, K] from :func:`slot_done_logits` (+inf where a slot does not exist: the column left of it, </s> or a hole,
-        opens no slot anyway)."""
+        opens no slot anyway); and the slots ``closes`` (bool [B, K] or None) that take their gap's last word
+        (``--last-word``): the slot left of that word, which the left token's column opens once it is inserted (the
+        one right of it: :meth:`grown`)."""
         if self.cols is None:
             return self
         done = done_logits >= math.log(threshold / (1 - threshold))  # [B, K]
+        if closes is not None:
+            done = done | closes
         return Shut(self.cols | torch.zeros_like(self.cols).scatter_(1, slots[0], done))
 
     def select(self, keep: Tensor) -> "Shut":
         """The rows ``keep`` (LongTensor)."""
         return self if self.cols is None else Shut(self.cols[keep])
 
-    def grown(self, state: DecoderState) -> "Shut":
-        """The same slots, for ``state``'s columns (its new tokens' slots are live)."""
+    def grown(self, state: DecoderState, new: Optional[Tensor] = None) -> "Shut":
+        """The same slots, for ``state``'s columns: its new tokens' slots are live, but where ``new`` (bool [B, G], the
+        new columns: :func:`closing_columns`) says a word was its gap's last."""
         if self.cols is None:
             return self
         B, S = self.cols.shape
-        return Shut(torch.cat([self.cols, self.cols.new_zeros(B, state.tokens.size(1) - S)], 1))
+        grow = self.cols.new_zeros(B, state.tokens.size(1) - S) if new is None else new
+        return Shut(torch.cat([self.cols, grow], 1))
+
+
+def closing_columns(chosen: Tensor, closes: Tensor, picks=None) -> Tensor:
+    """The new columns of a step that fills ``chosen`` (bool [B, K]), in the order the step appends them (left to
+    right, :func:`~insnet_fairseq.decoding.state.compact`), marked where their slot ``closes`` (bool [B, K]): its
+    word was its gap's last, so the slot right of the word is done. -> bool [B, G].
+
+    Example: chosen [[T, F, T]], closes [[F, F, T]] -> [[F, T]].
+    """
+    slot_of, real, _ = compact(chosen, picks)
+    return closes.gather(1, slot_of) & real
 
 
 def open_slots(done_logits: Tensor, threshold: float, room: Tensor, one_per_row: bool = False) -> Tensor:
@@ -129,40 +154,68 @@ def decode_gaps(steps, output, decoder, sample, state: DecoderState, rows, owner
     hyps: List[Optional[dict]] = [None] * len(owner)
     output.record(history, state, rows.ids)
     shut = Shut.start(state, o.reopen_done_slots)
+    last = has_last_word_head(decoder) and o.last_word < 1 and shut.cols is not None  # --last-word
     while True:
         state = with_slot_queries(decoder, state, rows.source_kv, rows.source_pad, shut.cols)  # for both heads
-        slots, done_logits = slot_done_logits(decoder, state, shut=shut.cols)
+        scored = slot_done_logits(decoder, state, shut=shut.cols, last=last)
+        slots, done_logits = scored[:2]
         room = (rows.max_len - state.lengths).clamp_min(0)
         chosen = open_slots(done_logits, o.end_of_slot, room, o.mode == "sequential")  # [B, K]
+        closes = chosen & (scored[2] >= math.log(o.last_word / (1 - o.last_word))) if last else None  # [B, K]
         done = ~chosen.any(1)
         capped = ~done & ((state.steps >= rows.cap) | (state.lengths >= rows.max_len))
         stop = done | capped
-        if bool(stop.any()):
-            if bool(capped.any()):
+        ending = torch.zeros_like(stop)  # rows whose every slot is done or takes its gap's last word: no more pass
+        if closes is not None:
+            open_after = (done_logits < math.log(o.end_of_slot / (1 - o.end_of_slot))) & ~closes  # [B, K]
+            ending = ~stop & ~open_after.any(1)
+        some_stop, some_end = torch.stack([stop.any(), ending.any()]).tolist()  # one read
+        if some_stop or some_end:
+            if some_stop and bool(capped.any()):
                 warn_capped(sample, state, capped, rows, owner)
-            output.finish_rows(sample, decoder, state, stop, done, rows.ids, owner, hyps, history)
-            keep = (~stop).nonzero().view(-1)
+            if some_stop:
+                output.finish_rows(sample, decoder, state, stop, done, rows.ids, owner, hyps, history)
+            if some_end:  # their words placed without a pass (no later step reads them), and done
+                e = ending.nonzero().view(-1)
+                if len(e) == len(ending):  # every row (a sentence decoded alone): nothing to select
+                    sub, placed = rows, fill_slots(steps, decoder, state, slots, done_logits, chosen, rows, encode=False)
+                else:
+                    sub = rows.select(e)
+                    placed = fill_slots(steps, decoder, state.select(e), (slots[0][e], slots[1][e]), done_logits[e],
+                                        chosen[e], sub, encode=False)
+                output.record(history, placed, sub.ids)
+                every = torch.ones_like(e, dtype=torch.bool)
+                output.finish_rows(sample, decoder, placed, every, every, sub.ids, owner, hyps, history)
+            keep = (~stop & ~ending).nonzero().view(-1)
             if len(keep) == 0:
                 return hyps
             state, rows, shut = state.select(keep), rows.select(keep), shut.select(keep)
             slots, done_logits, chosen = (slots[0][keep], slots[1][keep]), done_logits[keep], chosen[keep]
-        shut = shut.close(slots, done_logits, o.end_of_slot)
-        state = fill_slots(steps, decoder, state, slots, done_logits, chosen, rows, shut.cols)
-        shut = shut.grown(state)
+            closes = None if closes is None else closes[keep]
+        picks = steps.picks_of(chosen)
+        new_shut = None if closes is None else closing_columns(chosen, closes, picks)
+        shut = shut.close(slots, done_logits, o.end_of_slot, closes)
+        state = fill_slots(steps, decoder, state, slots, done_logits, chosen, rows, shut.cols, new_shut, picks)
+        shut = shut.grown(state, new_shut)
         output.record(history, state, rows.ids)
 
 
 def fill_slots(steps, decoder, state: DecoderState, slots, done_logits: Tensor, chosen: Tensor, rows,
-               shut: Optional[Tensor] = None) -> DecoderState:
+               shut: Optional[Tensor] = None, new_shut: Optional[Tensor] = None, picks=None,
+               encode: bool = True) -> DecoderState:
     """One step: the ``chosen`` slots (bool [B, K]; ``slots``, ``done_logits`` from :func:`slot_done_logits`) each take
     their best word, inserted and encoded by ``steps`` (:class:`~insnet_fairseq.decoding.step.InsertionSteps`) with
     the source of ``rows``; a word's score is log p(word) + log q(not done). ``shut``: :attr:`Shut.cols` (a fused
-    pass computes the next step's queries at the live slots only). Returns the next state."""
-    picks = steps.picks_of(chosen)
+    pass computes the next step's queries at the live slots only), ``new_shut``: the new columns whose right slot is
+    done (:func:`closing_columns`); ``picks``: the :class:`~insnet_fairseq.decoding.state.Picks` of ``chosen`` (made
+    here when not given); ``encode`` False: the words are placed without a pass (a last step). Returns the next
+    state."""
+    picks = picks or steps.picks_of(chosen)
     logits = steps.token_logits(decoder, state, slots, chosen, rows.source_kv, rows.source_pad, picks)  # [N, V]
     tokens, lprobs = steps.choose_tokens(logits)
     scores = lprobs + torch.nn.functional.logsigmoid(-picks.take(done_logits))
-    return steps.insert(decoder, state, chosen, tokens, scores, rows.source_kv, rows.source_pad, picks, shut=shut)
+    return steps.insert(decoder, state, chosen, tokens, scores, rows.source_kv, rows.source_pad, picks, encode=encode,
+                        shut=shut, new_shut=new_shut)
 
 
 def warn_capped(sample, state: DecoderState, capped: Tensor, rows, owner: List[int]) -> None:

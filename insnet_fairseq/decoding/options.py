@@ -156,6 +156,7 @@ class DecodingOptions:
             stop_check_top_p=cfg.stop_check_top_p,
             min_length_ratio=cfg.min_length_ratio,
             end_of_slot=cfg.end_of_slot,
+            last_word=cfg.last_word,
             reopen_done_slots=cfg.reopen_done_slots,
             candidates=cfg.insertion_candidates,
             candidates_finish=cfg.insertion_candidates_finish,
@@ -253,6 +254,12 @@ class DecodingFlags(FairseqDataclass):
         default=None,
         metadata={"help": "models trained with --slot-objective gap: fill every slot whose end-of-slot probability is "
                   "below this with its best word; a sentence stops when no slot is below it"},
+    )
+    last_word: Optional[float] = field(
+        default=None,
+        metadata={"help": "models trained with --last-word-head: a filled slot whose q(last) is at least this took "
+                  "its gap's last word, so the two slots beside that word are done without being asked, and a "
+                  "sentence whose every slot is then done ends without another pass; 1: off"},
     )
     reopen_done_slots: bool = field(
         default=False,

@@ -421,12 +421,13 @@ class InsertionSteps:
 
     def insert(self, decoder, state: DecoderState, chosen: Tensor, tokens: Tensor, scores: Tensor,
                source_kv, source_pad, picks: Optional[Picks] = None, encode: bool = True,
-               shut: Optional[Tensor] = None) -> DecoderState:
+               shut: Optional[Tensor] = None, new_shut: Optional[Tensor] = None) -> DecoderState:
         """Insert ``tokens`` [N] (scores [N]) into the ``chosen`` slots (bool [B, K], N True, row-major)
         and encode them, left to right within a sentence; ``picks``: the same slots as :class:`Picks` (made here when
         not given), which spare the reads of the device that boolean indexing makes. ``shut`` (bool [B, S] or None):
         the slots right of these tokens are done for good (end-of-slot decoding), so a fused pass computes no query
-        for them (:meth:`live_slots`)."""
+        for them (:meth:`live_slots`); ``new_shut`` (bool [B, G] or None): the same for the new tokens' columns (else
+        their slots are live)."""
         h = state.hidden
         B, S, D = h.shape
         picks = picks or Picks.of(chosen)
@@ -483,7 +484,8 @@ class InsertionSteps:
                 slot_of, live = self.all_slots(pos_all), None  # [B, S + G - 1]
                 if shut is not None:  # only the live slots' queries: a new token's slot is live
                     live = self.live_slots(real_all.sum(1), pos_all.argsort(1),
-                                           torch.cat([shut, g_real.new_zeros(B, G)], 1))
+                                           torch.cat([shut, g_real.new_zeros(B, G) if new_shut is None else new_shut],
+                                                     1))
                     slot_of, z_real = self.packed_live(live)
                 q_geometry = self.query_geometry(pos_all, real_all, slot_of)  # [B, Q, S + G] each
                 h_new, kv, z = self.passes.get(decoder, "forward_with_queries")(

@@ -65,7 +65,8 @@ class InsNetDecoder(FairseqDecoder):
         self.heads = SlotHeads(args.decoder_embed_dim, len(dictionary), tied,
                                slot_query=getattr(args, "slot_query_stream", False),
                                global_vector=not getattr(args, "no_global_slot", False),
-                               objective=getattr(args, "slot_objective", "position"))
+                               objective=getattr(args, "slot_objective", "position"),
+                               last_word=getattr(args, "last_word_head", False))
         self.max_target_positions = args.max_target_positions
         self.termination_every_step = getattr(args, "termination_every_step", False)
 
@@ -75,7 +76,8 @@ class InsNetDecoder(FairseqDecoder):
         without untied query layers (``--untied-slot-queries``) starts them as copies of the tokens' layers, so
         that the model computes what the checkpoint's did. A checkpoint of the position objective (the paper's,
         e.g. an l2r model) fine-tuned into ``--slot-objective gap`` drops its position and termination heads, which
-        a gap model does not have, and starts the end-of-slot head from its initial values."""
+        a gap model does not have, and starts the end-of-slot head from its initial values; one without the
+        last-word head (``--last-word-head``) starts it from its initial values."""
         if self.context.slot_query is not None and f"{name}.context.slot_query" not in state_dict:
             new = {f"{name}.context.slot_query": self.context.slot_query}
             new.update({f"{name}.heads.query_norm.{k}": v for k, v in self.heads.query_norm.state_dict().items()})
@@ -91,6 +93,10 @@ class InsNetDecoder(FairseqDecoder):
                                for k, v in self.heads.done_proj.state_dict().items()})
             logger.info(f"the checkpoint has the position objective: its position and termination heads are dropped, "
                         f"the end-of-slot head {heads}.done_proj starts from its initial values")
+        if getattr(self.heads, "last_proj", None) is not None and f"{heads}.last_proj.weight" not in state_dict:
+            state_dict.update({f"{heads}.last_proj.{k}": v.detach().clone()
+                               for k, v in self.heads.last_proj.state_dict().items()})
+            logger.info(f"the checkpoint has no last-word head: {heads}.last_proj starts from its initial values")
         if self.context.query_layers is not None and not any(k.startswith(f"{name}.context.query_layers.")
                                                               for k in state_dict):
             logger.info("the checkpoint has no untied slot query layers: they start as copies of the tokens' layers")
@@ -228,7 +234,8 @@ class InsNetDecoder(FairseqDecoder):
             token_logits [S_open, V] (the slots that miss words only: no vocabulary product at a done slot);
             pair_slot [P] (row of token_logits), pair_target [P] (the word), distance [P] (its distance to its gap's
             centre: :func:`~insnet_fairseq.geometry.gaps.gap_weights`); slot_weight [S] or None; words: the batch's
-            target words (0-dim).
+            target words (0-dim); with ``--last-word-head`` last_logits [S_open] (q(last) of the slots that miss
+            words: the target is that a slot misses exactly one).
         """
         order = encoding_order(layers)
         h, kv, rank, _, lengths, source_kv, source_pad = self.encode_trajectory(target, order, encoder_out)
@@ -242,7 +249,10 @@ class InsNetDecoder(FairseqDecoder):
             z = self.gap_slot_queries(rank, t.row, glob, left_step, kv, source_kv, source_pad)  # [S, D]
         open_slots = ~t.done
         open_row = open_slots.long().cumsum(0) - 1  # [S] row of an open slot among the open ones
-        return {"gap": {
+        last = {}
+        if getattr(self.heads, "last_proj", None) is not None:  # --last-word-head
+            last["last_logits"] = self.heads.last_logit(e[open_slots], None if z is None else z[open_slots])
+        return {"gap": {**last,
             "done_logits": self.heads.done_logit(e, z), "done": t.done,
             "token_logits": self.heads.token_logits(e[open_slots], None if z is None else z[open_slots]),
             "pair_slot": open_row[t.slot], "pair_target": target[t.row[t.slot], t.word],
@@ -321,6 +331,12 @@ class InsNetModel(FairseqEncoderDecoderModel):
             "around its centre, or end-of-slot; decoded by filling every slot that is not done; default: position)",
         )
         parser.add_argument(
+            "--last-word-head", action="store_true",
+            help="with --slot-objective gap: a head q(last | slot), trained on the slots that miss words, says that "
+            "a slot's gap misses exactly one word; decoding then shuts the two slots of the word it takes, and a "
+            "sentence whose every slot is shut ends without a pass that encodes its last words (--last-word)",
+        )
+        parser.add_argument(
             "--offset-clip", type=int, metavar="K",
             help="ablation InsNet-truncated (paper Table 6, K = 1): clip every insertion offset to [-K, K] "
             "before its embedding (default 0: no clipping)",
@@ -347,6 +363,8 @@ class InsNetModel(FairseqEncoderDecoderModel):
         if not 0 <= k <= args.decoder_layers:
             raise ValueError(f"--slot-query-layers must be in [0, --decoder-layers ({args.decoder_layers})] "
                              f"(0: every layer), got {k}")
+        if args.last_word_head and args.slot_objective != "gap":
+            raise ValueError("--last-word-head needs --slot-objective gap (the objective whose slots it reads)")
         if 0 < k < args.decoder_layers and args.untied_slot_queries:
             raise ValueError("--slot-query-layers below --decoder-layers and --untied-slot-queries: choose one")
         if args.offset_clip < 0:
@@ -482,6 +500,7 @@ def insnet_base_architecture(args):
     args.slot_query_layers = getattr(args, "slot_query_layers", None) or 0
     args.offset_clip = getattr(args, "offset_clip", None) or 0
     args.slot_objective = getattr(args, "slot_objective", None) or "position"
+    args.last_word_head = getattr(args, "last_word_head", False)
     args.no_global_slot = getattr(args, "no_global_slot", False)
     args.termination_every_step = getattr(args, "termination_every_step", False)
     args.max_source_positions = getattr(args, "max_source_positions", None) or 1024

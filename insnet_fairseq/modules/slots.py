@@ -38,7 +38,8 @@ def gather_steps(x: Tensor, index: Tensor) -> Tensor:
 
 class SlotHeads(nn.Module):
     def __init__(self, embed_dim: int, vocab_size: int, tied_embedding: nn.Embedding = None, eps: float = 1e-5,
-                 slot_query: bool = False, global_vector: bool = True, objective: str = "position"):
+                 slot_query: bool = False, global_vector: bool = True, objective: str = "position",
+                 last_word: bool = False):
         super().__init__()
         self.global_vector = global_vector  # False: --no-global-slot (InsNet-noglobal)
         self.query_norm = nn.LayerNorm(embed_dim, eps=eps) if slot_query else None  # --slot-query-stream
@@ -50,6 +51,8 @@ class SlotHeads(nn.Module):
         self.objective = objective
         if objective == "gap":  # --slot-objective gap: each slot says whether its gap is done; no position or stop head
             self.done_proj = Linear(embed_dim, 1)
+            # --last-word-head: q(last | slot), the slot's gap misses exactly one word (its two new slots are done)
+            self.last_proj = Linear(embed_dim, 1) if last_word else None
         else:
             self.position_proj = Linear(embed_dim, 1)  # w_o (its bias cancels in the softmax)
             self.termination_proj = Linear(embed_dim, 1)
@@ -66,14 +69,19 @@ class SlotHeads(nn.Module):
         ``--no-global-slot``: e = LayerNorm(concat(f_l(h_left), f_r(h_right))), ``h_global`` unused."""
         return self.slot_repr_from_parts(self.f_left(h_left), self.f_right(h_right), h_global)
 
+    def read(self, e: Tensor, z: Tensor = None) -> Tensor:
+        """What the heads read at a slot: e [..., D] itself, or with --slot-query-stream ``LayerNorm(e + z)``, z
+        [..., D] the slots' queries."""
+        if self.query_norm is None:
+            return e
+        if z is None:
+            raise ValueError("this model has a slot query stream (--slot-query-stream): pass the slot queries")
+        return self.query_norm(e + z)
+
     def token_logits(self, e: Tensor, z: Tensor = None) -> Tensor:
         """e [..., D] (and the slot queries z [..., D] with --slot-query-stream) -> [..., V]
         (unnormalised; log_softmax in the caller). With queries: ``W_p LayerNorm(e + z) + b``."""
-        if self.query_norm is not None:
-            if z is None:
-                raise ValueError("this model has a slot query stream (--slot-query-stream): pass the slot queries")
-            e = self.query_norm(e + z)
-        return self.token_proj(e)  # W_p (packed once for oneDNN in CPU decoding: modules/packed_linear.py)
+        return self.token_proj(self.read(e, z))  # W_p (packed once for oneDNN in CPU decoding: modules/packed_linear.py)
 
     def position_logit(self, e: Tensor) -> Tensor:
         """[..., D] -> [...]."""
@@ -82,11 +90,12 @@ class SlotHeads(nn.Module):
     def done_logit(self, e: Tensor, z: Tensor = None) -> Tensor:
         """Logit of end-of-slot, the slot's gap is complete (``--slot-objective gap``): [..., D] -> [...]. With the
         slot query stream, read from ``LayerNorm(e + z)`` as the token head is (z [..., D], the slots' queries)."""
-        if self.query_norm is not None:
-            if z is None:
-                raise ValueError("this model has a slot query stream (--slot-query-stream): pass the slot queries")
-            e = self.query_norm(e + z)
-        return self.done_proj(e).squeeze(-1)
+        return self.done_proj(self.read(e, z)).squeeze(-1)
+
+    def last_logit(self, e: Tensor, z: Tensor = None) -> Tensor:
+        """Logit of q(last | slot) (``--last-word-head``): the slot's gap misses exactly one word, so the word it
+        takes closes it. Read as :meth:`done_logit` is: [..., D] (and z [..., D]) -> [...]."""
+        return self.last_proj(self.read(e, z)).squeeze(-1)
 
     def step_done_logits(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor,
                          z: Tensor = None) -> Tensor:
@@ -94,8 +103,16 @@ class SlotHeads(nn.Module):
         ``b`` [B, S, Dr], the global vectors ``g`` [B, D] and the slots' neighbours ``left``, ``right`` [B, K]
         (and their queries z [B, K, D] with the stream) -> float [B, K] (the slots materialised, as
         :meth:`step_position_logits`)."""
-        e = self.slot_repr_from_parts(gather_steps(a, left), gather_steps(b, right), g.unsqueeze(1))  # [B, K, D]
-        return self.done_logit(e, z).float()
+        return self.step_gap_logits(a, b, g, left, right, z)[0]
+
+    def step_gap_logits(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor, z: Tensor = None,
+                        last: bool = False):
+        """:meth:`step_done_logits` and, with ``last`` (a ``--last-word-head`` model), the q(last) logits of the same
+        slots from the same slot representations: (done float [B, K], last float [B, K] or None)."""
+        e = self.read(self.slot_repr_from_parts(gather_steps(a, left), gather_steps(b, right), g.unsqueeze(1)), z)
+        done = self.done_proj(e).squeeze(-1).float()  # [B, K]
+        last_proj = getattr(self, "last_proj", None)
+        return done, (last_proj(e).squeeze(-1).float() if last and last_proj is not None else None)
 
     def termination_logit(self, h_global: Tensor) -> Tensor:
         """Logit of q(stop | h_t): [..., D] -> [...]."""

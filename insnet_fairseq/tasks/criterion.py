@@ -14,6 +14,7 @@ trajectories (:meth:`insnet_fairseq.models.insnet.InsNetDecoder.forward_gaps`):
 
     slot_token = sum_{open slots} sum_{missing words i}  -w_i log p(y_i | e_slot)     (w: soft targets, sum 1)
     slot_done  = sum_{slots}  BCE(q(done | e_slot), gap empty)
+    slot_last  = sum_{open slots}  BCE(q(last | e_slot), gap misses exactly one word)     (--last-word-head only)
 
 with ``w_i`` proportional to exp(-|i - centre| / ``--gap-temperature``) (0: the middle words).
 
@@ -32,8 +33,8 @@ from insnet_fairseq.geometry.gaps import gap_weights
 
 from .token_loss import smoothed_nll
 
-TERMS = ("token", "position", "termination", "repeat", "slot_token", "slot_done")
-NLL_TERMS = ("token", "position", "termination", "slot_token", "slot_done")  # the model's NLL (nll_loss, ppl)
+TERMS = ("token", "position", "termination", "repeat", "slot_token", "slot_done", "slot_last")
+NLL_TERMS = ("token", "position", "termination", "slot_token", "slot_done", "slot_last")  # the model's NLL (nll_loss, ppl)
 
 
 @dataclass
@@ -62,7 +63,8 @@ def repeat_unlikelihood(logits, target, neighbours):
 
 
 def gap_losses(gap, label_smoothing: float = 0.0, temperature: float = 1.0):
-    """Summed terms of the end-of-slot objective: {"slot_token": (loss, nll), "slot_done": (nll, nll)} from
+    """Summed terms of the end-of-slot objective: {"slot_token": (loss, nll), "slot_done": (nll, nll)} (and
+    "slot_last": (nll, nll) with ``--last-word-head``) from
     :meth:`~insnet_fairseq.models.insnet.InsNetDecoder.forward_gaps`' ``gap`` terms. Smoothing mixes each open
     slot's soft target with the uniform distribution: (1 - eps) x nll + eps x mean_v(-log p_v). A slot's terms are
     multiplied by its ``slot_weight`` (``--gap-slot-rate``: 1 / rate at each drawn slot), where there is one.
@@ -81,7 +83,13 @@ def gap_losses(gap, label_smoothing: float = 0.0, temperature: float = 1.0):
     loss = nll if label_smoothing == 0 else (1 - label_smoothing) * nll - label_smoothing * uniform.sum()
     done = F.binary_cross_entropy_with_logits(gap["done_logits"].float(), gap["done"].float(), weight=slot_weight,
                                               reduction="sum")
-    return {"slot_token": (loss, nll), "slot_done": (done, done)}
+    terms = {"slot_token": (loss, nll), "slot_done": (done, done)}
+    if "last_logits" in gap:  # --last-word-head: an open slot's target is that it misses exactly one word
+        one = torch.bincount(gap["pair_slot"], minlength=lprobs.size(0)).eq(1)  # [S_open]
+        last = F.binary_cross_entropy_with_logits(gap["last_logits"].float(), one.float(), weight=open_weight,
+                                                  reduction="sum")
+        terms["slot_last"] = (last, last)
+    return terms
 
 
 def term_losses(net_output, label_smoothing: float = 0.0, repeat_penalty: float = 0.0):

@@ -78,3 +78,32 @@ def test_sampled_slot_training_runs_and_is_refused_where_it_cannot_apply(small_d
                                   "train it with --slot-objective gap")):
         out = run(train_cmd(small_data, str(tmp_path / save), *flags, "--max-update", "1"), timeout=600)
         assert out.returncode != 0 and message in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]
+
+
+def test_a_last_word_model_fine_tunes_from_a_gap_checkpoint_logs_its_term_and_stores_its_threshold(
+        small_data, gap_checkpoint, tmp_path):
+    """--last-word-head from a gap checkpoint without it: the head starts anew (said), its term slot_last is logged,
+    the model decodes with --insertion-mode parallel alone (cached as uncached), --last-word 1 and a stored --last-word
+    are taken; without --slot-objective gap the flag is refused in one line."""
+    save = str(tmp_path / "last")
+    out = run(train_cmd(small_data, save, *GAP, "--last-word-head", "--max-update", "2", "--finetune-from-model",
+                        gap_checkpoint), timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "has no last-word head" in out.stdout + out.stderr and '"train_slot_last_nll"' in out.stdout
+    ckpt = os.path.join(save, "checkpoint_last.pt")
+
+    def generate(path, *flags):
+        return hypotheses(run(generate_cmd(small_data, path, "--insertion-mode", "parallel", *flags), timeout=600))
+
+    default = generate(ckpt)
+    assert len(default) > 0 and generate(ckpt, "--no-insertion-cache") == default
+    assert len(generate(ckpt, "--last-word", "1")) == len(default)
+    stored = str(tmp_path / "stored.pt")
+    shutil.copy(ckpt, stored)
+    res = run([sys.executable, os.path.join(ROOT, "recipes", "store_decoding.py"), stored, "--insertion-mode",
+               "parallel", "--last-word", "0.9"], timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert generate(stored) == generate(ckpt, "--last-word", "0.9")
+    out = run(train_cmd(small_data, str(tmp_path / "pos"), "--last-word-head", "--max-update", "1"), timeout=600)
+    assert out.returncode != 0 and "--last-word-head needs --slot-objective gap" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -305,6 +305,7 @@ def test_slot_queries_through_the_last_layer_read_that_layer_only():
     task = type("T", (), {"source_dictionary": d, "target_dictionary": d, "insertion_task": "translation"})()
     for flags, message in [(dict(slot_query_layers=1), "--slot-query-layers needs --slot-query-stream"),
                            (dict(slot_query_stream=True, slot_query_layers=3), r"in \[0, --decoder-layers \(2\)\]"),
-                           (dict(slot_query_stream="untied", slot_query_layers=1), "choose one")]:
+                           (dict(slot_query_stream="untied", slot_query_layers=1), "choose one"),
+                           (dict(last_word_head=True), "--last-word-head needs --slot-objective gap")]:
         with pytest.raises(ValueError, match=message):
             InsNetModel.build_model(tiny_args(**flags), task)

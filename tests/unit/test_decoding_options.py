@@ -35,7 +35,8 @@ def rules(o: DecodingOptions):
 
 def test_parallel_mode_defaults_to_the_best_settings_measured_on_valid():
     assert rules(decoding("--insertion-mode", "parallel")) == (0.9, True, 0.75)
-    assert MODE_DEFAULTS["parallel"] == dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75, end_of_slot=0.5)
+    assert MODE_DEFAULTS["parallel"] == dict(slot_top_p=0.9, skip_repeats=True, stop_check_prob=0.75, end_of_slot=0.5,
+                                             last_word=0.5)
 
 
 def test_sequential_mode_keeps_its_defaults():
@@ -170,3 +171,12 @@ def test_retired_flags_are_gone(flag, capsys):
     with pytest.raises(SystemExit):
         parse(flag, *(["fresh"] if flag == "--verify-redraft" else []))
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_last_word_is_a_probability_and_one_turns_it_off():
+    assert DecodingOptions.for_mode("parallel").last_word == 0.5
+    assert DecodingOptions.for_mode("parallel", last_word=1.0).last_word == 1.0
+    assert DecodingOptions.for_mode("parallel", stored={"parallel": {"last_word": 0.7}}).last_word == 0.7
+    for bad in (0.0, 1.5):
+        with pytest.raises(FlagError, match=r"--last-word must be in \(0, 1\]"):
+            DecodingOptions.for_mode("parallel", last_word=bad)

@@ -15,7 +15,7 @@ import math
 import pytest
 import torch
 
-from insnet_fairseq.decoding.gaps import Shut, open_slots, slot_done_logits, with_slot_queries
+from insnet_fairseq.decoding.gaps import Shut, closing_columns, open_slots, slot_done_logits, with_slot_queries
 from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.state import HOLE
@@ -113,25 +113,30 @@ def test_gap_targets_equal_a_naive_listing(seed):
     assert t.context_last.shape[0] == len(lengths)
 
 
-@pytest.mark.parametrize("temperature,pre_norm,stream", [(1.0, True, False), (0.0, True, False), (3.0, True, False),
-                                                          (1.0, False, False), (0.0, False, False), (3.0, False, False),
-                                                          (1.0, True, True), (0.0, False, True),
-                                                          (1.0, True, "last1")])
-def test_one_pass_gap_loss_equals_reencoding_every_layer_end(temperature, pre_norm, stream):
-    """With the slot query stream too: every slot's query against one re-encoded from its context."""
+@pytest.mark.parametrize("temperature,pre_norm,stream,last_head", [
+    (1.0, True, False, False), (0.0, True, False, False), (3.0, True, False, False), (1.0, False, False, False),
+    (0.0, False, False, False), (3.0, False, False, False), (1.0, True, True, False), (0.0, False, True, False),
+    (1.0, True, "last1", False), (1.0, True, True, True), (0.0, False, False, True)])
+def test_one_pass_gap_loss_equals_reencoding_every_layer_end(temperature, pre_norm, stream, last_head):
+    """With the slot query stream too: every slot's query against one re-encoded from its context. With the last-word
+    head: its term against q(last) of every slot that misses words, re-encoded."""
     model, d = build_tiny_model(seed=1, slot_objective="gap", decoder_normalize_before=pre_norm,
-                                slot_query_stream=stream)
+                                slot_query_stream=stream, last_word_head=last_head)
     lengths = [9, 3, 12, 6, 2]  # padded batch; the last sentence is empty
     src, src_lengths, target = random_batch(d, lengths, seed=2)
     layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(3), 1.0, 0.2)
     with torch.no_grad():
         out = model(src, src_lengths, target, None, layers=layers)["gap"]
         terms = gap_losses(out, 0.0, temperature)
-    token, done, done_logits = naive_gap_loss(model, src, src_lengths, target, layers, temperature)
+    token, done, done_logits, last = naive_gap_loss(model, src, src_lengths, target, layers, temperature)
     torch.testing.assert_close(out["done_logits"], torch.tensor(done_logits), atol=ATOL, rtol=0)
     assert float(terms["slot_token"][0]) == pytest.approx(token, rel=1e-5)
     assert float(terms["slot_done"][0]) == pytest.approx(done, rel=1e-5)
     assert int(out["words"]) == sum(L - 2 for L in lengths)
+    if last_head:
+        assert float(terms["slot_last"][0]) == pytest.approx(last, rel=1e-5) and last > 0
+    else:
+        assert "slot_last" not in terms and last == 0
 
 
 def test_sampled_slots_are_seeded_and_weighted_by_the_inverse_rate():
@@ -164,12 +169,13 @@ def test_gap_targets_of_sampled_slots_are_the_drawn_subset_of_every_slot(seed):
         zip(new_index[full.slot[on]].tolist(), full.word[on].tolist(), full.distance[on].tolist()))
 
 
-@pytest.mark.parametrize("stream,smoothing", [(False, 0.0), (True, 0.0), (True, 0.1), ("last1", 0.0)])
-def test_one_pass_loss_of_sampled_slots_equals_reencoding_the_drawn_slots(stream, smoothing):
+@pytest.mark.parametrize("stream,smoothing,last_head", [(False, 0.0, False), (True, 0.0, False), (True, 0.1, False),
+                                                        ("last1", 0.0, False), (True, 0.0, True)])
+def test_one_pass_loss_of_sampled_slots_equals_reencoding_the_drawn_slots(stream, smoothing, last_head):
     """--gap-slot-rate: the one pass scores the drawn slots only, each weighted 1 / rate, as re-encoding every layer
     end and scoring those slots does; with every slot drawn at weight 1 it is the full loss; smoothing's uniform term
     carries the weights too."""
-    model, d = build_tiny_model(seed=1, slot_objective="gap", slot_query_stream=stream)
+    model, d = build_tiny_model(seed=1, slot_objective="gap", slot_query_stream=stream, last_word_head=last_head)
     lengths = [9, 3, 12, 6, 2]
     src, src_lengths, target = random_batch(d, lengths, seed=2)
     layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(3), 1.0, 0.2)
@@ -187,12 +193,14 @@ def test_one_pass_loss_of_sampled_slots_equals_reencoding_the_drawn_slots(stream
             smoothed = gap_losses(out, smoothing, 1.0)["slot_token"][0]
             expected = (1 - smoothing) * terms["slot_token"][0] - smoothing * (lprobs.mean(-1) * open_w).sum()
             torch.testing.assert_close(smoothed, expected)
-    token, done, done_logits = naive_gap_loss(model, src, src_lengths, target, layers, 1.0, weight=weight)
+    token, done, done_logits, last = naive_gap_loss(model, src, src_lengths, target, layers, 1.0, weight=weight)
     torch.testing.assert_close(out["done_logits"], torch.tensor(done_logits), atol=ATOL, rtol=0)
     assert float(terms["slot_token"][0]) == pytest.approx(token, rel=1e-5)
     assert float(terms["slot_done"][0]) == pytest.approx(done, rel=1e-5)
     assert 0 < out["done"].numel() < every["done"].numel()  # a sample, not every slot
-    for name in ("slot_token", "slot_done"):
+    if last_head:
+        assert float(terms["slot_last"][0]) == pytest.approx(last, rel=1e-5)
+    for name in ("slot_token", "slot_done") + (("slot_last",) if last_head else ()):
         torch.testing.assert_close(ones[name][0], full[name][0])
 
 
@@ -211,15 +219,16 @@ def test_a_sequential_layering_is_the_default_trajectory():
     torch.testing.assert_close(a["done_logits"], b["done_logits"])
 
 
-@pytest.mark.parametrize("use_cache,stream,fused", [(True, False, False), (False, False, False),
-                                                     (True, True, False), (False, True, False), (True, True, True),
-                                                     (True, "last1", False), (False, "last1", False),
-                                                     (True, "last1", True)])
-def test_decoding_along_a_gold_layering_gives_the_one_pass_probabilities(use_cache, stream, fused):
+@pytest.mark.parametrize("use_cache,stream,fused,last_head", [
+    (True, False, False, False), (False, False, False, False), (True, True, False, False), (False, True, False, False),
+    (True, True, True, False), (True, "last1", False, False), (False, "last1", False, False),
+    (True, "last1", True, False), (True, True, True, True), (False, False, False, True)])
+def test_decoding_along_a_gold_layering_gives_the_one_pass_probabilities(use_cache, stream, fused, last_head):
     """The generator's states along a gold layering (each layer's words inserted into their slots) score every slot
     as model.forward does: end-of-slot logits of every slot, and the token log-probabilities of every open slot.
-    With the slot query stream: its queries computed at the step, or by the pass that made the state (fused)."""
-    model, d = build_tiny_model(seed=4, slot_objective="gap", slot_query_stream=stream)
+    With the slot query stream: its queries computed at the step, or by the pass that made the state (fused). With
+    the last-word head: q(last) of every open slot."""
+    model, d = build_tiny_model(seed=4, slot_objective="gap", slot_query_stream=stream, last_word_head=last_head)
     src, src_lengths, target = random_batch(d, [11], seed=5)
     L = 11
     layers = sample_layers(torch.tensor([L]), L, torch.Generator().manual_seed(1), 1.0, 0.2)
@@ -236,8 +245,11 @@ def test_decoding_along_a_gold_layering_gives_the_one_pass_probabilities(use_cac
         open_row = (~t.done).long().cumsum(0) - 1
         for end in range(max(row) + 1):
             here = t.end.eq(end)
-            slots, logits = slot_done_logits(model.decoder, state, source_kv, source_pad)
+            slots, logits, *last = slot_done_logits(model.decoder, state, source_kv, source_pad, last=last_head)
             torch.testing.assert_close(logits[0], out["done_logits"][here], atol=ATOL, rtol=0)
+            if last_head:  # the open slots' q(last), in the order of the one pass's open slots
+                torch.testing.assert_close(last[0][0][~t.done[here]], out["last_logits"][open_row[here][~t.done[here]]],
+                                           atol=ATOL, rtol=0)
             if end == max(row):
                 assert bool(t.done[here].all())
                 break
@@ -267,6 +279,41 @@ def test_a_model_whose_every_slot_says_end_of_slot_stops_after_one_pass():
     assert [h[0]["steps"] for h in hyps] == [0, 0, 0]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_word_that_says_last_closes_its_gap_and_the_sentence_ends_without_another_pass(stream):
+    """--last-word-head: a model whose every slot misses words (never done) and whose every word is its gap's last
+    writes one word a sentence and stops after the initial pass, its word placed without one; with --last-word 1
+    (the head not read) the same model never stops before its cap, its first step the same word."""
+    model, d = build_tiny_model(seed=5, slot_objective="gap", last_word_head=True, slot_query_stream=stream)
+    model.decoder.heads.done_proj.bias.data.fill_(-1e4)
+    model.decoder.heads.last_proj.bias.data.fill_(1e4)
+    src, src_lengths, _ = random_batch(d, [5, 8, 3], seed=1)
+    sample = {"id": torch.arange(3), "net_input": {"src_tokens": src, "src_lengths": src_lengths}}
+    passes = []
+    context = model.decoder.context
+    for name in ("forward", "forward_with_queries"):
+        real = getattr(context, name)
+        setattr(context, name, lambda *a, _real=real, **k: passes.append(1) or _real(*a, **k))
+    hyps = InsertionGenerator(d, DecodingOptions.for_mode("parallel")).generate([model], sample)
+    assert len(passes) == 1
+    assert [len(h[0]["tokens"]) for h in hyps] == [2, 2, 2] and [h[0]["steps"] for h in hyps] == [1, 1, 1]
+    off = InsertionGenerator(d, DecodingOptions.for_mode("parallel", last_word=1.0, max_steps=3)).generate([model], sample)
+    assert [h[0]["steps"] for h in off] == [3, 3, 3]
+    first = InsertionGenerator(d, DecodingOptions.for_mode("parallel", last_word=1.0, max_steps=1)).generate([model], sample)
+    assert [h[0]["tokens"].tolist() for h in first] == [h[0]["tokens"].tolist() for h in hyps]
+
+
+def test_closing_columns_and_shut_slots_of_last_words():
+    """A step filling slots 0 and 2 of "<s> a b </s>" where slot 2's word is its gap's last: the new columns are
+    [slot 0's word, slot 2's word], the second closing; the slot left of it (right of "b") is shut by close."""
+    chosen, closes = torch.tensor([[True, False, True]]), torch.tensor([[False, False, True]])
+    assert closing_columns(chosen, closes).tolist() == [[False, True]]
+    shut = Shut(torch.zeros(1, 4, dtype=torch.bool))  # columns <s>, </s>, a, b
+    left = torch.tensor([[0, 2, 3]])  # slot k's left neighbour's column
+    closed = shut.close((left, None), torch.full((1, 3), -5.0), 0.5, closes)
+    assert closed.cols.tolist() == [[False, False, False, True]]
+
+
 def test_the_step_cap_warns(caplog):
     model, d = build_tiny_model(seed=5, slot_objective="gap")
     model.decoder.heads.done_proj.bias.data.fill_(-1e4)  # never done
@@ -287,11 +334,14 @@ def test_open_slots():
         [[True, False, False], [False, False, True]]
 
 
-@pytest.mark.parametrize("mode,stream,reopen", [("parallel", False, False), ("sequential", False, False),
-                                                ("parallel", True, False), ("parallel", True, True),
-                                                ("parallel", "last1", False)])
-def test_cached_uncached_and_batched_outputs_are_identical(mode, stream, reopen):
-    model, d = build_tiny_model(seed=6, vocab=30, slot_objective="gap", slot_query_stream=stream)
+@pytest.mark.parametrize("mode,stream,reopen,last_head", [
+    ("parallel", False, False, False), ("sequential", False, False, False), ("parallel", True, False, False),
+    ("parallel", True, True, False), ("parallel", "last1", False, False), ("parallel", True, False, True),
+    ("parallel", False, False, True), ("sequential", True, False, True)])
+def test_cached_uncached_and_batched_outputs_are_identical(mode, stream, reopen, last_head):
+    """With the last-word head too (about half its words say last): rows end without a pass at different steps."""
+    model, d = build_tiny_model(seed=6, vocab=30, slot_objective="gap", slot_query_stream=stream,
+                                last_word_head=last_head)
     model.decoder.heads.done_proj.bias.data.fill_(-1.0)  # a few steps before the slots close
     B = 64
     src, src_lengths, _ = random_batch(d, [4] * B, seed=3)
@@ -309,6 +359,9 @@ def test_cached_uncached_and_batched_outputs_are_identical(mode, stream, reopen)
         alone.append(gen.generate([model], one)[0][0]["tokens"].tolist())
     assert alone == out[True]
     assert len({len(t) for t in alone}) > 1  # outputs of several lengths: the rows stop at different steps
+    if last_head:  # the head decides: without it the same model writes other outputs
+        gen = InsertionGenerator(d, DecodingOptions.for_mode(mode, reopen_done_slots=reopen, last_word=1.0))
+        assert [h[0]["tokens"].tolist() for h in gen.generate([model], sample)] != out[True]
 
 
 @pytest.mark.parametrize("given,flag", [(dict(mode="sequential", beam=2), "--insertion-beam"),

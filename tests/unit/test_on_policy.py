@@ -153,7 +153,7 @@ def test_one_pass_loss_of_an_on_policy_trajectory_equals_reencoding_every_layer_
     with torch.no_grad():
         out = model(src, src_lengths, merged, None, layers=layers, foreign=foreign)["gap"]
         terms = gap_losses(out, 0.0, temperature)
-    token, done, done_logits = naive_gap_loss(model, src, src_lengths, merged, layers, temperature, foreign)
+    token, done, done_logits, _ = naive_gap_loss(model, src, src_lengths, merged, layers, temperature, foreign)
     torch.testing.assert_close(out["done_logits"], torch.tensor(done_logits), atol=1e-5, rtol=0)
     assert float(terms["slot_token"][0]) == pytest.approx(token, rel=1e-5)
     assert float(terms["slot_done"][0]) == pytest.approx(done, rel=1e-5)
