@@ -42,6 +42,10 @@
 #              parallel_fixed   --layerization uniform --insertion-order binary: one fixed trajectory per sentence, the
 #                               exact middles (not sampled)
 #              parallel_noskip  --gap-skip 0: every open gap takes a word in every layer
+#              parallel_query1  --slot-query-layers 1: every slot query through the decoder's last layer only (a
+#                               third of the stream's cost in training and decoding)
+#              parallel_last    --last-word-head: a head says a slot misses one word only; decoding shuts the two
+#                               slots of that word and ends a sentence without the pass that would ask them
 #              parallel_sampled --gap-slot-rate 0.25: each training pass scores a drawn quarter of the slots,
 #                               weighted 4 (not every slot of every layer end: a quarter of the slot queries)
 #              parallel_onpolicy  --on-policy 0.5: half the training sentences begin with the model's own parallel
@@ -56,7 +60,8 @@
 #            Then InsNet-Dinic's --stop-check-prob, the best on valid of STOP_CHECKS (0.3 0.4 0.5 0.6 0.75), is
 #            stored with its checkpoint (recipes/store_decoding.py): its default, what --insertion-mode parallel alone
 #            decodes; likewise InsNet parallel's --end-of-slot, the best on valid of END_OF_SLOT
-#            (0.3 0.4 0.5 0.6 0.7 0.8 0.9); the same for each variant; then each variant against the system it varies on valid,
+#            (0.3 0.4 0.5 0.6 0.7 0.8 0.9), and parallel_last's --last-word then, the best of LAST_WORD (0.5 0.7 0.9);
+#            the same for each variant; then each variant against the system it varies on valid,
 #            CK/valid_variants.{csv,txt} (InsNet-Dinic's) and CK/valid_parallel_variants.{csv,txt} (InsNet parallel's)
 #            (what decides whether a variant's flag becomes its system's training)
 #   test     benchmarks/frontier.py on the test set, on the CPU -> OUT.{csv,png} (results/frontier_multi30k_cpu), its
@@ -98,7 +103,8 @@ declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--la
   [dinic_decay]="$decay" [dinic_decay_hi]="--lr 1e-3 $decay"  # beside dinic's
   [parallel_hard]="$stream --gap-temperature 0" [parallel_fixed]="$stream --layerization uniform --insertion-order binary"
   [parallel_noskip]="$stream --gap-skip 0" [parallel_onpolicy]="$stream --on-policy 0.5"
-  [parallel_sampled]="$stream --gap-slot-rate 0.25"
+  [parallel_sampled]="$stream --gap-slot-rate 0.25" [parallel_query1]="$stream --slot-query-layers 1"
+  [parallel_last]="$stream --last-word-head"
   [parallel_linear]="" [parallel_linear_onpolicy]="--on-policy 0.5" [parallel_linear_scratch]="")  # beside $parallel_flags
 declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
@@ -106,6 +112,7 @@ declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" 
   [dinic_decay]="lr decayed" [dinic_decay_hi]="lr 1e-3 decayed"
   [parallel_hard]="hard middles" [parallel_fixed]="fixed trajectories" [parallel_noskip]="no waiting gaps"
   [parallel_onpolicy]="on-policy" [parallel_sampled]="a quarter of the slots scored"
+  [parallel_query1]="slot queries through the last layer" [parallel_last]="last-word head"
   [parallel_linear]="paper's slot representation"
   [parallel_linear_onpolicy]="paper's slot representation, on-policy"
   [parallel_linear_scratch]="paper's slot representation, from scratch")  # its row
@@ -297,12 +304,15 @@ variants_on_valid() {  # each variant against the system it varies on valid, eac
 
 store_default() {  # CKPT RUN: its parallel decoding's setting chosen on valid, stored with CKPT as its default:
   # InsNet parallel's --end-of-slot (of END_OF_SLOT), InsNet-Dinic's --stop-check-prob (of STOP_CHECKS)
+  # (and parallel_last's --last-word of LAST_WORD, given its --end-of-slot)
   if [[ $2 == parallel* ]]; then store_choice "$1" "$2" --end-of-slot "${END_OF_SLOT:-0.3 0.4 0.5 0.6 0.7 0.8 0.9}"
+    [ "$2" != parallel_last ] || store_choice "$1" "$2" --last-word "${LAST_WORD:-0.5 0.7 0.9}" keep
   else store_choice "$1" "$2" --stop-check-prob "${STOP_CHECKS:-0.3 0.4 0.5 0.6 0.75}"; fi
 }
 
-store_choice() {  # CKPT RUN FLAG "VALUES": the best of VALUES for FLAG on valid (parallel mode), stored with CKPT
-  python recipes/store_decoding.py "$1" --clear
+store_choice() {  # CKPT RUN FLAG "VALUES" [keep]: the best of VALUES for FLAG on valid (parallel mode), stored with
+  # CKPT (keep: beside the settings stored already, which the valid runs decode with; else they are cleared first)
+  [ "${5:-}" = keep ] || python recipes/store_decoding.py "$1" --clear
   local p out; out=$ck/valid_$(echo "${3#--}" | tr - _)_$2  # e.g. CK/valid_stop_check_prob_dinic
   for p in $4; do
     printf '%s %s\t%s\t--task insertion_translation --insertion-mode parallel %s %s\n' "$3" "$p" "$1" "$3" "$p"
