@@ -48,6 +48,8 @@ class ExplainingGenerator(InsertionGenerator):
     @torch.no_grad()
     def explain(self, state) -> str:
         decoder, source_kv, source_pad = self.source
+        if state.hidden is None:  # a last step's words, placed without a pass (--last-word): nothing to score
+            return "every slot done: its last words placed without a pass"
         if is_gap_model(decoder):
             return self.explain_gaps(decoder, state, source_kv, source_pad)
         q_stop = torch.sigmoid(self.steps.termination_logit(decoder, state))[0].item()

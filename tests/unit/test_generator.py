@@ -1021,3 +1021,20 @@ def test_show_trajectory_explains_a_gap_models_slots():
             else:
                 assert not filled  # the last state: every slot done
     assert longest >= 3  # several steps
+
+
+def test_show_trajectory_notes_the_last_words_placed_without_a_pass():
+    """A --last-word-head model whose words all say last: one step, its words placed without a pass; the explaining
+    generator decodes what the plain one does and notes that last state as done, with nothing to score."""
+    from recipes.show_trajectory import ExplainingGenerator
+
+    model, d = build_tiny_model(seed=6, vocab=30, slot_objective="gap", last_word_head=True)
+    model.decoder.heads.done_proj.bias.data.fill_(-1e4)
+    model.decoder.heads.last_proj.bias.data.fill_(1e4)
+    src, src_lengths, _ = random_batch(d, [4], seed=3)
+    kw = dict(mode="parallel", retain_history=True)
+    gen = ExplainingGenerator(d, DecodingOptions(**kw))
+    hypo = gen.generate([model], sample_of(src, src_lengths))[0][0]
+    plain = InsertionGenerator(d, DecodingOptions(**kw)).generate([model], sample_of(src, src_lengths))[0][0]
+    assert hypo["tokens"].tolist() == plain["tokens"].tolist() and len(hypo["tokens"]) == 2
+    assert len(gen.notes) == 2 and gen.notes[-1].startswith("every slot done") and "done 0.00*" in gen.notes[0]
