@@ -10,7 +10,7 @@
 #   last           --last-word-head: a head that says a slot misses one word only (decoded at --last-word 0.5);
 #   lrX            a fixed lr X instead of 5e-4.
 # The runs train at once, one thread each. Each run's last checkpoint is decoded on valid with --insertion-mode
-# parallel and nothing else (end-of-slot 0.5, the default) and scored by benchmarks/frontier.py against `every`:
+# parallel and nothing else (end-of-slot 0.5, the default; `last` also with --last-word 1, its head not read) and scored by benchmarks/frontier.py against `every`:
 # sacreBLEU, the 95% paired-bootstrap interval, passes per token, ms at batch 1 and 64.
 #
 #   bash experiments/parallel_demo.sh [train|score]...   (default: both; train resumes unfinished runs)
@@ -73,13 +73,13 @@ train() {
   for pid in "${pids[@]}"; do wait "$pid"; done
 }
 
-row() {  # row NAME CHECKPOINT: one system of the systems file, named with the updates its checkpoint trained
+row() {  # row NAME CHECKPOINT [FLAGS]: one system of the systems file, named with the updates its checkpoint trained
   local steps
   steps=$(python -c "import sys; from insnet_fairseq import checkpoint_safety as c
 print(c.load(sys.argv[1])['optimizer_history'][-1]['num_updates'])" "$2")
   grep -q "^$1, $steps updates"$'\t' "$ck/systems.tsv" && return  # (AT: the run's last checkpoint is that one)
-  printf '%s, %s updates\t%s\t--task insertion_translation --insertion-mode parallel\n' "$1" "$steps" "$2" \
-    >>"$ck/systems.tsv"
+  printf '%s, %s updates\t%s\t--task insertion_translation --insertion-mode parallel%s\n' "$1" "$steps" "$2" \
+    "${3:+ $3}" >>"$ck/systems.tsv"
 }
 
 score() {
@@ -95,6 +95,7 @@ score() {
   for run in "${ordered[@]}"; do
     parse "$run"
     row "InsNet parallel, $NAME" "$ck/$run/checkpoint_last.pt"
+    [ "$run" != last ] || row "InsNet parallel, the last-word head not read" "$ck/$run/checkpoint_last.pt" "--last-word 1"
   done
   python benchmarks/frontier.py --data "$data" --systems "$ck/systems.tsv" --subset valid --raw-ref "$raw/valid.de" \
     --baseline "$(head -1 "$ck/systems.tsv" | cut -f1)" --threads 1 --out "$out" ${SCORE_ARGS:-}
