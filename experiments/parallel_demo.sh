@@ -44,6 +44,7 @@ parse() {
     rate*_from*) FLAGS=(--gap-slot-rate "${1#rate}"); FLAGS[1]=${FLAGS[1]%_from*}; FROM=${1#*_from}
       STEPS=$((base + updates - FROM)); NAME="slot rate ${FLAGS[1]} from l2r update $FROM" ;;
     rate*) FLAGS=(--gap-slot-rate "${1#rate}"); NAME="slot rate ${1#rate}" ;;
+    query1) FLAGS=(--slot-query-layers 1); NAME="slot queries through the last layer" ;;
     query*) FLAGS=(--slot-query-layers "${1#query}"); NAME="slot queries through the last ${1#query} layers" ;;
     last) FLAGS=(--last-word-head); NAME="the last-word head" ;;
     lr*) LR_OF=${1#lr}; NAME="lr $LR_OF" ;;
