@@ -15,7 +15,7 @@
 #
 #   bash experiments/parallel_demo.sh [train|score]...   (default: both; train resumes unfinished runs)
 #
-# Environment: RUNS, BASE (667), UPDATES (333), AT (none; a multiple of 250 below UPDATES: each run's checkpoint of
+# Environment: RUNS, LAST_WORD (none; values of --last-word at which `last` is scored too), BASE (667), UPDATES (333), AT (none; a multiple of 250 below UPDATES: each run's checkpoint of
 # that update is scored too, every's as the baseline), CK (checkpoints/parallel_demo), OUT (CK/valid), MULTI30K_DIR,
 # SCORE_ARGS (more benchmarks/frontier.py flags, e.g. --score-only: BLEU, interval and passes without the timing).
 # Wall time of each run: logs/parallel_demo/*.log ("done training in ... seconds").
@@ -96,7 +96,9 @@ score() {
   for run in "${ordered[@]}"; do
     parse "$run"
     row "InsNet parallel, $NAME" "$ck/$run/checkpoint_last.pt"
-    [ "$run" != last ] || row "InsNet parallel, the last-word head not read" "$ck/$run/checkpoint_last.pt" "--last-word 1"
+    [ "$run" = last ] || continue
+    for v in ${LAST_WORD:-}; do row "InsNet parallel, the last-word head at $v" "$ck/$run/checkpoint_last.pt" "--last-word $v"; done
+    row "InsNet parallel, the last-word head not read" "$ck/$run/checkpoint_last.pt" "--last-word 1"
   done
   python benchmarks/frontier.py --data "$data" --systems "$ck/systems.tsv" --subset valid --raw-ref "$raw/valid.de" \
     --baseline "$(head -1 "$ck/systems.tsv" | cut -f1)" --threads 1 --out "$out" ${SCORE_ARGS:-}
