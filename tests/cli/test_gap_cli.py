@@ -8,24 +8,31 @@ import sys
 from conftest import GAP, ROOT, generate_cmd, run, train_cmd  # noqa: F401
 
 
+def generate_parallel(data, path, *flags):
+    """The hypotheses of fairseq-generate --insertion-mode parallel with ``flags``."""
+    return hypotheses(run(generate_cmd(data, path, "--insertion-mode", "parallel", *flags), timeout=600))
+
+
+def stored_copy(path, dest, *flags) -> str:
+    """A copy ``dest`` of the checkpoint ``path`` with the parallel decoding ``flags`` stored (store_decoding.py)."""
+    shutil.copy(path, dest)
+    res = run([sys.executable, os.path.join(ROOT, "recipes", "store_decoding.py"), dest, "--insertion-mode",
+               "parallel", *flags], timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return dest
+
+
 def hypotheses(out):
     assert out.returncode == 0, out.stderr[-3000:]
     return sorted(line for line in out.stdout.splitlines() if line.startswith("H-"))
 
 
 def test_a_gap_model_trains_decodes_and_stores_its_threshold(small_data, gap_checkpoint, tmp_path):
-    def generate(path, *flags):
-        return hypotheses(run(generate_cmd(small_data, path, "--insertion-mode", "parallel", *flags), timeout=600))
-
-    default = generate(gap_checkpoint)
+    default = generate_parallel(small_data, gap_checkpoint)
     assert len(default) > 0
-    assert generate(gap_checkpoint, "--no-insertion-cache") == default
-    ckpt = str(tmp_path / "model.pt")
-    shutil.copy(gap_checkpoint, ckpt)
-    res = run([sys.executable, os.path.join(ROOT, "recipes", "store_decoding.py"), ckpt, "--insertion-mode",
-               "parallel", "--end-of-slot", "0.9"], timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert generate(ckpt) == generate(gap_checkpoint, "--end-of-slot", "0.9")
+    assert generate_parallel(small_data, gap_checkpoint, "--no-insertion-cache") == default
+    ckpt = stored_copy(gap_checkpoint, str(tmp_path / "model.pt"), "--end-of-slot", "0.9")
+    assert generate_parallel(small_data, ckpt) == generate_parallel(small_data, gap_checkpoint, "--end-of-slot", "0.9")
 
 
 def test_a_gap_model_with_the_query_stream_trains_and_decodes_and_beam_is_refused_in_one_line(small_data,
@@ -92,18 +99,11 @@ def test_a_last_word_model_fine_tunes_from_a_gap_checkpoint_logs_its_term_and_st
     assert "has no last-word head" in out.stdout + out.stderr and '"train_slot_last_nll"' in out.stdout
     ckpt = os.path.join(save, "checkpoint_last.pt")
 
-    def generate(path, *flags):
-        return hypotheses(run(generate_cmd(small_data, path, "--insertion-mode", "parallel", *flags), timeout=600))
-
-    default = generate(ckpt)
-    assert len(default) > 0 and generate(ckpt, "--no-insertion-cache") == default
-    assert len(generate(ckpt, "--last-word", "1")) == len(default)
-    stored = str(tmp_path / "stored.pt")
-    shutil.copy(ckpt, stored)
-    res = run([sys.executable, os.path.join(ROOT, "recipes", "store_decoding.py"), stored, "--insertion-mode",
-               "parallel", "--last-word", "0.9"], timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert generate(stored) == generate(ckpt, "--last-word", "0.9")
+    default = generate_parallel(small_data, ckpt)
+    assert len(default) > 0 and generate_parallel(small_data, ckpt, "--no-insertion-cache") == default
+    assert len(generate_parallel(small_data, ckpt, "--last-word", "1")) == len(default)
+    stored = stored_copy(ckpt, str(tmp_path / "stored.pt"), "--last-word", "0.9")
+    assert generate_parallel(small_data, stored) == generate_parallel(small_data, ckpt, "--last-word", "0.9")
     out = run(train_cmd(small_data, str(tmp_path / "pos"), "--last-word-head", "--max-update", "1"), timeout=600)
     assert out.returncode != 0 and "--last-word-head needs --slot-objective gap" in out.stderr
     assert "Traceback" not in out.stderr

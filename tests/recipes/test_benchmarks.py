@@ -1,5 +1,6 @@
 """Helpers of the benchmarks that decide what is measured."""
 
+import pytest
 import torch
 
 
@@ -204,9 +205,12 @@ def test_train_throughput_parallel_step_is_the_gap_objective():
         torch.testing.assert_close(tt.step_fn(tt.PARALLEL, model, batch, d, 0.1), expected)
 
 
-def test_train_throughput_slot_rate_step_scores_the_drawn_slots():
+@pytest.mark.parametrize("variant", ["rate", "query_layers"])
+def test_train_throughput_stream_variants_step_as_their_flags_train(variant):
     """--gap-slot-rates R: "InsNet parallel with the slot query stream, slot rate R" is the stream model whose step's
-    loss is insnet_loss's gap terms on the drawn slots (sample_slots, weighted 1 / R), not on every slot."""
+    loss is insnet_loss's gap terms on the drawn slots (sample_slots, weighted 1 / R), not on every slot.
+    --slot-query-layers K: "... through the last K layers" is the stream model built with --slot-query-layers K,
+    stepped on the gap objective of every slot."""
     from benchmarks import train_throughput as tt
     from fairseq.data import Dictionary
     from insnet_fairseq.geometry.gaps import sample_layers, sample_slots
@@ -216,42 +220,20 @@ def test_train_throughput_slot_rate_step_scores_the_drawn_slots():
     for w in "abcdefgh":
         d.add_symbol(w)
     batch = tt.synthetic_batches(d, 8, 48, 1)[0]
-    kind = f"{tt.PARALLEL_QUERY}{tt.SLOT_RATE}0.5"
+    kind = tt.PARALLEL_QUERY + (f"{tt.SLOT_RATE}0.5" if variant == "rate" else f"{tt.QUERY_LAYERS}1")
     model = tt.build(kind, d).eval()
     assert model.decoder.context.slot_query is not None
+    assert model.decoder.context.query_from == (0 if variant == "rate" else 2)
     tgt, ni = batch["target"], batch["net_input"]
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
     layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0), 1.0, 0.1)
-    weight = sample_slots(layers, 0.5, torch.Generator().manual_seed(2))
+    weight = sample_slots(layers, 0.5, torch.Generator().manual_seed(2)) if variant == "rate" else None
     with torch.no_grad():
         out = model(ni["src_tokens"], ni["src_lengths"], target, None, layers=layers, slot_weight=weight)
         expected = sum(v[0] for v in gap_losses(out["gap"], 0.1).values())
         torch.testing.assert_close(tt.step_fn(kind, model, batch, d, 0.1), expected)
-        assert not torch.allclose(expected, tt.step_fn(tt.PARALLEL_QUERY, model, batch, d, 0.1))
-
-
-def test_train_throughput_query_layers_model_runs_its_queries_through_the_last_layers():
-    """--slot-query-layers K: "InsNet parallel with the slot query stream through the last K layers" is the stream
-    model built with --slot-query-layers K, stepped on the gap objective of every slot."""
-    from benchmarks import train_throughput as tt
-    from fairseq.data import Dictionary
-    from insnet_fairseq.geometry.gaps import sample_layers
-    from insnet_fairseq.tasks.criterion import gap_losses
-
-    d = Dictionary()
-    for w in "abcdefgh":
-        d.add_symbol(w)
-    batch = tt.synthetic_batches(d, 8, 48, 1)[0]
-    kind = f"{tt.PARALLEL_QUERY}{tt.QUERY_LAYERS}1"
-    model = tt.build(kind, d).eval()
-    assert model.decoder.context.query_from == 2 and tt.build(tt.PARALLEL_QUERY, d).decoder.context.query_from == 0
-    tgt, ni = batch["target"], batch["net_input"]
-    target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
-    layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0), 1.0, 0.1)
-    with torch.no_grad():
-        out = model(ni["src_tokens"], ni["src_lengths"], target, None, layers=layers)
-        expected = sum(v[0] for v in gap_losses(out["gap"], 0.1).values())
-        torch.testing.assert_close(tt.step_fn(kind, model, batch, d, 0.1), expected)
+        if variant == "rate":
+            assert not torch.allclose(expected, tt.step_fn(tt.PARALLEL_QUERY, model, batch, d, 0.1))
 
 
 def test_on_policy_throughput_times_the_checkpoints_model_with_and_without_its_rollouts(tmp_path):
