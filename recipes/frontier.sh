@@ -44,6 +44,9 @@
 #              parallel_noskip  --gap-skip 0: every open gap takes a word in every layer
 #              parallel_query1  --slot-query-layers 1: every slot query through the decoder's last layer only (a
 #                               third of the stream's cost in training and decoding)
+#              parallel_query1_time  the same for 1.78x parallel's UPDATES - BASE_UPDATES updates: the training time
+#                               of parallel's at the rate ratio measured on Multi30k
+#                               (results/train_throughput_query_layers_cpu.txt)
 #              parallel_last    --last-word-head: a head says a slot misses one word only; decoding shuts the two
 #                               slots of that word and ends a sentence without the pass that would ask them
 #              parallel_sampled --gap-slot-rate 0.25: each training pass scores a drawn quarter of the slots,
@@ -104,7 +107,7 @@ declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--la
   [parallel_hard]="$stream --gap-temperature 0" [parallel_fixed]="$stream --layerization uniform --insertion-order binary"
   [parallel_noskip]="$stream --gap-skip 0" [parallel_onpolicy]="$stream --on-policy 0.5"
   [parallel_sampled]="$stream --gap-slot-rate 0.25" [parallel_query1]="$stream --slot-query-layers 1"
-  [parallel_last]="$stream --last-word-head"
+  [parallel_last]="$stream --last-word-head" [parallel_query1_time]="$stream --slot-query-layers 1"
   [parallel_linear]="" [parallel_linear_onpolicy]="--on-policy 0.5" [parallel_linear_scratch]="")  # beside $parallel_flags
 declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shape: its own l2r base's too
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
@@ -113,6 +116,7 @@ declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" 
   [parallel_hard]="hard middles" [parallel_fixed]="fixed trajectories" [parallel_noskip]="no waiting gaps"
   [parallel_onpolicy]="on-policy" [parallel_sampled]="a quarter of the slots scored"
   [parallel_query1]="slot queries through the last layer" [parallel_last]="last-word head"
+  [parallel_query1_time]="slot queries through the last layer, the stream's training time"
   [parallel_linear]="paper's slot representation"
   [parallel_linear_onpolicy]="paper's slot representation, on-policy"
   [parallel_linear_scratch]="paper's slot representation, from scratch")  # its row
@@ -154,14 +158,14 @@ base_checkpoint() {  # RUN: CK/RUN_at_BASE_UPDATES.pt, RUN's checkpoint at BASE_
   echo "$base"
 }
 
-from_base_run() {  # SAVE BASE_RUN [flags]: UPDATES - BASE_UPDATES updates at the fixed lr 5e-4, from BASE_RUN's
-  # weights at BASE_UPDATES (a resumed run: from its own checkpoint)
+from_base_run() {  # SAVE BASE_RUN [flags]: UPDATES - BASE_UPDATES updates (FROM_BASE_STEPS where set) at the fixed
+  # lr 5e-4, from BASE_RUN's weights at BASE_UPDATES (a resumed run: from its own checkpoint)
   local save=$1 run=$2 start=() base; shift 2
   if [ ! -f "$save/done" ] && [ ! -f "$save/checkpoint_last.pt" ]; then
     base=$(base_checkpoint "$run") || exit 2
     start=(--finetune-from-model "$base")
   fi
-  SCHEDULER=fixed LR=5e-4 train_run insnet "$save" $((updates - base_updates)) "${start[@]}" "$@"
+  SCHEDULER=fixed LR=5e-4 train_run insnet "$save" "${FROM_BASE_STEPS:-$((updates - base_updates))}" "${start[@]}" "$@"
 }
 
 dinic_run() {  # SAVE BASE_RUN [flags]: InsNet-Dinic's fine-tuning from BASE_RUN
@@ -207,6 +211,9 @@ variants_stage() {
     # shellcheck disable=SC2086
     if [ "$v" = parallel_linear_scratch ]; then  # from scratch, all UPDATES updates on the default schedule
       train_run insnet "$ck/$v" "$updates" $parallel_flags & pids+=($!)
+    elif [ "$v" = parallel_query1_time ]; then  # as parallel_query1, for the time parallel's updates take
+      FROM_BASE_STEPS=$(((updates - base_updates) * 178 / 100)) from_base_run "$ck/$v" l2r_kd $parallel_flags \
+        ${variant_flags[$v]} & pids+=($!)
     elif [[ $v == parallel_* ]]; then  # from l2r_kd's update BASE_UPDATES, as parallel
       from_base_run "$ck/$v" l2r_kd $parallel_flags ${variant_flags[$v]} & pids+=($!)
     elif [ -n "${variant_shape[$v]:-}" ]; then  # its own l2r base, then InsNet-Dinic from it
