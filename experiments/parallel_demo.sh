@@ -7,8 +7,7 @@
 #   rateR_fromE    the same from the l2r run's update E (< BASE, a multiple of 250: the copy of its checkpoint there),
 #                  for BASE + UPDATES - E updates: more of the budget on the parallel objective;
 #   queryK         --slot-query-layers K: slot queries through the decoder's last K layers only;
-#   last           --last-word-head: a head that says a slot misses one word only (decoded at --last-word 0.5);
-#   lrX            a fixed lr X instead of 5e-4.
+#   last           --last-word-head: a head that says a slot misses one word only (decoded at --last-word 0.5).
 # The runs train at once, one thread each. Each run's last checkpoint is decoded on valid with --insertion-mode
 # parallel and nothing else (end-of-slot 0.5, the default; `last` also with --last-word 1, its head not read) and scored by benchmarks/frontier.py against `every`:
 # sacreBLEU, the 95% paired-bootstrap interval, passes per token, ms at batch 1 and 64.
@@ -36,9 +35,9 @@ l2r() {  # the l2r run to update $1 (fairseq resumes it from its checkpoint_last
   THREADS=1 UPDATES=$1 bash recipes/train.sh insnet "$data" "$ck/l2r" --log-interval 50 >>"$logs/l2r.log" 2>&1
 }
 
-# run NAME -> its flags (FLAGS), lr (LR_OF), start (FROM, an l2r update or empty: BASE), updates (STEPS) and row name
+# run NAME -> its flags (FLAGS), start (FROM, an l2r update or empty: BASE), updates (STEPS) and row name
 parse() {
-  FLAGS=() LR_OF=5e-4 FROM= STEPS=$updates
+  FLAGS=() FROM= STEPS=$updates
   case $1 in
     every) NAME="every slot" ;;
     rate*_from*) FLAGS=(--gap-slot-rate "${1#rate}"); FLAGS[1]=${FLAGS[1]%_from*}; FROM=${1#*_from}
@@ -47,8 +46,7 @@ parse() {
     query1) FLAGS=(--slot-query-layers 1); NAME="slot queries through the last layer" ;;
     query*) FLAGS=(--slot-query-layers "${1#query}"); NAME="slot queries through the last ${1#query} layers" ;;
     last) FLAGS=(--last-word-head); NAME="the last-word head" ;;
-    lr*) LR_OF=${1#lr}; NAME="lr $LR_OF" ;;
-    *) echo "parallel_demo.sh: unknown run '$1' (every, rateR, rateR_fromE, queryK, last, lrX)" >&2; exit 2 ;;
+    *) echo "parallel_demo.sh: unknown run '$1' (every, rateR, rateR_fromE, queryK, last)" >&2; exit 2 ;;
   esac
 }
 
@@ -67,7 +65,7 @@ train() {
     local from=$ck/l2r/checkpoint_last.pt start=()
     [ -z "$FROM" ] || from=$ck/l2r_at_$FROM.pt
     [ -f "$ck/$run/checkpoint_last.pt" ] || start=(--finetune-from-model "$from")  # else it resumes
-    THREADS=1 UPDATES=$STEPS SCHEDULER=fixed LR=$LR_OF bash recipes/train.sh insnet "$data" "$ck/$run" \
+    THREADS=1 UPDATES=$STEPS SCHEDULER=fixed LR=5e-4 bash recipes/train.sh insnet "$data" "$ck/$run" \
       "${parallel[@]}" "${FLAGS[@]}" "${start[@]}" >>"$logs/$run.log" 2>&1 &
     pids+=($!)
   done

@@ -1,7 +1,7 @@
 """Decoding of a model trained with ``--slot-objective gap``: every slot says whether its gap is done.
 
 Each step scores every slot of every sentence by q(done | e_slot), from the tokens' cached halves of the slot
-representation (:meth:`~insnet_fairseq.modules.slots.SlotHeads.step_done_logits`), and fills every slot whose
+representation (:meth:`~insnet_fairseq.modules.slots.SlotHeads.step_gap_logits`), and fills every slot whose
 q(done) is below ``--end-of-slot`` with its most probable word (sequential mode: only the slot least likely done),
 all in one step, encoded left to right as training's layers are. A sentence stops when every slot says done, after
 the pass that encoded its last words, or at its step or length cap, with a warning. This is the objective's own rule:
@@ -165,11 +165,13 @@ def decode_gaps(steps, output, decoder, sample, state: DecoderState, rows, owner
         done = ~chosen.any(1)
         capped = ~done & ((state.steps >= rows.cap) | (state.lengths >= rows.max_len))
         stop = done | capped
-        ending = torch.zeros_like(stop)  # rows whose every slot is done or takes its gap's last word: no more pass
-        if closes is not None:
+        ending = None  # rows whose every slot is done or takes its gap's last word: no more pass
+        if closes is None:
+            some_stop, some_end = bool(stop.any()), False
+        else:
             open_after = (done_logits < math.log(o.end_of_slot / (1 - o.end_of_slot))) & ~closes  # [B, K]
             ending = ~stop & ~open_after.any(1)
-        some_stop, some_end = torch.stack([stop.any(), ending.any()]).tolist()  # one read
+            some_stop, some_end = torch.stack([stop.any(), ending.any()]).tolist()  # one read
         if some_stop or some_end:
             if some_stop and bool(capped.any()):
                 warn_capped(sample, state, capped, rows, owner)
@@ -186,7 +188,7 @@ def decode_gaps(steps, output, decoder, sample, state: DecoderState, rows, owner
                 output.record(history, placed, sub.ids)
                 every = torch.ones_like(e, dtype=torch.bool)
                 output.finish_rows(sample, decoder, placed, every, every, sub.ids, owner, hyps, history)
-            keep = (~stop & ~ending).nonzero().view(-1)
+            keep = (~stop if ending is None else ~stop & ~ending).nonzero().view(-1)
             if len(keep) == 0:
                 return hyps
             state, rows, shut = state.select(keep), rows.select(keep), shut.select(keep)

@@ -97,18 +97,13 @@ class SlotHeads(nn.Module):
         takes closes it. Read as :meth:`done_logit` is: [..., D] (and z [..., D]) -> [...]."""
         return self.last_proj(self.read(e, z)).squeeze(-1)
 
-    def step_done_logits(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor,
-                         z: Tensor = None) -> Tensor:
-        """Decoding: the end-of-slot logits of one step's slots, from the tokens' :meth:`parts` ``a`` [B, S, Dl],
-        ``b`` [B, S, Dr], the global vectors ``g`` [B, D] and the slots' neighbours ``left``, ``right`` [B, K]
-        (and their queries z [B, K, D] with the stream) -> float [B, K] (the slots materialised, as
-        :meth:`step_position_logits`)."""
-        return self.step_gap_logits(a, b, g, left, right, z)[0]
-
     def step_gap_logits(self, a: Tensor, b: Tensor, g: Tensor, left: Tensor, right: Tensor, z: Tensor = None,
                         last: bool = False):
-        """:meth:`step_done_logits` and, with ``last`` (a ``--last-word-head`` model), the q(last) logits of the same
-        slots from the same slot representations: (done float [B, K], last float [B, K] or None)."""
+        """Decoding: the end-of-slot logits of one step's slots, from the tokens' :meth:`parts` ``a`` [B, S, Dl],
+        ``b`` [B, S, Dr], the global vectors ``g`` [B, D] and the slots' neighbours ``left``, ``right`` [B, K]
+        (and their queries z [B, K, D] with the stream), the slots materialised as :meth:`step_position_logits`
+        does; with ``last`` (a ``--last-word-head`` model) also their q(last) logits from the same representations:
+        (done float [B, K], last float [B, K] or None)."""
         e = self.read(self.slot_repr_from_parts(gather_steps(a, left), gather_steps(b, right), g.unsqueeze(1)), z)
         done = self.done_proj(e).squeeze(-1).float()  # [B, K]
         last_proj = getattr(self, "last_proj", None)
