@@ -11,6 +11,9 @@ scoring a drawn sample of its slots, each with probability R (``--gap-slot-rate 
 :func:`~insnet_fairseq.geometry.gaps.sample_slots`), the draw timed with the step.
 ``--slot-query-layers K,...`` adds "InsNet parallel with the slot query stream through the last K layers" for each K:
 the same model with every slot's query starting at the decoder's last K layers (``--slot-query-layers K``).
+``--asked-slots`` adds, for the slot query stream through every layer and through each K, the same model scoring
+the slots parallel decoding asks only (``--gap-slots asked``, :func:`~insnet_fairseq.geometry.gaps.asked_slots`: a
+done slot at the layer end where it appears, not again), the selection timed with the step.
 Both score their offset term as training does on the CPU, by the C++ kernel of the unblocked pairs
 (:mod:`insnet_fairseq.modules.offset_scores`).
 
@@ -62,7 +65,7 @@ import insnet_fairseq  # noqa: F401  (registers the tasks and models)
 from insnet_fairseq import checkpoint_safety
 from insnet_fairseq.decoding.core_options import CoreOptions
 from insnet_fairseq.decoding.step import InsertionSteps
-from insnet_fairseq.geometry.gaps import sample_layers, sample_slots
+from insnet_fairseq.geometry.gaps import asked_slots, gap_targets, sample_layers, sample_slots
 from insnet_fairseq.training.on_policy import on_policy_trajectories
 from insnet_fairseq.tasks.criterion import gap_losses, term_losses
 from insnet_fairseq.tasks.token_loss import smoothed_nll
@@ -87,6 +90,7 @@ PARALLEL = "insnet-parallel"  # InsNet parallel: the end-of-slot objective on sa
 PARALLEL_QUERY = "insnet-parallel-query"  # InsNet parallel with --slot-query-stream: a query at every slot
 SLOT_RATE = "@"  # --gap-slot-rates: PARALLEL_QUERY + "@R" is that model scoring a sample of its slots (rate R)
 QUERY_LAYERS = "/"  # --slot-query-layers: PARALLEL_QUERY + "/K" is that model with queries through the last K layers
+ASKED = "+asked"  # --asked-slots: a stream model's name + ASKED is that model scoring the slots decoding asks only
 TRAINED = "insnet-parallel-trained"  # --on-policy-checkpoint: InsNet parallel with that checkpoint's weights
 ON_POLICY = "insnet-parallel-on-policy"  # ... the same, with --on-policy P
 AR_FUSED = "ar-fused"  # the AR model with InsNet's token loss (smoothed_nll): the like-with-like baseline
@@ -113,10 +117,11 @@ def build(kind, d, checkpoint=None):
         TransformerModel.add_args(argparse.ArgumentParser())
         return pack_linears(TransformerModel.build_model(args, Task(d)))
     if kind.startswith(PARALLEL):
+        kind = kind.removesuffix(ASKED)  # the same model: only the slots scored differ
         args.slot_objective = "gap"
         args.slot_query_stream = kind.startswith(PARALLEL_QUERY)
         if QUERY_LAYERS in kind:
-            args.slot_query_layers = int(kind.split(QUERY_LAYERS)[1])
+            args.slot_query_layers = int(kind.split(QUERY_LAYERS)[1])  # (ASKED removed above)
     model = InsNetModel.build_model(args, Task(d))
     if kind in (GATHER, L2R_VIEW):
         for m in model.modules():
@@ -186,12 +191,15 @@ def step_fn(kind, model, batch, d, eps, on_policy=0.0):
         real = tgt.ne(d.pad())  # [B, T]
         return smoothed_nll(out[real], tgt[real], eps)[0]
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
-    if kind in (PARALLEL, PARALLEL_QUERY, TRAINED) or SLOT_RATE in kind or QUERY_LAYERS in kind:  # the task's defaults: --trajectory-spread 1,
-        # --gap-skip 0.1, --gap-temperature 1; --gap-slot-rate R for PARALLEL_QUERY@R
+    if kind in (PARALLEL, PARALLEL_QUERY, TRAINED) or any(m in kind for m in (SLOT_RATE, QUERY_LAYERS, ASKED)):
+        # the task's defaults: --trajectory-spread 1, --gap-skip 0.1, --gap-temperature 1; --gap-slot-rate R for
+        # PARALLEL_QUERY@R; --gap-slots asked for a name ending in ASKED
         layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0), 1.0, 0.1)
         weight = None
         if SLOT_RATE in kind:
             weight = sample_slots(layers, float(kind.split(SLOT_RATE)[1]), torch.Generator().manual_seed(2))
+        if kind.endswith(ASKED):
+            weight = asked_slots(layers)
         out = model(ni["src_tokens"], ni["src_lengths"], target, None, layers=layers, slot_weight=weight)
         return sum(v[0] for v in gap_losses(out["gap"], eps).values())
     if kind == ON_POLICY:  # the task's --on-policy P --on-policy-steps 4, the rollout included
@@ -250,6 +258,9 @@ def main():
     p.add_argument("--slot-query-layers", default="",
                    help="comma-separated K in [1, 3): also time InsNet parallel with the slot query stream through "
                         "the decoder's last K layers only (--slot-query-layers K)")
+    p.add_argument("--asked-slots", action="store_true",
+                   help="also time each slot query stream model (through every layer and through each K of "
+                        "--slot-query-layers) scoring only the slots parallel decoding asks (--gap-slots asked)")
     p.add_argument("--linear-kernels", action="store_true",
                    help="also time AR, AR with InsNet's token loss and both InsNet models on F.linear's products")
     p.add_argument("--flush-denormal", action="store_true",
@@ -296,6 +307,9 @@ def main():
         kinds += (L2R, PARALLEL, PARALLEL_QUERY) + ((NO_OFFSETS,) if args.without_offset_term else ())
         kinds += tuple(f"{PARALLEL_QUERY}{SLOT_RATE}{r:g}" for r in rates)
         kinds += tuple(f"{PARALLEL_QUERY}{QUERY_LAYERS}{k}" for k in query_layers)
+        streams = [(PARALLEL_QUERY, "")] + [(f"{PARALLEL_QUERY}{QUERY_LAYERS}{k}", f" through the last {k} layers")
+                                            for k in query_layers]
+        kinds += tuple(k + ASKED for k, _ in streams) if args.asked_slots else ()
         kinds += (TRAINED, ON_POLICY) if args.on_policy > 0 else ()
         kinds += (GATHER, L2R_VIEW) if args.offset_kernels else ()
         kinds += tuple(k + STOCK for k in ("ar", AR_FUSED, "insnet", L2R)) if args.linear_kernels else ()
@@ -327,7 +341,22 @@ def main():
             for r in rates for k in [f"{PARALLEL_QUERY}{SLOT_RATE}{r:g}"]) + "".join(
             f"  InsNet parallel with the slot query stream through the last {n} layers: {tps[k]:.0f} tok/s, "
             f"/InsNet l2r {tps[k] / tps[L2R]:.2f}x, /through every layer {tps[k] / tps[PARALLEL_QUERY]:.2f}x"
-            for n in query_layers for k in [f"{PARALLEL_QUERY}{QUERY_LAYERS}{n}"])
+            for n in query_layers for k in [f"{PARALLEL_QUERY}{QUERY_LAYERS}{n}"]) + "".join(
+            f"  InsNet parallel with the slot query stream{where}, the slots decoding asks: {tps[k + ASKED]:.0f} "
+            f"tok/s, /InsNet l2r {tps[k + ASKED] / tps[L2R]:.2f}x, /every slot scored {tps[k + ASKED] / tps[k]:.2f}x"
+            for k, where in streams if k + ASKED in tps)
+        if args.asked_slots:  # the slots a pass scores per target word, on this setting's drawn trajectories
+            counts = {"every": 0, "asked": 0}
+            for batch in batches:
+                tgt = batch["target"]
+                target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
+                lengths = target.ne(d.pad()).sum(1)
+                layers = sample_layers(lengths, target.size(1), torch.Generator().manual_seed(0), 1.0, 0.1)
+                counts["every"] += gap_targets(layers, lengths).row.numel()
+                counts["asked"] += gap_targets(layers, lengths, weight=asked_slots(layers)).row.numel()
+            words = ntok - sum(b["target"].size(0) for b in batches)  # </s> is not a word
+            print(f"{setting:9s} slots scored per target word: every slot {counts['every'] / words:.2f}, the slots "
+                  f"decoding asks {counts['asked'] / words:.2f}", flush=True)
         print(f"{setting:9s} mean target len {mean_len:5.1f}: AR {tps['ar']:7.0f} tok/s  InsNet {tps['insnet']:7.0f} tok/s  "
               f"{naive}InsNet/AR {tps['insnet'] / tps['ar']:.2f}x" +
               (f"  InsNet/naive {tps['insnet'] / tps['naive']:.1f}x" if "naive" in tps else "") + plain, flush=True)

@@ -7,7 +7,10 @@
 #   rateR_fromE    the same from the l2r run's update E (< BASE, a multiple of 250: the copy of its checkpoint there),
 #                  for BASE + UPDATES - E updates: more of the budget on the parallel objective;
 #   queryK         --slot-query-layers K: slot queries through the decoder's last K layers only;
-#   last           --last-word-head: a head that says a slot misses one word only (decoded at --last-word 0.5).
+#   last           --last-word-head: a head that says a slot misses one word only (decoded at --last-word 0.5);
+#   hard           --gap-temperature 0: each slot's target is its gap's middle word (not soft);
+#   asked          --gap-slots asked: each layer end scores the slots decoding asks (a done slot once);
+# and changes joined by "+", all made in one run (query1+hard).
 # The runs train at once, one thread each. Each run's last checkpoint is decoded on valid with --insertion-mode
 # parallel and nothing else (end-of-slot 0.5, the default; `last` also with --last-word 1, its head not read) and scored by benchmarks/frontier.py against `every`:
 # sacreBLEU, the 95% paired-bootstrap interval, passes per token, ms at batch 1 and 64.
@@ -35,19 +38,28 @@ l2r() {  # the l2r run to update $1 (fairseq resumes it from its checkpoint_last
   THREADS=1 UPDATES=$1 bash recipes/train.sh insnet "$data" "$ck/l2r" --log-interval 50 >>"$logs/l2r.log" 2>&1
 }
 
-# run NAME -> its flags (FLAGS), start (FROM, an l2r update or empty: BASE), updates (STEPS) and row name
+# run NAME -> its flags (FLAGS), start (FROM, an l2r update or empty: BASE), updates (STEPS) and row name; a NAME of
+# changes joined by "+" (e.g. query1+hard) makes them all
 parse() {
   FLAGS=() FROM= STEPS=$updates
-  case $1 in
-    every) NAME="every slot" ;;
-    rate*_from*) FLAGS=(--gap-slot-rate "${1#rate}"); FLAGS[1]=${FLAGS[1]%_from*}; FROM=${1#*_from}
-      STEPS=$((base + updates - FROM)); NAME="slot rate ${FLAGS[1]} from l2r update $FROM" ;;
-    rate*) FLAGS=(--gap-slot-rate "${1#rate}"); NAME="slot rate ${1#rate}" ;;
-    query1) FLAGS=(--slot-query-layers 1); NAME="slot queries through the last layer" ;;
-    query*) FLAGS=(--slot-query-layers "${1#query}"); NAME="slot queries through the last ${1#query} layers" ;;
-    last) FLAGS=(--last-word-head); NAME="the last-word head" ;;
-    *) echo "parallel_demo.sh: unknown run '$1' (every, rateR, rateR_fromE, queryK, last)" >&2; exit 2 ;;
-  esac
+  local part names=()
+  IFS=+ read -r -a parts <<<"$1"
+  for part in "${parts[@]}"; do
+    case $part in
+      every) names+=("every slot") ;;
+      rate*_from*) FROM=${part#*_from}; local r=${part#rate}; r=${r%_from*}; FLAGS+=(--gap-slot-rate "$r")
+        STEPS=$((base + updates - FROM)); names+=("slot rate $r from l2r update $FROM") ;;
+      rate*) FLAGS+=(--gap-slot-rate "${part#rate}"); names+=("slot rate ${part#rate}") ;;
+      query1) FLAGS+=(--slot-query-layers 1); names+=("slot queries through the last layer") ;;
+      query*) FLAGS+=(--slot-query-layers "${part#query}"); names+=("slot queries through the last ${part#query} layers") ;;
+      last) FLAGS+=(--last-word-head); names+=("the last-word head") ;;
+      hard) FLAGS+=(--gap-temperature 0); names+=("hard middles") ;;
+      asked) FLAGS+=(--gap-slots asked); names+=("the slots decoding asks") ;;
+      *) echo "parallel_demo.sh: unknown run '$part' in '$1' (every, rateR, rateR_fromE, queryK, last, hard, asked; joined by +)" >&2
+        exit 2 ;;
+    esac
+  done
+  NAME=$(IFS=,; echo "${names[*]}"); NAME=${NAME//,/, }
 }
 
 train() {

@@ -9,6 +9,8 @@ context tokens at final positions ``a < b`` misses the words ``y[a + 1 .. b - 1]
 * :func:`gap_targets` lists every slot of every layer end with its target: the missing words of its gap, each
   weighted ``exp(-|i - (a + b) / 2| / T)`` and normalised over the gap (the Insertion Transformer's soft binary-tree
   targets), or end-of-slot where the gap is empty (``b = a + 1``);
+* :func:`asked_slots` keeps the slots parallel decoding asks (``--gap-slots asked``): every open slot, and a done slot
+  at the layer end where it first appears only, since decoding shuts a slot once it says done;
 * :func:`sample_slots` draws which of those slots a training pass scores (``--gap-slot-rate``), each weighted by the
   inverse of its probability, so that the slot queries' cost falls and the loss stays an unbiased estimate.
 
@@ -136,6 +138,30 @@ def gap_weights(distance: Tensor, gap: Tensor, temperature: float) -> Tensor:
     top = torch.full((G,), float("-inf"), device=distance.device).scatter_reduce(0, gap, logit, "amax")
     w = (logit - top[gap]).exp()
     return w / torch.zeros(G, device=distance.device).scatter_add(0, gap, w)[gap]
+
+
+def asked_slots(layers: Tensor) -> Tensor:
+    """The slots of layerings ``layers`` [B, n] (``PAD_LAYER`` at padding) that parallel decoding asks, by (sentence, layer
+    end, left neighbour's final position): every slot whose gap misses words, and a done slot (its neighbours
+    adjacent, ``b = a + 1``) only at the layer end where it appears. At the next layer end the same slot is done still,
+    and decoding, which shuts a slot once it says done, never asks it again.
+
+    -> weight [B, L, n] float, L = the batch's most layers + 1: 0 at a done slot whose two neighbours were both in the
+    context of the layer end before, else 1 (:func:`gap_targets` reads it at slots only; multiply it into
+    :func:`sample_slots`' weight to sample among the asked slots).
+
+    Example: "<s> a b c </s>" with layers [0, 2, 1, 2, 0]: end 1's slots (0, 2) and (2, 4) are open; end 2's four done
+    slots (0, 1), (1, 2), (2, 3), (3, 4) all appear there: all asked. With layers [0, 1, 2, 3, 0] (a, then b, then c),
+    end 1's slot (0, 1) is done and asked, and at ends 2 and 3 it is dropped (weight 0), as is end 3's (1, 2).
+    """
+    B, n = layers.shape
+    m = num_layers(layers)
+    L = int(m.max()) + 1 if B else 1
+    ends = torch.arange(L, device=layers.device).view(1, L, 1)
+    in_ctx = (layers < PAD_LAYER).unsqueeze(1) & (layers.unsqueeze(1) <= ends)  # [B, L, n]
+    before = torch.cat([torch.zeros_like(in_ctx[:, :1]), in_ctx[:, :-1]], 1)  # the context of the layer end before
+    right_before = torch.cat([before[..., 1:], torch.zeros_like(before[..., :1])], -1)  # a + 1 in it
+    return (~(before & right_before)).float()
 
 
 def sample_slots(layers: Tensor, rate: float, generator: Optional[torch.Generator] = None) -> Tensor:

@@ -28,7 +28,7 @@ from insnet_fairseq.decoding.options import DecodingFlags, DecodingOptions, chec
 from insnet_fairseq.decoding.step import InsertionSteps
 from insnet_fairseq.errors import DataError, FlagError
 from insnet_fairseq.fairseq_fixes.interactive import running as interactive_running
-from insnet_fairseq.geometry.gaps import sample_layers, sample_slots
+from insnet_fairseq.geometry.gaps import asked_slots, sample_layers, sample_slots
 from insnet_fairseq.geometry.layers import (PAD_LAYER, compact, delay_last_words, num_layers, sequential_layers,
                                             trajectory, uniform_layers)
 from insnet_fairseq.geometry.orders import (DEFAULT_ANCHOR_DEPTH, GIVEN_POLICIES, LEVEL_POLICIES, ORDER_POLICIES,
@@ -94,6 +94,12 @@ class InsertionConfig(TranslationConfig, DecodingFlags):
                                "a layer end, each scored slot weighted by 1 / RATE (an unbiased estimate of scoring "
                                "every slot), so that the slot query stream's cost falls with RATE; validation scores "
                                "every slot (1: every slot)"},
+    )
+    gap_slots: ChoiceEnum(["every", "asked"]) = field(
+        default="every", metadata={"help": "--slot-objective gap: the slots each layer end scores: every slot of its "
+                                   "context (every), or those parallel decoding asks (asked): every slot that misses "
+                                   "words and a done slot only at the layer end where it appears (decoding shuts a "
+                                   "slot once it says done, so it never asks it again), in training and validation"},
     )
     on_policy: float = field(
         default=0.0, metadata={"help": "--layerization sampled, --slot-objective gap: the probability that a training "
@@ -206,6 +212,9 @@ class InsertionTask(CheckedCheckpoints, TranslationTask):
         if cfg.gap_slot_rate < 1 and mode == "sequential":
             raise ValueError("--gap-slot-rate samples the slots of layered trajectories: give it with --layerization "
                              "sampled, uniform or dinic (and --slot-objective gap)")
+        if cfg.gap_slots != "every" and mode == "sequential":
+            raise ValueError(f"--gap-slots {cfg.gap_slots} chooses among the slots of layered trajectories: give it "
+                             f"with --layerization sampled, uniform or dinic (and --slot-objective gap)")
         if not 0.0 <= cfg.on_policy <= 1.0:
             raise ValueError(f"--on-policy must be in [0, 1], got {cfg.on_policy}")
         if cfg.on_policy > 0 and mode != "sampled":
@@ -331,11 +340,15 @@ class InsertionTask(CheckedCheckpoints, TranslationTask):
         net_input["order"], net_input["context"] = trajectory(layers)
         if is_gap_model(getattr(model, "decoder", None)):
             net_input["layers"] = layers  # --slot-objective gap scores the layering's slots itself
+            weight = asked_slots(layers) if self.cfg.gap_slots == "asked" else None
             if self.cfg.gap_slot_rate < 1 and update_num is not None:  # training batches: a sample of the slots
                 g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + int(update_num) + 2)
-                net_input["slot_weight"] = sample_slots(layers, self.cfg.gap_slot_rate, g)
-        elif self.cfg.gap_slot_rate < 1:
-            raise ValueError("--gap-slot-rate samples the end-of-slot objective's slots: train it with "
+                drawn = sample_slots(layers, self.cfg.gap_slot_rate, g)
+                weight = drawn if weight is None else drawn * weight
+            if weight is not None:
+                net_input["slot_weight"] = weight
+        elif self.cfg.gap_slot_rate < 1 or self.cfg.gap_slots != "every":
+            raise ValueError("--gap-slot-rate and --gap-slots choose the end-of-slot objective's slots: train it with "
                              "--slot-objective gap")
         sample["layers"] = num_layers(layers)
         return lagged

@@ -72,16 +72,21 @@ def test_on_policy_training_runs_and_is_refused_without_sampled_trajectories(sma
 
 
 def test_sampled_slot_training_runs_and_is_refused_where_it_cannot_apply(small_data, tmp_path):
-    """--gap-slot-rate 0.5 with the slot query stream trains (each pass scores a drawn half of the slots). A rate
-    outside (0, 1], a sequential layering, or a model without the end-of-slot objective is refused in one line."""
+    """--gap-slot-rate 0.5 --gap-slots asked with the slot query stream trains (each pass scores a drawn half of the
+    slots decoding asks). A rate outside (0, 1], a sequential layering, or a model without the end-of-slot objective
+    is refused in one line, for either flag."""
     out = run(train_cmd(small_data, str(tmp_path / "rate"), *GAP, "--slot-query-stream", "--gap-slot-rate", "0.5",
-                        "--max-update", "2"), timeout=600)
+                        "--gap-slots", "asked", "--max-update", "2"), timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert '"train_slot_done_nll"' in out.stdout
     for save, flags, message in (("zero", [*GAP, "--gap-slot-rate", "0"], "--gap-slot-rate must be in (0, 1]"),
                                  ("seq", ["--slot-objective", "gap", "--gap-slot-rate", "0.5"],
                                   "give it with --layerization sampled"),
                                  ("pos", ["--layerization", "sampled", "--gap-slot-rate", "0.5"],
+                                  "train it with --slot-objective gap"),
+                                 ("seq_asked", ["--slot-objective", "gap", "--gap-slots", "asked"],
+                                  "give it with --layerization sampled"),
+                                 ("pos_asked", ["--layerization", "sampled", "--gap-slots", "asked"],
                                   "train it with --slot-objective gap")):
         out = run(train_cmd(small_data, str(tmp_path / save), *flags, "--max-update", "1"), timeout=600)
         assert out.returncode != 0 and message in out.stderr and "Traceback" not in out.stderr, out.stderr[-2000:]

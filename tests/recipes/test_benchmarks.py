@@ -205,15 +205,16 @@ def test_train_throughput_parallel_step_is_the_gap_objective():
         torch.testing.assert_close(tt.step_fn(tt.PARALLEL, model, batch, d, 0.1), expected)
 
 
-@pytest.mark.parametrize("variant", ["rate", "query_layers"])
+@pytest.mark.parametrize("variant", ["rate", "query_layers", "asked"])
 def test_train_throughput_stream_variants_step_as_their_flags_train(variant):
     """--gap-slot-rates R: "InsNet parallel with the slot query stream, slot rate R" is the stream model whose step's
     loss is insnet_loss's gap terms on the drawn slots (sample_slots, weighted 1 / R), not on every slot.
     --slot-query-layers K: "... through the last K layers" is the stream model built with --slot-query-layers K,
-    stepped on the gap objective of every slot."""
+    stepped on the gap objective of every slot. --asked-slots: "... the slots decoding asks" is the stream model
+    (through the last K layers here) stepped on the slots asked_slots keeps."""
     from benchmarks import train_throughput as tt
     from fairseq.data import Dictionary
-    from insnet_fairseq.geometry.gaps import sample_layers, sample_slots
+    from insnet_fairseq.geometry.gaps import asked_slots, sample_layers, sample_slots
     from insnet_fairseq.tasks.criterion import gap_losses
 
     d = Dictionary()
@@ -221,19 +222,21 @@ def test_train_throughput_stream_variants_step_as_their_flags_train(variant):
         d.add_symbol(w)
     batch = tt.synthetic_batches(d, 8, 48, 1)[0]
     kind = tt.PARALLEL_QUERY + (f"{tt.SLOT_RATE}0.5" if variant == "rate" else f"{tt.QUERY_LAYERS}1")
+    kind += tt.ASKED if variant == "asked" else ""
     model = tt.build(kind, d).eval()
     assert model.decoder.context.slot_query is not None
     assert model.decoder.context.query_from == (0 if variant == "rate" else 2)
     tgt, ni = batch["target"], batch["net_input"]
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
     layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0), 1.0, 0.1)
-    weight = sample_slots(layers, 0.5, torch.Generator().manual_seed(2)) if variant == "rate" else None
+    weight = {"rate": sample_slots(layers, 0.5, torch.Generator().manual_seed(2)), "asked": asked_slots(layers)}.get(variant)
     with torch.no_grad():
         out = model(ni["src_tokens"], ni["src_lengths"], target, None, layers=layers, slot_weight=weight)
         expected = sum(v[0] for v in gap_losses(out["gap"], 0.1).values())
         torch.testing.assert_close(tt.step_fn(kind, model, batch, d, 0.1), expected)
-        if variant == "rate":
-            assert not torch.allclose(expected, tt.step_fn(tt.PARALLEL_QUERY, model, batch, d, 0.1))
+        if variant != "query_layers":  # not every slot's loss
+            every = tt.PARALLEL_QUERY if variant == "rate" else kind.removesuffix(tt.ASKED)
+            assert not torch.allclose(expected, tt.step_fn(every, model, batch, d, 0.1))
 
 
 def test_on_policy_throughput_times_the_checkpoints_model_with_and_without_its_rollouts(tmp_path):

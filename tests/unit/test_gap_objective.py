@@ -3,7 +3,7 @@
 * every sampled trajectory is a valid layering, and equal seeds give equal trajectories;
 * the gap targets equal a naive listing of every layer end's gaps and missing words;
 * the one-pass loss equals re-encoding every layer end's context from scratch (reference.naive_gap_loss), every
-  slot scored or a drawn sample of them weighted (--gap-slot-rate);
+  slot scored, a drawn sample of them weighted (--gap-slot-rate), or the slots decoding asks (--gap-slots asked);
 * decoding along a gold layering gives the one pass's per-slot probabilities;
 * a model whose every slot says end-of-slot stops after one pass;
 * cached equals uncached, and batch 1 equals batch 64, with done slots shut and re-scored;
@@ -20,7 +20,7 @@ from insnet_fairseq.decoding.generator import InsertionGenerator
 from insnet_fairseq.decoding.options import DecodingOptions
 from insnet_fairseq.decoding.state import HOLE
 from insnet_fairseq.decoding.step import InsertionSteps
-from insnet_fairseq.geometry.gaps import gap_targets, gap_weights, sample_layers, sample_slots
+from insnet_fairseq.geometry.gaps import asked_slots, gap_targets, gap_weights, sample_layers, sample_slots
 from insnet_fairseq.geometry.layers import PAD_LAYER, uniform_layers
 from insnet_fairseq.reference import naive_gap_loss
 from insnet_fairseq.tasks.criterion import gap_losses
@@ -169,6 +169,35 @@ def test_gap_targets_of_sampled_slots_are_the_drawn_subset_of_every_slot(seed):
         zip(new_index[full.slot[on]].tolist(), full.word[on].tolist(), full.distance[on].tolist()))
 
 
+def test_asked_slots_worked_example():
+    layers = torch.tensor([[0, 2, 1, 2, 0], [0, 1, 2, 3, 0]])
+    w = asked_slots(layers)
+    t = gap_targets(layers, torch.tensor([5, 5]), weight=w)
+    assert list(zip(t.row.tolist(), t.end.tolist(), t.left.tolist(), t.right.tolist())) == [
+        (0, 0, 0, 4), (0, 1, 0, 2), (0, 1, 2, 4), (0, 2, 0, 1), (0, 2, 1, 2), (0, 2, 2, 3), (0, 2, 3, 4),
+        (1, 0, 0, 4), (1, 1, 0, 1), (1, 1, 1, 4), (1, 2, 1, 2), (1, 2, 2, 4), (1, 3, 2, 3), (1, 3, 3, 4)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_asked_slots_are_every_open_slot_and_each_done_slot_once_where_it_appears(seed):
+    """Against the naive listing: a slot is asked when its gap misses words, or when it is done and was not a slot of
+    the layer end before; so every done slot of a sentence is asked exactly once, and every open slot at every layer
+    end (a gap that waits a layer is asked again). Padding columns do not matter."""
+    lengths = random_lengths(seed, B=20)
+    layers = sample_layers(lengths, int(lengths.max()) + 3, torch.Generator().manual_seed(seed), 1.0, 0.3)
+    slots, _ = naive_listing(layers, lengths)
+    present = {(b, end, a, z) for b, end, a, z, _ in slots}
+    expected = [s for s in slots if not s[4] or (s[0], s[1] - 1, s[2], s[3]) not in present]
+    t = gap_targets(layers, lengths, weight=asked_slots(layers))
+    got = list(zip(t.row.tolist(), t.end.tolist(), t.left.tolist(), t.right.tolist(), t.done.tolist()))
+    assert got == expected and bool(t.weight.eq(1).all())
+    done = [(b, a, z) for b, _, a, z, d in got if d]
+    assert len(done) == len(set(done)) == sum(L - 1 for L in lengths.tolist())  # each final slot once
+    assert len(expected) < len(slots)  # some done slots are left out
+    full = gap_targets(layers, lengths)
+    assert t.word.numel() == full.word.numel()  # every missing word still counted
+
+
 @pytest.mark.parametrize("stream,smoothing,last_head", [(False, 0.0, False), (True, 0.0, False), (True, 0.1, False),
                                                         ("last1", 0.0, False), (True, 0.0, True)])
 def test_one_pass_loss_of_sampled_slots_equals_reencoding_the_drawn_slots(stream, smoothing, last_head):
@@ -202,6 +231,26 @@ def test_one_pass_loss_of_sampled_slots_equals_reencoding_the_drawn_slots(stream
         assert float(terms["slot_last"][0]) == pytest.approx(last, rel=1e-5)
     for name in ("slot_token", "slot_done") + (("slot_last",) if last_head else ()):
         torch.testing.assert_close(ones[name][0], full[name][0])
+
+
+@pytest.mark.parametrize("stream", [False, True, "last1"])
+def test_one_pass_loss_of_the_asked_slots_equals_reencoding_them(stream):
+    """--gap-slots asked: the one pass scores the slots decoding asks, as re-encoding every layer end and scoring
+    those slots does; the words' term is every slot's (every open slot is asked), the done term smaller."""
+    model, d = build_tiny_model(seed=1, slot_objective="gap", slot_query_stream=stream)
+    src, src_lengths, target = random_batch(d, [9, 3, 12, 6, 2], seed=2)
+    layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(3), 1.0, 0.2)
+    weight = asked_slots(layers)
+    with torch.no_grad():
+        out = model(src, src_lengths, target, None, layers=layers, slot_weight=weight)["gap"]
+        terms = gap_losses(out, 0.0, 1.0)
+        full = gap_losses(model(src, src_lengths, target, None, layers=layers)["gap"], 0.0, 1.0)
+    token, done, done_logits, _ = naive_gap_loss(model, src, src_lengths, target, layers, 1.0, weight=weight)
+    torch.testing.assert_close(out["done_logits"], torch.tensor(done_logits), atol=ATOL, rtol=0)
+    assert float(terms["slot_token"][0]) == pytest.approx(token, rel=1e-5)
+    assert float(terms["slot_done"][0]) == pytest.approx(done, rel=1e-5)
+    torch.testing.assert_close(terms["slot_token"][0], full["slot_token"][0])
+    assert float(terms["slot_done"][0]) < float(full["slot_done"][0])
 
 
 def test_a_sequential_layering_is_the_default_trajectory():
