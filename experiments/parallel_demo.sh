@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
-# InsNet parallel's training changes at make demo's scale on Multi30k En->De (no teacher), each run against `every`,
-# make demo's InsNet parallel: an InsNet l2r model (one thread, as make demo trains it) for BASE updates, then UPDATES
-# updates of --slot-objective gap --layerization sampled --slot-query-stream from it at a fixed lr 5e-4. Every other
-# run is the same with one change, named by RUNS (default: every rate0.25):
+# InsNet parallel's training changes at make demo's scale on Multi30k En->De (no teacher), each run against `every`:
+# an InsNet l2r model (one thread, as make demo trains it) for BASE updates, then UPDATES updates of --slot-objective
+# gap --layerization sampled --slot-query-stream --gap-slots every (every slot of every layer end scored) from it at a
+# fixed lr 5e-4. Every other run is the same with one change, named by RUNS (default: every rate0.25):
 #   rateR          --gap-slot-rate R: each training pass scores a drawn sample of the slots, each with probability R;
 #   rateR_fromE    the same from the l2r run's update E (< BASE, a multiple of 250: the copy of its checkpoint there),
 #                  for BASE + UPDATES - E updates: more of the budget on the parallel objective;
 #   queryK         --slot-query-layers K: slot queries through the decoder's last K layers only;
 #   last           --last-word-head: a head that says a slot misses one word only (decoded at --last-word 0.5);
 #   hard           --gap-temperature 0: each slot's target is its gap's middle word (not soft);
-#   asked          --gap-slots asked: each layer end scores the slots decoding asks (a done slot once);
+#   asked          --gap-slots asked: each layer end scores the slots decoding asks (a done slot once; the task's
+#                  default, make demo's InsNet parallel);
 # and changes joined by "+", all made in one run (query1+hard).
 # The runs train at once, one thread each. Each run's last checkpoint is decoded on valid with --insertion-mode
-# parallel and nothing else (end-of-slot 0.5, the default; `last` also with --last-word 1, its head not read) and scored by benchmarks/frontier.py against `every`:
+# parallel and nothing else (end-of-slot 0.5, the default; `last` also with --last-word 1, its head not read) and
+# scored by benchmarks/frontier.py against `every`:
 # sacreBLEU, the 95% paired-bootstrap interval, passes per token, ms at batch 1 and 64.
 #
 #   bash experiments/parallel_demo.sh [train|score]...   (default: both; train resumes unfinished runs)
 #
-# Environment: RUNS, LAST_WORD (none; values of --last-word at which `last` is scored too), BASE (667), UPDATES (333), AT (none; a multiple of 250 below UPDATES: each run's checkpoint of
-# that update is scored too, every's as the baseline), CK (checkpoints/parallel_demo), OUT (CK/valid), MULTI30K_DIR,
+# Environment: RUNS, LAST_WORD (none; values of --last-word at which `last` is scored too), BASE (667), UPDATES (333),
+# AT (none; a multiple of 250 below UPDATES: each run's checkpoint of that update is scored too, every's as the
+# baseline), CK (checkpoints/parallel_demo), OUT (CK/valid), MULTI30K_DIR,
 # SCORE_ARGS (more benchmarks/frontier.py flags, e.g. --score-only: BLEU, interval and passes without the timing).
 # Wall time of each run: logs/parallel_demo/*.log ("done training in ... seconds").
 set -euo pipefail
@@ -32,7 +35,7 @@ data=data-bin/multi30k_en_de
 raw=${MULTI30K_DIR:-../shared/data/multi30k}
 logs=logs/parallel_demo
 mkdir -p "$ck" "$logs"
-parallel=(--slot-objective gap --layerization sampled --slot-query-stream --log-interval 50)
+parallel=(--slot-objective gap --layerization sampled --slot-query-stream --gap-slots every --log-interval 50)
 
 l2r() {  # the l2r run to update $1 (fairseq resumes it from its checkpoint_last.pt and stops there)
   THREADS=1 UPDATES=$1 bash recipes/train.sh insnet "$data" "$ck/l2r" --log-interval 50 >>"$logs/l2r.log" 2>&1

@@ -16,7 +16,8 @@
 #                       --dinic-lagged-warm, fixed lr 5e-4), so its total is UPDATES as well
 #              parallel InsNet parallel, the product's parallel model: l2r_kd's checkpoint at BASE_UPDATES, then
 #                       UPDATES - BASE_UPDATES updates of the end-of-slot objective on sampled layered trajectories with
-#                       the slot query stream (--slot-objective gap --layerization sampled --slot-query-stream) at
+#                       the slot query stream (--slot-objective gap --layerization sampled --slot-query-stream; each
+#                       layer end scores the slots decoding asks, --gap-slots asked, the task's default) at
 #                       dinic's fixed lr 5e-4 (the l2r model's position and termination heads dropped, the end-of-slot
 #                       head and the slot queries new)
 #            Every run keeps its last 4 checkpoints of those saved every 250 updates (recipes/train.sh KEEP_INTERVAL).
@@ -38,15 +39,17 @@
 #              dinic_decay     decayed linearly from 5e-4 to 0 over the fine-tuning (fairseq's polynomial_decay)
 #              dinic_decay_hi  the same from 1e-3
 #            and InsNet parallel's components, each trained as parallel is with one change, measured against it:
+#              parallel_every   --gap-slots every: a done slot scored at every layer end after it appears too (not
+#                               only where it appears, the one layer end at which decoding asks it)
 #              parallel_hard    --gap-temperature 0: each slot's target is its gap's middle word (not soft)
 #              parallel_fixed   --layerization uniform --insertion-order binary: one fixed trajectory per sentence, the
 #                               exact middles (not sampled)
 #              parallel_noskip  --gap-skip 0: every open gap takes a word in every layer
 #              parallel_query1  --slot-query-layers 1: every slot query through the decoder's last layer only (a
-#                               third of the stream's cost in training and decoding)
-#              parallel_query1_time  the same for 1.78x parallel's UPDATES - BASE_UPDATES updates: the training time
-#                               of parallel's at the rate ratio measured on Multi30k
-#                               (results/train_throughput_query_layers_cpu.txt)
+#                               third of the stream's cost a query in training and decoding)
+#              parallel_query1_time  the same for 1.28x parallel's UPDATES - BASE_UPDATES updates: the training time
+#                               of parallel's at the rate ratio measured on Multi30k, both scoring the slots decoding
+#                               asks (results/train_throughput_asked_slots_cpu.txt)
 #              parallel_last    --last-word-head: a head says a slot misses one word only; decoding shuts the two
 #                               slots of that word and ends a sentence without the pass that would ask them
 #              parallel_sampled --gap-slot-rate 0.25: each training pass scores a drawn quarter of the slots,
@@ -104,7 +107,7 @@ declare -A variant_flags=([dinic_repeat]="--repeat-penalty 1" [dinic_late]="--la
   [dinic_depth1]="--anchor-depth 1" [dinic_depth3]="--anchor-depth 3"
   [dinic_untied]="--untied-slot-queries" [dinic_enc6]=""
   [dinic_decay]="$decay" [dinic_decay_hi]="--lr 1e-3 $decay"  # beside dinic's
-  [parallel_hard]="$stream --gap-temperature 0" [parallel_fixed]="$stream --layerization uniform --insertion-order binary"
+  [parallel_every]="$stream --gap-slots every" [parallel_hard]="$stream --gap-temperature 0" [parallel_fixed]="$stream --layerization uniform --insertion-order binary"
   [parallel_noskip]="$stream --gap-skip 0" [parallel_onpolicy]="$stream --on-policy 0.5"
   [parallel_sampled]="$stream --gap-slot-rate 0.25" [parallel_query1]="$stream --slot-query-layers 1"
   [parallel_last]="$stream --last-word-head" [parallel_query1_time]="$stream --slot-query-layers 1"
@@ -113,7 +116,7 @@ declare -A variant_shape=([dinic_enc6]="--encoder-layers 6")  # the model's shap
 declare -A variant_name=([dinic_repeat]="repeat loss" [dinic_late]="late words" [dinic_depth1]="anchor depth 1"
   [dinic_depth3]="anchor depth 3" [dinic_untied]="untied slot queries" [dinic_enc6]="6-layer encoder"
   [dinic_decay]="lr decayed" [dinic_decay_hi]="lr 1e-3 decayed"
-  [parallel_hard]="hard middles" [parallel_fixed]="fixed trajectories" [parallel_noskip]="no waiting gaps"
+  [parallel_every]="every slot of every layer end" [parallel_hard]="hard middles" [parallel_fixed]="fixed trajectories" [parallel_noskip]="no waiting gaps"
   [parallel_onpolicy]="on-policy" [parallel_sampled]="a quarter of the slots scored"
   [parallel_query1]="slot queries through the last layer" [parallel_last]="last-word head"
   [parallel_query1_time]="slot queries through the last layer, the stream's training time"
@@ -212,7 +215,7 @@ variants_stage() {
     if [ "$v" = parallel_linear_scratch ]; then  # from scratch, all UPDATES updates on the default schedule
       train_run insnet "$ck/$v" "$updates" $parallel_flags & pids+=($!)
     elif [ "$v" = parallel_query1_time ]; then  # as parallel_query1, for the time parallel's updates take
-      FROM_BASE_STEPS=$(((updates - base_updates) * 178 / 100)) from_base_run "$ck/$v" l2r_kd $parallel_flags \
+      FROM_BASE_STEPS=$(((updates - base_updates) * 128 / 100)) from_base_run "$ck/$v" l2r_kd $parallel_flags \
         ${variant_flags[$v]} & pids+=($!)
     elif [[ $v == parallel_* ]]; then  # from l2r_kd's update BASE_UPDATES, as parallel
       from_base_run "$ck/$v" l2r_kd $parallel_flags ${variant_flags[$v]} & pids+=($!)

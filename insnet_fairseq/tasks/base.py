@@ -90,16 +90,17 @@ class InsertionConfig(TranslationConfig, DecodingFlags):
                                "layer, so that training sees gaps that lag behind the others"},
     )
     gap_slot_rate: float = field(
-        default=1.0, metadata={"help": "--slot-objective gap: the probability that a training pass scores a slot of "
-                               "a layer end, each scored slot weighted by 1 / RATE (an unbiased estimate of scoring "
-                               "every slot), so that the slot query stream's cost falls with RATE; validation scores "
-                               "every slot (1: every slot)"},
+        default=1.0, metadata={"help": "--slot-objective gap: the probability that a training pass scores a slot "
+                               "that --gap-slots keeps, each scored slot weighted by 1 / RATE (an unbiased estimate "
+                               "of scoring them all), so that the slot query stream's cost falls with RATE; "
+                               "validation scores them all (1: all)"},
     )
     gap_slots: ChoiceEnum(["every", "asked"]) = field(
-        default="every", metadata={"help": "--slot-objective gap: the slots each layer end scores: every slot of its "
-                                   "context (every), or those parallel decoding asks (asked): every slot that misses "
-                                   "words and a done slot only at the layer end where it appears (decoding shuts a "
-                                   "slot once it says done, so it never asks it again), in training and validation"},
+        default="asked", metadata={"help": "--slot-objective gap: the slots each layer end scores: those parallel "
+                                   "decoding asks (asked): every slot that misses words, and a done slot only at the "
+                                   "layer end where it appears (decoding shuts a slot once it says done and never asks "
+                                   "it again); or every slot of its context (every), a done one at every layer end "
+                                   "after; in training and validation"},
     )
     on_policy: float = field(
         default=0.0, metadata={"help": "--layerization sampled, --slot-objective gap: the probability that a training "
@@ -212,9 +213,6 @@ class InsertionTask(CheckedCheckpoints, TranslationTask):
         if cfg.gap_slot_rate < 1 and mode == "sequential":
             raise ValueError("--gap-slot-rate samples the slots of layered trajectories: give it with --layerization "
                              "sampled, uniform or dinic (and --slot-objective gap)")
-        if cfg.gap_slots != "every" and mode == "sequential":
-            raise ValueError(f"--gap-slots {cfg.gap_slots} chooses among the slots of layered trajectories: give it "
-                             f"with --layerization sampled, uniform or dinic (and --slot-objective gap)")
         if not 0.0 <= cfg.on_policy <= 1.0:
             raise ValueError(f"--on-policy must be in [0, 1], got {cfg.on_policy}")
         if cfg.on_policy > 0 and mode != "sampled":
@@ -347,8 +345,8 @@ class InsertionTask(CheckedCheckpoints, TranslationTask):
                 weight = drawn if weight is None else drawn * weight
             if weight is not None:
                 net_input["slot_weight"] = weight
-        elif self.cfg.gap_slot_rate < 1 or self.cfg.gap_slots != "every":
-            raise ValueError("--gap-slot-rate and --gap-slots choose the end-of-slot objective's slots: train it with "
+        elif self.cfg.gap_slot_rate < 1:
+            raise ValueError("--gap-slot-rate samples the end-of-slot objective's slots: train it with "
                              "--slot-objective gap")
         sample["layers"] = num_layers(layers)
         return lagged
