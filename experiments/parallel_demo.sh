@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# InsNet parallel's training changes at make demo's scale on Multi30k En->De (no teacher), each run against `every`:
+# InsNet parallel's training changes at make demo's scale on Multi30k En->De (no teacher), each run against `every`
+# (or BASELINE):
 # an InsNet l2r model (one thread, as make demo trains it) for BASE updates, then UPDATES updates of --slot-objective
 # gap --layerization sampled --slot-query-stream --gap-slots every (every slot of every layer end scored) from it at a
 # fixed lr 5e-4. Every other run is the same with one change, named by RUNS (default: every rate0.25):
@@ -21,7 +22,8 @@
 #
 # Environment: RUNS, LAST_WORD (none; values of --last-word at which `last` is scored too), BASE (667), UPDATES (333),
 # AT (none; a multiple of 250 below UPDATES: each run's checkpoint of that update is scored too, every's as the
-# baseline), CK (checkpoints/parallel_demo), OUT (CK/valid), MULTI30K_DIR,
+# baseline), BASELINE (every: the run the others are scored against), CK (checkpoints/parallel_demo), OUT (CK/valid),
+# MULTI30K_DIR,
 # SCORE_ARGS (more benchmarks/frontier.py flags, e.g. --score-only: BLEU, interval and passes without the timing).
 # Wall time of each run: logs/parallel_demo/*.log ("done training in ... seconds").
 set -euo pipefail
@@ -31,6 +33,7 @@ updates=${UPDATES:-333}
 at=${AT:-}
 ck=${CK:-checkpoints/parallel_demo}
 out=${OUT:-$ck/valid}
+baseline=${BASELINE:-every}
 data=data-bin/multi30k_en_de
 raw=${MULTI30K_DIR:-../shared/data/multi30k}
 logs=logs/parallel_demo
@@ -98,8 +101,8 @@ print(c.load(sys.argv[1])['optimizer_history'][-1]['num_updates'])" "$2")
 
 score() {
   : >"$ck/systems.tsv"
-  local ordered=(every) run
-  for run in "${runs[@]}"; do [ "$run" = every ] || ordered+=("$run"); done
+  local ordered=("$baseline") run
+  for run in "${runs[@]}"; do [ "$run" = "$baseline" ] || ordered+=("$run"); done
   if [ -n "$at" ]; then  # each run's checkpoint of update AT first: every's is the baseline
     for run in "${ordered[@]}"; do
       parse "$run"
