@@ -57,11 +57,13 @@ parse() {
         STEPS=$((base + updates - FROM)); names+=("slot rate $r from l2r update $FROM") ;;
       rate*) FLAGS+=(--gap-slot-rate "${part#rate}"); names+=("slot rate ${part#rate}") ;;
       query1) FLAGS+=(--slot-query-layers 1); names+=("slot queries through the last layer") ;;
-      query*) FLAGS+=(--slot-query-layers "${part#query}"); names+=("slot queries through the last ${part#query} layers") ;;
+      query*) FLAGS+=(--slot-query-layers "${part#query}")
+        names+=("slot queries through the last ${part#query} layers") ;;
       last) FLAGS+=(--last-word-head); names+=("the last-word head") ;;
       hard) FLAGS+=(--gap-temperature 0); names+=("hard middles") ;;
       asked) FLAGS+=(--gap-slots asked); names+=("the slots decoding asks") ;;
-      *) echo "parallel_demo.sh: unknown run '$part' in '$1' (every, rateR, rateR_fromE, queryK, last, hard, asked; joined by +)" >&2
+      *) echo "parallel_demo.sh: unknown run '$part' in '$1' (every, rateR, rateR_fromE, queryK, last, hard, asked;" \
+          "joined by +)" >&2
         exit 2 ;;
     esac
   done

@@ -141,10 +141,10 @@ def gap_weights(distance: Tensor, gap: Tensor, temperature: float) -> Tensor:
 
 
 def asked_slots(layers: Tensor) -> Tensor:
-    """The slots of layerings ``layers`` [B, n] (``PAD_LAYER`` at padding) that parallel decoding asks, by (sentence, layer
-    end, left neighbour's final position): every slot whose gap misses words, and a done slot (its neighbours
-    adjacent, ``b = a + 1``) only at the layer end where it appears. At the next layer end the same slot is done still,
-    and decoding, which shuts a slot once it says done, never asks it again.
+    """The slots of layerings ``layers`` [B, n] (``PAD_LAYER`` at padding) that parallel decoding asks, by (sentence,
+    layer end, left neighbour's final position): every slot whose gap misses words, and a done slot (its neighbours
+    adjacent, ``b = a + 1``) only at the layer end where it appears. At the next layer end the same slot is done
+    still, and decoding, which shuts a slot once it says done, never asks it again.
 
     -> weight [B, L, n] float, L = the batch's most layers + 1: 0 at a done slot whose two neighbours were both in the
     context of the layer end before, else 1 (:func:`gap_targets` reads it at slots only; multiply it into

@@ -229,7 +229,8 @@ def test_train_throughput_stream_variants_step_as_their_flags_train(variant):
     tgt, ni = batch["target"], batch["net_input"]
     target = torch.cat([tgt.new_full((tgt.size(0), 1), d.bos()), tgt], 1)
     layers = sample_layers(target.ne(d.pad()).sum(1), target.size(1), torch.Generator().manual_seed(0), 1.0, 0.1)
-    weight = {"rate": sample_slots(layers, 0.5, torch.Generator().manual_seed(2)), "asked": asked_slots(layers)}.get(variant)
+    weight = {"rate": sample_slots(layers, 0.5, torch.Generator().manual_seed(2)),
+              "asked": asked_slots(layers)}.get(variant)
     with torch.no_grad():
         out = model(ni["src_tokens"], ni["src_lengths"], target, None, layers=layers, slot_weight=weight)
         expected = sum(v[0] for v in gap_losses(out["gap"], 0.1).values())
